@@ -1,0 +1,183 @@
+"""Runs a list of `pred` calls as one forward pass: validate, reserve KV slots, forward, sample.
+
+This is where KVFS meets the model. Each call is checked on its own, so one bad call gets its
+own error and the rest of the batch runs. A failed forward rolls every reservation back, so no
+file is ever left holding tokens whose K/V were not written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .errors import PredError, SymphonyError
+from .kvfs import KV, KVFS, Reservation
+from .model.batch import ForwardBatch, SeqInput
+from .model.dist import Dist
+from .model.llama import PagedLlama
+from .model.sampling import Sampler, sample_rows
+
+
+@dataclass(eq=False)
+class PredCall:
+    kv: KV
+    token_ids: Sequence[int]
+    positions: Sequence[int] | None = None
+    outputs: str | Sequence[int] = "last"
+    sampler: Sampler | str | None = None
+    mask: object = None
+    # Filled in by `prepare`:
+    tokens: list[int] = field(default_factory=list)
+    pos: list[int] = field(default_factory=list)
+    out_index: list[int] = field(default_factory=list)
+    mask_tensor: torch.Tensor | None = None
+
+
+def _as_int_list(x, what: str) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        x = x.tolist()
+    if isinstance(x, int) and not isinstance(x, bool):
+        return [x]
+    try:
+        out = [int(t) for t in x]
+    except (TypeError, ValueError) as e:
+        raise PredError(f"pred: {what} must be a list of ints, got {type(x).__name__}") from e
+    if any(isinstance(t, bool) for t in x):
+        raise PredError(f"pred: {what} must be ints, not booleans")
+    return out
+
+
+class Executor:
+    def __init__(self, model: PagedLlama, kvfs: KVFS) -> None:
+        self.model = model
+        self.kvfs = kvfs
+        self.vocab = model.cfg.vocab_size
+        self.max_pos = model.cfg.max_positions
+
+    def prepare(self, c: PredCall) -> None:
+        """Check one call's arguments against the model and its KV file; raise PredError/KVError."""
+        kvfs = self.kvfs
+        with kvfs.lock:
+            f = kvfs._writable(c.kv, "pred")
+            toks = _as_int_list(c.token_ids, "token_ids")
+            if not toks:
+                raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
+            bad = [t for t in toks if not 0 <= t < self.vocab]
+            if bad:
+                raise PredError(f"pred: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab})")
+            if c.positions is None:
+                start = f.next_position
+                pos = list(range(start, start + len(toks)))
+            else:
+                pos = _as_int_list(c.positions, "positions")
+                if len(pos) != len(toks):
+                    raise PredError(f"pred: {len(pos)} positions for {len(toks)} tokens")
+            if min(pos) < 0 or max(pos) >= self.max_pos:
+                raise PredError(
+                    f"pred: positions {min(pos)}..{max(pos)} are past the model's context of {self.max_pos} tokens"
+                )
+        n = len(toks)
+        if c.outputs == "last":
+            out = [n - 1]
+        elif c.outputs == "all":
+            out = list(range(n))
+        else:
+            out = _as_int_list(c.outputs, "outputs")
+            if any(not -n <= i < n for i in out):
+                raise PredError(f"pred: outputs {out} index outside the {n} tokens given")
+            out = [i % n for i in out]
+        if isinstance(c.sampler, str):
+            if c.sampler != "greedy":
+                raise PredError(f"pred: sampler must be a Sampler or 'greedy', got {c.sampler!r}")
+            c.sampler = Sampler.greedy()
+        elif c.sampler is not None and not isinstance(c.sampler, Sampler):
+            raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
+        c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
+        c.tokens, c.pos, c.out_index = toks, pos, out
+
+    def _mask(self, mask, rows: int) -> torch.Tensor:
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+            m = mask
+        else:
+            ids = _as_int_list(mask, "mask (allowed token ids)")
+            if any(not 0 <= t < self.vocab for t in ids):
+                raise PredError("pred: mask holds token ids outside the vocabulary")
+            m = torch.zeros(self.vocab, dtype=torch.bool)
+            m[ids] = True
+        if m.shape[-1] != self.vocab or m.dim() > 2 or (m.dim() == 2 and m.shape[0] != rows):
+            raise PredError(f"pred: mask must be bool [{self.vocab}] or [{rows}, {self.vocab}], got {list(m.shape)}")
+        if not bool(m.any(-1).all()):
+            raise PredError("pred: mask allows no token at some position")
+        return m
+
+    def run(self, calls: list[PredCall]) -> list[Dist | SymphonyError]:
+        """Execute calls (already `prepare`d or not); results line up with `calls`."""
+        results: list[Dist | SymphonyError | None] = [None] * len(calls)
+        ready: list[int] = []
+        for i, c in enumerate(calls):
+            try:
+                if not c.tokens:
+                    self.prepare(c)
+                ready.append(i)
+            except SymphonyError as e:
+                results[i] = e
+        # Two calls on one file cannot share a pass: the second must see the first's K/V.
+        while ready:
+            seen: set[int] = set()
+            now, later = [], []
+            for i in ready:
+                fid = calls[i].kv.file.fid
+                (later if fid in seen else now).append(i)
+                seen.add(fid)
+            self._forward([calls[i] for i in now], now, results)
+            ready = later
+        return results  # type: ignore[return-value]
+
+    def _forward(self, calls: list[PredCall], idx: list[int], results: list) -> None:
+        kvfs = self.kvfs
+        reserved: list[tuple[int, PredCall, Reservation]] = []
+        for i, c in zip(idx, calls):
+            try:
+                reserved.append((i, c, kvfs.reserve(c.kv, c.tokens, c.pos)))
+            except SymphonyError as e:
+                results[i] = e
+        if not reserved:
+            return
+        with kvfs.lock:
+            seqs = [
+                SeqInput(c.tokens, c.pos, r.slots, kvfs.context_slots(c.kv.file), c.out_index) for _, c, r in reserved
+            ]
+        try:
+            fb = ForwardBatch.build(seqs, self.model.device)
+            logits = self.model.forward(fb, self.kvfs.pool.k, self.kvfs.pool.v)
+        except BaseException:
+            for _, _, r in reserved:
+                kvfs.rollback(r)
+            raise
+        self._scatter(logits, fb.output_counts, reserved, results)
+
+    def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list) -> None:
+        start = 0
+        rows_by_call = []
+        for (i, c, _), n in zip(reserved, counts):
+            lg = logits[start : start + n]
+            start += n
+            if c.mask_tensor is not None:
+                lg = lg.masked_fill(~c.mask_tensor.to(lg.device), float("-inf"))
+            rows_by_call.append((i, c, lg))
+        # One batched sampling call for every row that asked for an in-engine pick.
+        flat, owners = [], []
+        for k, (i, c, lg) in enumerate(rows_by_call):
+            if c.sampler is not None:
+                flat.append(lg)
+                owners.extend([(k, c.sampler)] * lg.shape[0])
+        picks = sample_rows(torch.cat(flat).cpu(), [s for _, s in owners]) if flat else []
+        by_call: dict[int, list[int]] = {}
+        for (k, _), t in zip(owners, picks):
+            by_call.setdefault(k, []).append(t)
+        for k, (i, c, lg) in enumerate(rows_by_call):
+            single = c.outputs == "last"
+            tok = by_call.get(k)
+            results[i] = Dist(lg[0] if single else lg, (tok[0] if single else tok) if tok else None)

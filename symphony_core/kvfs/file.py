@@ -1,0 +1,96 @@
+"""KV files (the inodes) and KV handles (what a LIP holds).
+
+A file is a list of page ids plus the tokens (and positions) written into it. A handle is an
+open file description: a file, a mode and a closed flag. Many handles may share one file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+_file_ids = itertools.count(1)
+_handle_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class KVFile:
+    owner: str
+    path: str | None = None
+    pages: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    parent: int | None = None  # the file this one was forked from: the fork tree
+    fid: int = field(default_factory=lambda: next(_file_ids))
+    open_handles: int = 0
+    evicted: bool = False
+    hint_priority: int | None = None
+    hint_keep_until: float | None = None
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def next_position(self) -> int:
+        return self.positions[-1] + 1 if self.positions else 0
+
+    def evictable(self, now: float) -> bool:
+        """A file is reclaimable under pressure only when its owner said so through a hint."""
+        if self.evicted or not self.pages:
+            return False
+        if self.hint_priority is not None and self.hint_priority < 0:
+            return True
+        return self.hint_keep_until is not None and now >= self.hint_keep_until
+
+
+class KV:
+    """A handle to a KV file. `.len`, `.tokens`, `.pages`, `.path` describe the file now."""
+
+    __slots__ = ("file", "mode", "closed", "hid", "__weakref__")
+
+    def __init__(self, file: KVFile, mode: str) -> None:
+        self.file = file
+        self.mode = mode
+        self.closed = False
+        self.hid = next(_handle_ids)
+
+    @property
+    def len(self) -> int:
+        return self.file.length
+
+    def __len__(self) -> int:
+        return self.file.length
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self.file.tokens)
+
+    @property
+    def positions(self) -> list[int]:
+        return list(self.file.positions)
+
+    @property
+    def pages(self) -> list[int]:
+        return list(self.file.pages)
+
+    @property
+    def path(self) -> str | None:
+        return self.file.path
+
+    @property
+    def readonly(self) -> bool:
+        return self.mode == "r"
+
+    @property
+    def evicted(self) -> bool:
+        return self.file.evicted
+
+    def describe(self) -> str:
+        return self.file.path or f"<anonymous file {self.file.fid}>"
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.mode
+        return f"KV({self.describe()}, len={self.len}, pages={len(self.file.pages)}, {state})"

@@ -1,0 +1,254 @@
+"""The KV file system: create / open / fork / truncate / close / remove / hint over a page pool.
+
+Pages are reference counted. `fork` shares every page; the first write into a shared page
+copies it (only the partial last page can ever be written, so a fork costs at most one copy).
+A file lives while it has a name or an open handle; its pages go back to the pool with it.
+Every mutation holds one lock, so the scheduler, the LIP threads and the debugger's views
+see a consistent tree.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import KVError, KVNotFound, OutOfPages
+from .file import KV, KVFile
+from .namespace import SHARED, check_access, resolve, user_home
+from .pool import PagePool
+
+_MODES = {"r": "r", "w": "w", "rw": "w", "r+": "w"}
+
+
+@dataclass
+class Reservation:
+    """Slots reserved in a file for one `pred` write; `rollback` undoes it exactly."""
+
+    kv: KV
+    old_length: int
+    slots: list[int]
+
+
+class KVFS:
+    def __init__(self, pool: PagePool) -> None:
+        self.pool = pool
+        self.lock = threading.RLock()
+        self.named: dict[str, KVFile] = {}
+        self.files: dict[int, KVFile] = {}  # every live file, named or held open
+
+    # --- the calls a LIP sees -------------------------------------------------------------
+
+    def create(self, user: str, path: str | None = None) -> KV:
+        with self.lock:
+            full = None
+            if path is not None:
+                full = resolve(user, path)
+                check_access(user, full, owner=None, write=True)
+                if full in self.named:
+                    raise KVError(f"KV file {full} already exists (open it, or remove it first)")
+            f = KVFile(owner=user, path=full)
+            if full is not None:
+                self.named[full] = f
+            return self._new_handle(f, "w")
+
+    def open(self, user: str, path: str, mode: str = "r") -> KV:
+        if mode not in _MODES:
+            raise KVError(f"kv_open mode must be 'r' or 'w', got {mode!r}")
+        with self.lock:
+            full = resolve(user, path)
+            f = self.named.get(full)
+            if f is None:
+                check_access(user, full, owner=None, write=False)
+                raise KVNotFound(f"no KV file at {full}")
+            check_access(user, full, owner=f.owner, write=_MODES[mode] == "w")
+            if f.evicted:
+                raise KVError(f"KV file {full} was evicted under memory pressure (its hint allowed it)")
+            return self._new_handle(f, _MODES[mode])
+
+    def fork(self, kv: KV, user: str) -> KV:
+        with self.lock:
+            src = self._usable(kv, "kv_fork")
+            self.pool.retain(src.pages)
+            child = KVFile(
+                owner=user,
+                pages=list(src.pages),
+                tokens=list(src.tokens),
+                positions=list(src.positions),
+                parent=src.fid,
+            )
+            return self._new_handle(child, "w")
+
+    def truncate(self, kv: KV, n: int) -> None:
+        with self.lock:
+            f = self._writable(kv, "kv_truncate")
+            if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= f.length:
+                raise KVError(f"kv_truncate({kv.describe()}, {n!r}): n must be an int in [0, {f.length}]")
+            keep = -(-n // self.pool.page_size)
+            self.pool.release(f.pages[keep:])
+            del f.pages[keep:]
+            del f.tokens[n:]
+            del f.positions[n:]
+
+    def close(self, kv: KV) -> None:
+        with self.lock:
+            if not isinstance(kv, KV):
+                raise KVError(f"kv_close expects a KV handle, got {type(kv).__name__}")
+            if kv.closed:
+                raise KVError(f"kv_close: handle to {kv.describe()} is already closed")
+            kv.closed = True
+            kv.file.open_handles -= 1
+            self._drop_if_unreferenced(kv.file)
+
+    def remove(self, user: str, path: str) -> None:
+        with self.lock:
+            full = resolve(user, path)
+            f = self.named.get(full)
+            if f is None:
+                check_access(user, full, owner=None, write=False)
+                raise KVNotFound(f"no KV file at {full}")
+            check_access(user, full, owner=f.owner, write=True)
+            del self.named[full]
+            f.path = None  # like unlink: open handles keep working on the now-anonymous file
+            self._drop_if_unreferenced(f)
+
+    def hint(self, kv: KV, keep_for: float | None = None, priority: int | None = None) -> None:
+        """Say how the file may be reclaimed under memory pressure.
+
+        `priority < 0`: drop it first when pages run short. `keep_for=s`: keep it at least `s`
+        seconds, after which it may be dropped. With neither, the file is never evicted.
+        """
+        with self.lock:
+            f = self._usable(kv, "kv_hint")
+            if keep_for is not None:
+                if not isinstance(keep_for, (int, float)) or keep_for < 0:
+                    raise KVError(f"kv_hint keep_for must be a number of seconds >= 0, got {keep_for!r}")
+                f.hint_keep_until = time.time() + keep_for
+            if priority is not None:
+                if not isinstance(priority, int):
+                    raise KVError(f"kv_hint priority must be an int, got {priority!r}")
+                f.hint_priority = priority
+            if keep_for is None and priority is None:
+                f.hint_keep_until = f.hint_priority = None
+
+    def listdir(self, user: str, prefix: str | None = None) -> list[str]:
+        """Named files `user` may see: their own directory and /shared/."""
+        with self.lock:
+            mine = [p for p in self.named if p.startswith(user_home(user)) or p.startswith(SHARED)]
+            if prefix is not None:
+                full = prefix if prefix.startswith("/") else user_home(user) + prefix
+                mine = [p for p in mine if p.startswith(full)]
+            return sorted(mine)
+
+    # --- what `pred` uses -------------------------------------------------------------------
+
+    def reserve(self, kv: KV, tokens: list[int], positions: list[int]) -> Reservation:
+        """Make room for `tokens` at the end of the file and record them; all or nothing."""
+        with self.lock:
+            f = self._writable(kv, "pred")
+            ps = self.pool.page_size
+            old = f.length
+            new_pages = -(-(old + len(tokens)) // ps) - len(f.pages)
+            cow = old % ps != 0 and self.pool.refcount[f.pages[-1]] > 1
+            fresh = self._alloc(new_pages + int(cow))
+            if cow:
+                dst = fresh.pop()
+                self.pool.copy_page(f.pages[-1], dst, old % ps)
+                self.pool.release([f.pages[-1]])
+                f.pages[-1] = dst
+            f.pages.extend(fresh)
+            f.tokens.extend(tokens)
+            f.positions.extend(positions)
+            slots = [f.pages[i // ps] * ps + i % ps for i in range(old, old + len(tokens))]
+            return Reservation(kv, old, slots)
+
+    def rollback(self, r: Reservation) -> None:
+        with self.lock:
+            f = r.kv.file
+            keep = -(-r.old_length // self.pool.page_size)
+            self.pool.release(f.pages[keep:])
+            del f.pages[keep:]
+            del f.tokens[r.old_length :]
+            del f.positions[r.old_length :]
+
+    def context_slots(self, f: KVFile, length: int | None = None) -> list[int]:
+        ps = self.pool.page_size
+        n = f.length if length is None else length
+        return [f.pages[i // ps] * ps + i % ps for i in range(n)]
+
+    # --- accounting -----------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Assert that every page's reference count equals the number of live files holding it."""
+        with self.lock:
+            counts = [0] * self.pool.n_pages
+            for f in self.files.values():
+                assert len(f.pages) == -(-f.length // self.pool.page_size) or f.evicted, f
+                for p in f.pages:
+                    counts[p] += 1
+            assert counts == self.pool.refcount, "page reference counts disagree with the files"
+            free = sum(1 for c in counts if c == 0)
+            assert free == self.pool.free_pages, f"{free} unreferenced pages but {self.pool.free_pages} on the free list"
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {
+                "pages_total": self.pool.n_pages,
+                "pages_used": self.pool.used_pages,
+                "pages_free": self.pool.free_pages,
+                "page_size": self.pool.page_size,
+                "files": len(self.files),
+                "named_files": len(self.named),
+            }
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _new_handle(self, f: KVFile, mode: str) -> KV:
+        self.files[f.fid] = f
+        f.open_handles += 1
+        return KV(f, mode)
+
+    def _usable(self, kv: KV, call: str) -> KVFile:
+        if not isinstance(kv, KV):
+            raise KVError(f"{call} expects a KV handle, got {type(kv).__name__}")
+        if kv.closed:
+            raise KVError(f"{call} on closed handle to {kv.describe()}")
+        if kv.file.evicted:
+            raise KVError(
+                f"{call} on {kv.describe()}: the file was evicted under memory pressure "
+                "(its hint allowed it); its tokens are still in kv.tokens to recompute"
+            )
+        return kv.file
+
+    def _writable(self, kv: KV, call: str) -> KVFile:
+        f = self._usable(kv, call)
+        if kv.readonly:
+            raise KVError(f"{call} on read-only handle {kv.describe()} — fork it first")
+        return f
+
+    def _drop_if_unreferenced(self, f: KVFile) -> None:
+        if f.open_handles == 0 and f.path is None:
+            self.pool.release(f.pages)
+            f.pages = []
+            self.files.pop(f.fid, None)
+
+    def _alloc(self, n: int) -> list[int]:
+        if n > self.pool.free_pages:
+            self._evict_until_free(n)
+        return self.pool.alloc(n)
+
+    def _evict_until_free(self, target: int) -> None:
+        now = time.time()
+        victims = sorted(
+            (f for f in self.files.values() if f.evictable(now)),
+            key=lambda f: (f.hint_priority if f.hint_priority is not None else 0, f.hint_keep_until or 0.0),
+        )
+        for f in victims:
+            if self.pool.free_pages >= target:
+                return
+            self.pool.release(f.pages)
+            f.pages = []
+            f.evicted = True
+
+
+__all__ = ["KVFS", "Reservation", "OutOfPages"]

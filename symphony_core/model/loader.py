@@ -1,0 +1,102 @@
+"""Load a model's weights, config and tokenizer; convert GGUF once into a safetensors cache.
+
+Converting the GGUF (dequantising through transformers) takes ~20 s; the cache under
+`$XDG_CACHE_HOME/symphony/models/` makes every later load a plain safetensors read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelError
+from .registry import ModelSource, resolve_model
+from .tokenizer import Tokenizer
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "symphony" / "models"
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    directory: Path  # safetensors + config.json + tokenizer files
+    config: dict
+    weights: dict[str, torch.Tensor]
+    tokenizer: Tokenizer
+
+
+def _cache_dir_for(src: ModelSource) -> Path:
+    st = src.path.stat()
+    key = hashlib.sha256(f"{src.path}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    return cache_root() / f"{src.name}-{key}"
+
+
+def _convert_gguf(src: ModelSource, out: Path) -> None:
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    print(f"symphony: converting {src.path.name} to fp32 once; cached at {out}", file=sys.stderr)
+    folder, fname = str(src.path.parent), src.path.name
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=out.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["dtype"] = "float32"
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        tok.save_pretrained(str(tmp))
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_converted(name_or_path: str) -> tuple[ModelSource, Path]:
+    """The directory holding this model as safetensors, converting a GGUF the first time."""
+    src = resolve_model(name_or_path)
+    if src.kind == "hf_dir":
+        return src, src.path
+    out = _cache_dir_for(src)
+    if not (out / "config.json").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _convert_gguf(src, out)
+        except FileExistsError:
+            pass  # another process converted it at the same time
+        except Exception as e:
+            raise ModelError(f"could not convert {src.path}: {e}") from e
+    return src, out
+
+
+def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
+    from safetensors.torch import load_file
+
+    src, directory = ensure_converted(name_or_path)
+    config = json.loads((directory / "config.json").read_text())
+    if config.get("model_type") not in ("llama", "mistral"):
+        raise ModelError(f"{src.name}: model_type {config.get('model_type')!r} is not a Llama-family model")
+    weights: dict[str, torch.Tensor] = {}
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{directory} holds no .safetensors weights")
+    for f in files:
+        weights.update(load_file(str(f), device="cpu"))
+    weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
+    eos = config.get("eos_token_id")
+    tokenizer = Tokenizer(directory, [] if eos is None else [eos] if isinstance(eos, int) else list(eos))
+    return LoadedModel(src.name, directory, config, weights, tokenizer)

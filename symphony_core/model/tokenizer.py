@@ -1,0 +1,75 @@
+"""Text ↔ token ids and the model's chat template, as LIPs see them.
+
+Built on the `tokenizers` library and a sandboxed Jinja environment (the way transformers
+renders chat templates) so that loading a model never imports transformers (2 s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ModelError, PredError
+
+
+def _special(value) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+class Tokenizer:
+    def __init__(self, directory: Path, config_eos: list[int]) -> None:
+        from tokenizers import Tokenizer as FastTokenizer
+
+        path = directory / "tokenizer.json"
+        if not path.exists():
+            raise ModelError(f"{directory} has no tokenizer.json")
+        self.fast = FastTokenizer.from_file(str(path))
+        cfg_path = directory / "tokenizer_config.json"
+        tcfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        self.template_source: str | None = tcfg.get("chat_template")
+        tpl_file = directory / "chat_template.jinja"
+        if self.template_source is None and tpl_file.exists():
+            self.template_source = tpl_file.read_text()
+        self.bos_token = _special(tcfg.get("bos_token"))
+        self.eos_token = _special(tcfg.get("eos_token"))
+        eos = set(config_eos)
+        if self.eos_token is not None and self.fast.token_to_id(self.eos_token) is not None:
+            eos.add(self.fast.token_to_id(self.eos_token))
+        self.eos_token_ids: frozenset[int] = frozenset(eos)
+        self.vocab_size = self.fast.get_vocab_size(with_added_tokens=True)
+        self._template = None
+
+    def tokenize(self, text: str) -> list[int]:
+        if not isinstance(text, str):
+            raise PredError(f"tokenize expects a str, got {type(text).__name__}")
+        return self.fast.encode(text, add_special_tokens=False).ids
+
+    def detokenize(self, ids) -> str:
+        return self.fast.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def token_text(self, tok: int) -> str:
+        """One token as it would print, for views that show tokens one by one."""
+        return self.fast.decode([int(tok)], skip_special_tokens=False)
+
+    def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise PredError("chat_template expects a list of {'role': ..., 'content': ...} dicts")
+        if self.template_source is None:
+            raise PredError("this model has no chat template; build the prompt text yourself")
+        if self._template is None:
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            def raise_exception(message: str):
+                raise PredError(f"chat template: {message}")
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = raise_exception
+            self._template = env.from_string(self.template_source)
+        return self._template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )

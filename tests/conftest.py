@@ -1,0 +1,36 @@
+"""Shared fixtures: one real engine per test session (loading takes ~1.5 s once converted)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def engine():
+    from symphony_core import Engine
+
+    return Engine(num_pages=2048)
+
+
+@pytest.fixture(scope="session")
+def hf_model(engine):
+    """transformers' own Llama on the very weights the engine loaded (the parity reference)."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), dtype=torch.float32)
+    return m.eval()
+
+
+@pytest.fixture
+def fresh_engine():
+    """A small private engine for tests that exhaust or inspect the whole pool."""
+    from symphony_core import Engine
+
+    def make(**kw):
+        kw.setdefault("num_pages", 64)
+        return Engine(**kw)
+
+    return make
