@@ -52,6 +52,37 @@ class Engine:
         self.kvfs = KVFS(self.pool)
         self.executor = Executor(self.model, self.kvfs)
         self._forward_lock = threading.Lock()
+        self._runtime = None
+        self._runtime_lock = threading.Lock()
+        self.scheduler_options: dict = {}
+
+    # --- programs -----------------------------------------------------------------------------
+    @property
+    def runtime(self):
+        """The LIP runtime (schedulers, kernel, event bus), started on first use."""
+        with self._runtime_lock:
+            if self._runtime is None:
+                from .lip.runtime import Runtime
+
+                self._runtime = Runtime(self, **self.scheduler_options)
+            return self._runtime
+
+    def run(self, fn, *args, **kwargs):
+        """Launch the LIP `fn(sym, *args, **kwargs)` as a process; returns its `Process` at once."""
+        return self.runtime.launch(fn, args, kwargs)
+
+    def launch(self, fn, *args, user: str = DEFAULT_USER, name: str | None = None, priority: int = 0,
+               limits=None, kwargs: dict | None = None):
+        """`run` with options: the user it runs as, a name, its priority and its `Limits`."""
+        return self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
+
+    @property
+    def bus(self):
+        return self.runtime.bus
+
+    def shutdown(self) -> None:
+        if self._runtime is not None:
+            self._runtime.shutdown()
 
     # --- text ---------------------------------------------------------------------------------
     @property

@@ -25,6 +25,7 @@ class KVFile:
     fid: int = field(default_factory=lambda: next(_file_ids))
     open_handles: int = 0
     evicted: bool = False
+    swapped: dict | None = None  # page index -> saved (K, V) while its process is parked
     hint_priority: int | None = None
     hint_keep_until: float | None = None
     created_at: float = field(default_factory=time.time)
@@ -39,7 +40,7 @@ class KVFile:
 
     def evictable(self, now: float) -> bool:
         """A file is reclaimable under pressure only when its owner said so through a hint."""
-        if self.evicted or not self.pages:
+        if self.evicted or self.swapped is not None or not self.pages:
             return False
         if self.hint_priority is not None and self.hint_priority < 0:
             return True

@@ -119,7 +119,9 @@ class KVFS:
         seconds, after which it may be dropped. With neither, the file is never evicted.
         """
         with self.lock:
-            f = self._usable(kv, "kv_hint")
+            # A hint can get the file dropped: only a writer may give one (a reader of a
+            # /shared/ file must not be able to evict the owner's cache).
+            f = self._writable(kv, "kv_hint")
             if keep_for is not None:
                 if not isinstance(keep_for, (int, float)) or keep_for < 0:
                     raise KVError(f"kv_hint keep_for must be a number of seconds >= 0, got {keep_for!r}")
@@ -142,15 +144,21 @@ class KVFS:
 
     # --- what `pred` uses -------------------------------------------------------------------
 
-    def reserve(self, kv: KV, tokens: list[int], positions: list[int]) -> Reservation:
-        """Make room for `tokens` at the end of the file and record them; all or nothing."""
+    def reserve(
+        self, kv: KV, tokens: list[int], positions: list[int], protect: frozenset[int] | set[int] = frozenset()
+    ) -> Reservation:
+        """Make room for `tokens` at the end of the file and record them; all or nothing.
+
+        Eviction never touches the file being written nor the files whose ids are in
+        `protect` (the other members of the same forward pass, whose slots are already taken).
+        """
         with self.lock:
             f = self._writable(kv, "pred")
             ps = self.pool.page_size
             old = f.length
             new_pages = -(-(old + len(tokens)) // ps) - len(f.pages)
             cow = old % ps != 0 and self.pool.refcount[f.pages[-1]] > 1
-            fresh = self._alloc(new_pages + int(cow))
+            fresh = self._alloc(new_pages + int(cow), protect={f.fid, *protect})
             if cow:
                 dst = fresh.pop()
                 self.pool.copy_page(f.pages[-1], dst, old % ps)
@@ -185,7 +193,8 @@ class KVFS:
             for f in self.files.values():
                 assert len(f.pages) == -(-f.length // self.pool.page_size) or f.evicted, f
                 for p in f.pages:
-                    counts[p] += 1
+                    if p >= 0:  # -1: swapped out while its process is parked
+                        counts[p] += 1
             assert counts == self.pool.refcount, "page reference counts disagree with the files"
             free = sum(1 for c in counts if c == 0)
             assert free == self.pool.free_pages, f"{free} unreferenced pages but {self.pool.free_pages} on the free list"
@@ -228,24 +237,42 @@ class KVFS:
 
     def _drop_if_unreferenced(self, f: KVFile) -> None:
         if f.open_handles == 0 and f.path is None:
-            self.pool.release(f.pages)
+            self.pool.release([p for p in f.pages if p >= 0])
+            f.swapped = None
             f.pages = []
             self.files.pop(f.fid, None)
 
-    def _alloc(self, n: int) -> list[int]:
+    def _alloc(self, n: int, protect: set[int] | frozenset[int] = frozenset()) -> list[int]:
         if n > self.pool.free_pages:
-            self._evict_until_free(n)
+            self._evict_until_free(n, protect)
         return self.pool.alloc(n)
 
-    def _evict_until_free(self, target: int) -> None:
+    def _evict_until_free(self, target: int, protect: set[int] | frozenset[int] = frozenset()) -> None:
+        """Evict hinted files (lowest priority first) until `target` pages are free.
+
+        Evicts nothing when even every evictable file would not free enough (pages shared
+        with a live fork are not freed by evicting one holder): then the caller's OutOfPages
+        leaves every file as it was.
+        """
         now = time.time()
         victims = sorted(
-            (f for f in self.files.values() if f.evictable(now)),
+            (f for f in self.files.values() if f.fid not in protect and f.evictable(now)),
             key=lambda f: (f.hint_priority if f.hint_priority is not None else 0, f.hint_keep_until or 0.0),
         )
+        need = target - self.pool.free_pages
+        left: dict[int, int] = {}
+        chosen: list[KVFile] = []
         for f in victims:
-            if self.pool.free_pages >= target:
-                return
+            if need <= 0:
+                break
+            chosen.append(f)
+            for p in f.pages:
+                left[p] = left.get(p, self.pool.refcount[p]) - 1
+                if left[p] == 0:
+                    need -= 1
+        if need > 0:
+            return
+        for f in chosen:
             self.pool.release(f.pages)
             f.pages = []
             f.evicted = True

@@ -1,0 +1,219 @@
+"""Processes and threads of LIPs, as their launcher and the schedulers see them."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import queue
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..errors import SymphonyError
+from .events import now
+
+_pids = itertools.count(1)
+
+
+class LIPError(SymphonyError):
+    """A LIP ended with an exception; `.traceback_text` holds its traceback."""
+
+    def __init__(self, message: str, traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.traceback_text = traceback_text
+
+
+class LimitExceeded(SymphonyError):
+    """A LIP went past one of its limits (threads, wall time, tokens, pages)."""
+
+
+class Cancelled(SymphonyError):
+    """The process was cancelled by its user (or killed by a limit)."""
+
+
+@dataclass
+class Limits:
+    max_threads: int = 64
+    max_wall_time: float | None = None  # seconds
+    max_tokens: int | None = None  # tokens fed to pred, all threads together
+    max_pages: int | None = None  # KV pages held by the process's open files
+
+
+class _Done:
+    """Marks the end of a process's message stream."""
+
+
+DONE = _Done()
+
+
+@dataclass(eq=False)
+class LIPThread:
+    proc: "Process"
+    tid: int
+    name: str
+    os_thread: threading.Thread | None = None
+    state: str = "new"  # new | running | in_syscall | waiting_pages | stopped | finished | failed
+    current_call: str | None = None
+    seq: int = 0  # syscalls made so far
+    preds: int = 0
+    result: Any = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def join(self, timeout: float | None = None) -> Any:
+        """Wait for the thread; return its result or raise its exception (the paper's pthread_join)."""
+        deadline = None if timeout is None else now() + timeout
+        while not self.done.wait(0.05):
+            self.proc.checkpoint()
+            if deadline is not None and now() > deadline:
+                raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def raise_async(self, exc_type: type[BaseException]) -> None:
+        """Interrupt the thread even in a pure-Python loop (CPython's async exception)."""
+        t = self.os_thread
+        if t is not None and t.ident is not None and not self.done.is_set():
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(exc_type))
+
+
+class Process:
+    """A running LIP: its messages, its result, its threads and its state."""
+
+    def __init__(self, fn: Callable, args: tuple, kwargs: dict, user: str, name: str | None, priority: int, limits: Limits):
+        self.pid = next(_pids)
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.user = user
+        self.name = name or getattr(fn, "__name__", "lip")
+        self.priority = priority
+        self.limits = limits
+        self.status = "queued"  # queued | running | parked | finished | failed | cancelled
+        self.threads: list[LIPThread] = []
+        self.handles: set = set()  # open KV handles, closed when the process ends
+        self.tokens_used = 0
+        self.created_at = now()
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self.kill_reason: BaseException | None = None
+        self._tids = itertools.count(1)
+        self._outbox: queue.Queue = queue.Queue()
+        self._inbox: queue.Queue = queue.Queue()
+        self._done = threading.Event()
+        self._result: Any = None
+        self._error: LIPError | None = None
+        self.lock = threading.Lock()
+
+    # --- the launcher's side ----------------------------------------------------------------
+    def messages(self, timeout: float | None = None) -> Iterator[Any]:
+        """Everything the LIP `send`s, in order, until it ends."""
+        while True:
+            try:
+                item = self._outbox.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"process {self.pid}: no message within {timeout}s") from None
+            if item is DONE:
+                self._outbox.put(DONE)  # later callers see the end too
+                return
+            yield item
+
+    def send(self, obj: Any) -> None:
+        """Deliver `obj` to the LIP's `sym.recv()`."""
+        self._inbox.put(obj)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The LIP's return value; raises LIPError (with the traceback) if it failed."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"process {self.pid} ({self.name}) still running after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        self.kill(Cancelled(f"process {self.pid} ({self.name}): {reason}"))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def error(self) -> LIPError | None:
+        return self._error
+
+    # --- the runtime's side ---------------------------------------------------------------------
+    def kill(self, reason: BaseException) -> None:
+        with self.lock:
+            if self.kill_reason is not None or self._done.is_set():
+                return
+            self.kill_reason = reason
+            threads = list(self.threads)
+        for t in threads:
+            if t.state == "running":  # in LIP code, maybe a tight loop: interrupt it
+                t.raise_async(Cancelled)
+
+    def checkpoint(self) -> None:
+        """Raise in the calling LIP thread if the process has been killed."""
+        if self.kill_reason is not None:
+            raise self.kill_reason
+
+    def new_thread(self, name: str) -> LIPThread:
+        with self.lock:
+            live = sum(1 for t in self.threads if not t.done.is_set())
+            if live >= self.limits.max_threads:
+                raise LimitExceeded(
+                    f"process {self.pid} ({self.name}): thread limit of {self.limits.max_threads} reached"
+                )
+            th = LIPThread(self, next(self._tids), name)
+            self.threads.append(th)
+            return th
+
+    def finish(self, result: Any, error: BaseException | None) -> None:
+        self.ended_at = now()
+        if error is not None:
+            if self.kill_reason is not None and isinstance(error, Cancelled):
+                error = self.kill_reason
+            tb = "".join(traceback.format_exception(error))
+            self._error = error if isinstance(error, LIPError) else LIPError(
+                f"process {self.pid} ({self.name}) failed: {type(error).__name__}: {error}", tb
+            )
+            self._error.__cause__ = error
+            self.status = "cancelled" if isinstance(error, Cancelled) else "failed"
+        else:
+            self._result = result
+            self.status = "finished"
+        self._outbox.put(DONE)
+        self._done.set()
+
+    def outbox_put(self, obj: Any) -> None:
+        self._outbox.put(obj)
+
+    def inbox_get(self, timeout: float | None) -> Any:
+        deadline = None if timeout is None else now() + timeout
+        while True:
+            self.checkpoint()
+            try:
+                return self._inbox.get(timeout=0.05)
+            except queue.Empty:
+                if deadline is not None and now() >= deadline:
+                    raise TimeoutError(f"recv: no message within {timeout}s") from None
+
+    def summary(self) -> dict:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "user": self.user,
+            "status": self.status,
+            "priority": self.priority,
+            "threads": [{"tid": t.tid, "name": t.name, "state": t.state, "call": t.current_call, "preds": t.preds} for t in self.threads],
+            "tokens": self.tokens_used,
+            "error": None if self._error is None else str(self._error),
+        }
+
+    def __repr__(self) -> str:
+        return f"Process(pid={self.pid}, {self.name!r}, user={self.user!r}, {self.status})"

@@ -1,0 +1,196 @@
+"""The LIP runtime: launches processes and threads, implements the syscalls, cleans up.
+
+A LIP runs on ordinary Python threads. Its `pred` calls go to the batch scheduler and the
+thread sleeps until its distribution is ready. When a process ends — returned, raised,
+cancelled or killed by a limit — its remaining threads are stopped, its open handles are
+closed (so unnamed pages return to the pool) and the engine carries on.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import SymphonyError
+from ..executor import PredCall
+from ..kvfs import KV
+from ..model.dist import Dist
+from ..sched.batch import BatchScheduler, PendingPred
+from ..sched.procs import ProcessScheduler
+from .events import Event, EventBus, now
+from .kernel import Kernel
+from .process import Cancelled, Limits, LIPThread, Process
+from .syscalls import Sym
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+
+def summarize_result(call: str, result: Any) -> Any:
+    """A small, JSON-friendly picture of a syscall's result for the event stream."""
+    if isinstance(result, Dist):
+        if result.logits.dim() == 1:
+            t, p = result.topk(1)[0]
+            return {"argmax": t, "p": round(p, 4), "token": result.token}
+        return {"positions": len(result), "token": result.token}
+    if isinstance(result, KV):
+        return {"kv": result.describe(), "file": result.file.fid, "kv_len": result.len}
+    if isinstance(result, (int, float, str, bool)) or result is None:
+        return result if not isinstance(result, str) else result[:200]
+    if isinstance(result, list) and len(result) <= 64 and all(isinstance(x, (int, str)) for x in result):
+        return result
+    return repr(result)[:200]
+
+
+class Runtime:
+    def __init__(self, engine: "Engine", *, policy=None, token_budget: int = 512, max_running: int = 4096) -> None:
+        self.engine = engine
+        self.kvfs = engine.kvfs
+        self.bus = EventBus()
+        self.kernel = Kernel(self.bus)
+        self.kernel.summarize_result = summarize_result
+        self.processes: dict[int, Process] = {}
+        self._live: set[LIPThread] = set()
+        self._live_lock = threading.Lock()
+        self.procs = ProcessScheduler(engine.kvfs, max_running=max_running)
+        self.batch = BatchScheduler(
+            engine.executor,
+            self.bus,
+            token_budget=token_budget,
+            policy=policy,
+            runnable=self._runnable,
+            rank=self.procs.rank,
+            on_stall=self.procs.on_stall,
+            before_batch=self.procs.resume_parked,
+            run_batch=engine.pred_batch,
+        )
+        self.procs.batch = self.batch
+        self.procs.start = self._start_process
+        self.batch.start()
+        self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
+
+    # --- launching -----------------------------------------------------------------------------
+    def launch(self, fn: Callable, args: tuple = (), kwargs: dict | None = None, *, user: str = "local",
+               name: str | None = None, priority: int = 0, limits: Limits | None = None) -> Process:
+        if not callable(fn):
+            raise SymphonyError(f"run expects a LIP function, got {type(fn).__name__}")
+        proc = Process(fn, tuple(args), dict(kwargs or {}), user, name, priority, limits or Limits())
+        self.processes[proc.pid] = proc
+        self.procs.admit(proc)
+        return proc
+
+    def _start_process(self, proc: Process) -> None:
+        th = proc.new_thread("main")
+        self._start(th, proc.fn, proc.args, proc.kwargs, main=True)
+
+    def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread:
+        th = proc.new_thread(getattr(fn, "__name__", "thread"))
+        self._start(th, fn, args, kwargs, main=False)
+        return th
+
+    def _start(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
+        t = threading.Thread(target=self._thread_main, args=(th, fn, args, kwargs, main),
+                             name=f"lip-{th.proc.pid}.{th.tid}", daemon=True)
+        th.os_thread = t
+        with self._live_lock:
+            self._live.add(th)
+        t.start()
+
+    def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
+        proc = th.proc
+        result, error = None, None
+        if self.bus.active:
+            self.bus.publish(Event("process_start" if main else "thread_start", now(), proc.pid, th.tid,
+                                   args={"name": proc.name if main else th.name, "user": proc.user}))
+        try:
+            with proc.lock:
+                th.state = "running"
+            if main:
+                for cb in list(self.on_process_start):
+                    cb(proc)
+            proc.checkpoint()
+            result = fn(Sym(self, th), *args, **kwargs)
+        except BaseException as e:  # a LIP's failure is its own; the engine goes on
+            error = e
+        finally:
+            with proc.lock:
+                th.state = "failed" if error is not None else "finished"
+                th.result, th.error = result, error
+            th.done.set()
+            with self._live_lock:
+                self._live.discard(th)
+            if self.bus.active and not main:
+                self.bus.publish(Event("thread_exit", now(), proc.pid, th.tid, error=None if error is None else repr(error)))
+        if main:
+            self._end_process(proc, result, error)
+        else:
+            self.batch.wake()
+
+    def _end_process(self, proc: Process, result: Any, error: BaseException | None) -> None:
+        others = [t for t in proc.threads if not t.done.is_set()]
+        if others:
+            proc.kill(Cancelled(f"process {proc.pid} ({proc.name}) ended while thread(s) still ran"))
+            for t in others:
+                t.done.wait(2.0)
+        for h in list(proc.handles):
+            if not h.closed:
+                try:
+                    self.kvfs.close(h)
+                except SymphonyError:
+                    pass
+        proc.handles.clear()
+        proc.finish(result, error)
+        self.procs.exited(proc)
+        self.batch.wake()
+        if self.bus.active:
+            self.bus.publish(Event("process_exit", now(), proc.pid, args={"status": proc.status},
+                                   error=None if proc.error is None else str(proc.error)))
+
+    # --- syscall implementations ---------------------------------------------------------------
+    def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist:
+        proc = th.proc
+        call = PredCall(kv, token_ids, positions, outputs, sampler, mask)
+        self.engine.executor.prepare(call)
+        self.procs.check_pred_limits(proc, len(call.tokens))
+        proc.tokens_used += len(call.tokens)
+        self.procs.charge(proc.user, len(call.tokens))
+        p = PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len)
+        th.preds += 1
+        self.batch.submit(p)
+        while not p.finished.wait(0.05):
+            if proc.kill_reason is not None:
+                p.cancelled = True
+                self.batch.wake()
+                raise proc.kill_reason
+            with proc.lock:
+                th.state = "in_syscall" if not p.waiting_pages else "waiting_pages"
+        if isinstance(p.result, BaseException):
+            raise p.result
+        return p.result
+
+    def track(self, th: LIPThread, kv: KV) -> KV:
+        th.proc.handles.add(kv)
+        return kv
+
+    def close(self, th: LIPThread, kv: KV) -> None:
+        self.kvfs.close(kv)
+        th.proc.handles.discard(kv)
+        self.batch.wake()
+
+    def freeing(self, fn: Callable, *args) -> Any:
+        r = fn(*args)
+        self.batch.wake()
+        return r
+
+    # --- views ---------------------------------------------------------------------------------
+    def _runnable(self) -> int:
+        with self._live_lock:
+            live = list(self._live)
+        return sum(1 for t in live if t.state == "running" or (t.state in ("in_syscall", "waiting_pages") and t.current_call == "pred"))
+
+    def shutdown(self) -> None:
+        for p in list(self.processes.values()):
+            if not p.done:
+                p.cancel("engine shutting down")
+        self.batch.stop()
+        self.procs.stop()
