@@ -8,13 +8,17 @@ import sys
 
 def _demo(args: argparse.Namespace) -> int:
     from .engine import Engine
-    from .examples_builtin import answer_question
+    from .programs import chat_answer
 
     eng = Engine(args.model)
     print(f"model: {eng.model_name} on {eng.device} ({eng.dtype})", file=sys.stderr)
     print(f"Q: {args.question}\nA: ", end="", flush=True)
-    answer = answer_question(eng, args.question, max_tokens=args.max_tokens, stream=lambda s: print(s, end="", flush=True))
+    proc = eng.run(chat_answer, args.question, args.max_tokens)
+    for piece in proc.messages():
+        print(piece, end="", flush=True)
     print()
+    answer = proc.result()
+    eng.shutdown()
     return 0 if answer.strip() else 1
 
 

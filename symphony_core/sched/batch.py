@@ -121,8 +121,10 @@ class BatchScheduler:
                 logger.exception("batch scheduler iteration failed")
 
     def _iteration(self) -> None:
-        with self._cv:
-            while True:
+        while True:
+            if self.before_batch is not None:
+                self.before_batch()  # may resume parked processes, making their calls ready
+            with self._cv:
                 if self._stop:
                     return
                 ready = [p for p in self._queue if not p.parked or p.cancelled]
@@ -132,8 +134,6 @@ class BatchScheduler:
                 if d.fire:
                     break
                 self._cv.wait(d.wait if ready else 0.1)
-        if self.before_batch is not None:
-            self.before_batch()
         chosen = self._select()
         if not chosen:
             return

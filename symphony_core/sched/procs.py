@@ -34,6 +34,7 @@ class ProcessScheduler:
         self.running: dict[int, Process] = {}
         self.parked: list[Process] = []
         self.served: dict[str, float] = defaultdict(float)  # decayed tokens per user
+        self.parks = 0  # processes parked so far (metrics, tests)
         self.start: Callable[[Process], None] = lambda p: None
         self.batch = None  # the BatchScheduler, set by the runtime
         self._watchdog = threading.Thread(target=self._watch, name="symphony-watchdog", daemon=True)
@@ -142,6 +143,7 @@ class ProcessScheduler:
             for victim in candidates:
                 files = self._private_files(victim)
                 if swap_out(self.kvfs, files) > 0:
+                    self.parks += 1
                     victim.status = "parked"
                     self.parked.append(victim)
                     for p in self.batch.queued():
@@ -163,6 +165,9 @@ class ProcessScheduler:
         with self.lock:
             if not self.parked:
                 return
+            others_waiting = any(p.waiting_pages and not p.parked for p in self.batch.queued())
+            if others_waiting and len(self.parked) < len(self.running):
+                return  # resuming now would only take pages from those still short of them
             for proc in list(self.parked):
                 files = [f for f in self._private_files(proc) if f.swapped is not None]
                 need = pages_to_swap_in(files)

@@ -1,0 +1,143 @@
+"""LIP runtime: processes, threads, messages, failures, limits (issue 4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from symphony_core.lip import Cancelled, LimitExceeded, Limits, LIPError
+from tests.lips_for_tests import greedy, greedy_reference, page_hog, raises, spins, thread_bomb
+
+PROMPTS = [f"Fact {i}: the most common colour of the sky is" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def references(engine):
+    return {p: greedy_reference(engine, p, 8) for p in PROMPTS}
+
+
+def test_streaming_messages_and_result(engine):
+    def lip(sym, prompt):
+        kv = sym.kv_create()
+        toks = sym.tokenize(prompt)
+        out = []
+        for _ in range(6):
+            t = sym.pred(kv, toks).argmax()
+            out.append(t)
+            sym.send(sym.detokenize([t]))
+            toks = [t]
+        return sym.detokenize(out)
+
+    proc = engine.run(lip, "The capital of France is")
+    streamed = "".join(proc.messages(timeout=60))
+    assert proc.result(timeout=60) == streamed
+    assert "Paris" in streamed
+    assert proc.status == "finished"
+
+
+def test_recv_and_threads(engine):
+    def worker(sym, prompt):
+        return greedy(sym, prompt, 4)
+
+    def lip(sym):
+        prompt = sym.recv(timeout=30)
+        hs = [sym.spawn(worker, prompt) for _ in range(3)]
+        return [h.join() for h in hs]
+
+    proc = engine.run(lip)
+    proc.send("Water boils at")
+    outs = proc.result(timeout=60)
+    assert outs[0] == outs[1] == outs[2] == greedy_reference(engine, "Water boils at", 4)
+
+
+def test_failures_and_limits_do_not_disturb_others(engine, references):
+    free_before = engine.pool.free_pages
+    good = [engine.run(greedy, p, 8) for p in PROMPTS]
+    bad = {
+        "raises": engine.run(raises),
+        "spins": engine.launch(spins, limits=Limits(max_wall_time=1.0)),
+        "bomb": engine.launch(thread_bomb, limits=Limits(max_threads=16)),
+        "hog": engine.launch(page_hog, limits=Limits(max_pages=20)),
+    }
+    for p, prompt in zip(good, PROMPTS):
+        assert p.result(timeout=120) == references[prompt]
+    errors = {}
+    for name, p in bad.items():
+        with pytest.raises(LIPError) as ei:
+            p.result(timeout=60)
+        errors[name] = ei.value
+    assert "ValueError: the LIP's own bug" in str(errors["raises"])
+    assert "raise ValueError" in errors["raises"].traceback_text
+    assert isinstance(errors["spins"].__cause__, LimitExceeded) and "wall-time limit" in str(errors["spins"])
+    assert isinstance(errors["bomb"].__cause__, LimitExceeded) and "thread limit of 16" in str(errors["bomb"])
+    assert isinstance(errors["hog"].__cause__, LimitExceeded) and "page quota of 20" in str(errors["hog"])
+    time.sleep(0.2)
+    engine.kvfs.check()
+    assert engine.pool.free_pages == free_before
+
+
+def test_cancel(engine):
+    def forever(sym):
+        kv = sym.kv_create()
+        toks = sym.tokenize("Count:")
+        while True:
+            toks = [sym.pred(kv, toks).argmax()]
+
+    free_before = engine.pool.free_pages
+    proc = engine.run(forever)
+    time.sleep(1.0)
+    proc.cancel()
+    with pytest.raises(LIPError) as ei:
+        proc.result(timeout=30)
+    assert isinstance(ei.value.__cause__, Cancelled)
+    assert proc.status == "cancelled"
+    time.sleep(0.2)
+    assert engine.pool.free_pages == free_before
+
+
+def test_events_carry_lip_source_location(engine):
+    q, unsubscribe = engine.bus.queue()
+    try:
+        proc = engine.run(greedy, "Hello", 2)
+        proc.result(timeout=60)
+    finally:
+        unsubscribe()
+    events = []
+    while not q.empty():
+        events.append(q.get())
+    mine = [e for e in events if e.pid == proc.pid and e.kind == "syscall_enter"]
+    calls = [e.call for e in mine]
+    assert calls == ["kv_create", "tokenize", "pred", "pred", "kv_close"]
+    assert all(e.file.endswith("lips_for_tests.py") and e.line > 0 for e in mine)
+    exits = [e for e in events if e.pid == proc.pid and e.kind == "syscall_exit" and e.call == "pred"]
+    assert exits[0].result["argmax"] == greedy_reference(engine, "Hello", 1)[0]
+    assert any(e.kind == "process_exit" and e.pid == proc.pid for e in events)
+
+
+def test_bad_arguments_raise_inside_the_lip(engine):
+    def lip(sym):
+        kv = sym.kv_create()
+        try:
+            sym.pred(kv, [])
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+
+    assert proc_result(engine.run(lip)).startswith("PredError: pred on")
+
+
+def proc_result(p):
+    return p.result(timeout=60)
+
+
+def test_engine_run_is_thread_safe_from_many_launchers(engine):
+    results = []
+
+    def launcher(i):
+        results.append(engine.run(greedy, "One, two,", 3).result(timeout=120))
+
+    ts = [threading.Thread(target=launcher, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert len(results) == 8 and all(r == results[0] for r in results)
