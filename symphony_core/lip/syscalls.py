@@ -70,6 +70,15 @@ class Sym:
     def vocab_size(self) -> int:
         return self._rt.engine.config.vocab_size
 
+    @property
+    def tokenizer_file(self) -> str:
+        """Path of the model's tokenizer.json, read-only: grammar libraries build token masks from it."""
+        return str(self._rt.engine.model_dir / "tokenizer.json")
+
+    @property
+    def page_size(self) -> int:
+        return self._rt.kvfs.pool.page_size
+
     # --- the model -----------------------------------------------------------------------------
     def pred(self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None) -> Dist:
         """Append `token_ids` to `kv` (at `positions`, default: continuing) and return distributions."""
