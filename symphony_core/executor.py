@@ -7,6 +7,7 @@ file is ever left holding tokens whose K/V were not written.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -36,16 +37,29 @@ class PredCall:
 
 
 def _as_int_list(x, what: str) -> list[int]:
+    """Ids as a list of Python ints; floats, booleans and strings are refused, not rounded."""
     if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise PredError(f"pred: {what} must be integers, got a {x.dtype} tensor")
         x = x.tolist()
-    if isinstance(x, int) and not isinstance(x, bool):
+    if isinstance(x, str):
+        raise PredError(f"pred: {what} must be a list of ints, got a str" + (" (tokenize it first)" if what == "token_ids" else ""))
+    if isinstance(x, bool):
+        raise PredError(f"pred: {what} must be ints, not booleans")
+    if isinstance(x, int):
         return [x]
     try:
-        out = [int(t) for t in x]
-    except (TypeError, ValueError) as e:
+        items = list(x)
+    except TypeError as e:
         raise PredError(f"pred: {what} must be a list of ints, got {type(x).__name__}") from e
-    if any(isinstance(t, bool) for t in x):
-        raise PredError(f"pred: {what} must be ints, not booleans")
+    out = []
+    for t in items:
+        if isinstance(t, bool):
+            raise PredError(f"pred: {what} must be ints, not booleans")
+        try:
+            out.append(operator.index(t))
+        except TypeError:
+            raise PredError(f"pred: {what} must be ints, got {t!r} ({type(t).__name__})") from None
     return out
 
 
@@ -83,6 +97,8 @@ class Executor:
             out = [n - 1]
         elif c.outputs == "all":
             out = list(range(n))
+        elif isinstance(c.outputs, str):
+            raise PredError(f"pred: outputs must be 'last', 'all' or a list of indices, got {c.outputs!r}")
         else:
             out = _as_int_list(c.outputs, "outputs")
             if any(not -n <= i < n for i in out):
@@ -96,6 +112,17 @@ class Executor:
             raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
+
+    def _continue_positions(self, c: PredCall) -> None:
+        """Default positions continue the file as it is *now*: an earlier call of the same
+        batch on the same file has written its tokens since `prepare` looked."""
+        start = c.kv.file.next_position
+        if start + len(c.tokens) > self.max_pos:
+            raise PredError(
+                f"pred: positions {start}..{start + len(c.tokens) - 1} are past the model's context "
+                f"of {self.max_pos} tokens"
+            )
+        c.pos = list(range(start, start + len(c.tokens)))
 
     def _mask(self, mask, rows: int) -> torch.Tensor:
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
@@ -138,9 +165,14 @@ class Executor:
     def _forward(self, calls: list[PredCall], idx: list[int], results: list) -> None:
         kvfs = self.kvfs
         reserved: list[tuple[int, PredCall, Reservation]] = []
+        # Eviction to make room for one member must never take another member's file.
+        members = frozenset(c.kv.file.fid for c in calls)
         for i, c in zip(idx, calls):
             try:
-                reserved.append((i, c, kvfs.reserve(c.kv, c.tokens, c.pos)))
+                with kvfs.lock:
+                    if c.positions is None:
+                        self._continue_positions(c)
+                    reserved.append((i, c, kvfs.reserve(c.kv, c.tokens, c.pos, members)))
             except SymphonyError as e:
                 results[i] = e
         if not reserved:

@@ -122,13 +122,15 @@ class KVFS:
             # A hint can get the file dropped: only a writer may give one (a reader of a
             # /shared/ file must not be able to evict the owner's cache).
             f = self._writable(kv, "kv_hint")
+            if keep_for is not None and (
+                isinstance(keep_for, bool) or not isinstance(keep_for, (int, float)) or not keep_for >= 0
+            ):
+                raise KVError(f"kv_hint keep_for must be a number of seconds >= 0, got {keep_for!r}")
+            if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+                raise KVError(f"kv_hint priority must be an int, got {priority!r}")
             if keep_for is not None:
-                if not isinstance(keep_for, (int, float)) or keep_for < 0:
-                    raise KVError(f"kv_hint keep_for must be a number of seconds >= 0, got {keep_for!r}")
                 f.hint_keep_until = time.time() + keep_for
             if priority is not None:
-                if not isinstance(priority, int):
-                    raise KVError(f"kv_hint priority must be an int, got {priority!r}")
                 f.hint_priority = priority
             if keep_for is None and priority is None:
                 f.hint_keep_until = f.hint_priority = None
