@@ -20,6 +20,7 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class DebugHook(Protocol):
     def before(self, thread: LIPThread, event: Event) -> None: ...
     def after(self, thread: LIPThread, event: Event, result: Any) -> Any: ...
+    # Optional: `after_error(thread, event, exc)` sees a syscall that raised (recording, replay).
 
 
 def caller_location() -> tuple[str | None, int | None]:
@@ -59,6 +60,9 @@ class Kernel:
                 if hook is not None:
                     result = hook.after(th, enter, result)
             except BaseException as e:
+                on_error = getattr(hook, "after_error", None)
+                if on_error is not None:
+                    on_error(th, enter, e)
                 self.bus.publish(
                     Event("syscall_exit", now(), proc.pid, th.tid, call, error=f"{type(e).__name__}: {e}",
                           file=file, line=line, seq=th.seq, duration=now() - enter.ts)

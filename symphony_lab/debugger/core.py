@@ -1,0 +1,1087 @@
+"""The debugger: stops LIP threads at system calls, steps `pred`, overrides tokens, records, replays.
+
+`Debugger(engine)` attaches to an in-process engine through the kernel's one dispatch point:
+it installs itself as `runtime.kernel.hook` (its `before` may hold a call, its `after` may
+hold it again and replace the result), subscribes to the event bus (the trace, the views and
+the event stream), registers a `runtime.on_process_start` callback (stop on entry, replay
+setup) and — in scheduler step mode only — sets `runtime.batch.gate`. `detach()` undoes all
+of it and lets every stopped thread go.
+
+Stops are per thread and the hook runs in the LIP's own thread, so only that thread waits:
+other threads and processes keep running and batching (non-stop mode) unless
+`stop_scope="process"` asks a stop to pause the rest of its process too.
+
+Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
+documented JSON commands onto these methods one to one; see docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from symphony_core.errors import SymphonyError
+from symphony_core.kvfs import KV
+from symphony_core.lip.events import Event, now
+from symphony_core.model.dist import Dist
+
+from . import inspect as ins
+from .breakpoints import Breakpoint
+from .record import SUBSTITUTED, Recording, entry_from, resolve_fn, same_inputs
+from .trace import chrome_trace
+
+
+class DebuggerError(SymphonyError):
+    """A debugger command that cannot be carried out (no such stop, bad override, ...)."""
+
+
+@dataclass(eq=False)
+class Stop:
+    """One LIP thread held by the debugger."""
+
+    id: int
+    thread: Any  # LIPThread
+    reason: str
+    reasons: list[str]
+    where: str  # "entry" | "before" | "after"
+    call: str | None
+    seq: int
+    args: dict
+    file: str | None
+    line: int | None
+    breakpoints: list[int]
+    ts: float
+    frames: list[dict]
+    tokens: list[int] | None
+    result: Any = None
+    overridden: int | None = None  # the token forced by an override
+    edits: list[dict] = field(default_factory=list)
+    action: str | None = None
+    resumed: threading.Event = field(default_factory=threading.Event)
+    _info: dict | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.thread.proc.pid
+
+    @property
+    def tid(self) -> int:
+        return self.thread.tid
+
+    @property
+    def kv_file(self) -> int | None:
+        f = self.args.get("file")
+        return f if isinstance(f, int) else None
+
+
+@dataclass
+class ReplayState:
+    rec: Recording
+    verify: bool = True
+    live_threads: set = field(default_factory=set)
+    diverged: list = field(default_factory=list)
+    substituted: int = 0
+    max_logit_diff: float = 0.0
+    done: bool = False
+
+    def status(self) -> dict:
+        return {"source_pid": self.rec.source_pid, "substituted": self.substituted, "diverged": self.diverged,
+                "live_threads": sorted(self.live_threads), "max_logit_diff": self.max_logit_diff, "done": self.done}
+
+
+def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None, bias: dict | None = None,
+              position: int = -1, token_only: bool = False) -> Dist:
+    """A new Dist with the edit applied to one position (the last by default).
+
+    `force=t`: every other token gets -inf, so argmax, any sampler and the engine's pick all
+    give t. `ban`: those tokens get -inf (an engine pick among them is replaced by the most
+    likely token left). `bias`: added to the logits of those tokens. `token_only`: keep the
+    logits and replace only the engine's pick (`Dist.token`) with `force`.
+    """
+    vocab = d.vocab_size
+    for t in ([force] if force is not None else []) + list(ban or []) + [int(k) for k in (bias or {})]:
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+            raise DebuggerError(f"token {t!r} is outside the vocabulary [0, {vocab})")
+    logits = d.logits.clone()
+    multi = logits.dim() == 2
+    if multi and not -logits.shape[0] <= position < logits.shape[0]:
+        raise DebuggerError(f"position {position} outside this Dist's {logits.shape[0]} positions")
+    row = logits[position] if multi else logits
+    token = list(d.token) if isinstance(d.token, list) else d.token
+    cur = (token[position] if isinstance(token, list) else token) if token is not None else None
+    if token_only:
+        if force is None:
+            raise DebuggerError("token_only needs force=<token>")
+        if cur is None:
+            raise DebuggerError("this pred did not sample in the engine (no Dist.token); override the "
+                                "distribution instead (token_only=False)")
+        cur = force
+    else:
+        if bias:
+            for t, b in bias.items():
+                row[int(t)] += float(b)
+        if ban:
+            row[torch.as_tensor(list(ban), dtype=torch.long)] = float("-inf")
+            if not bool(torch.isfinite(row).any()):
+                raise DebuggerError("the ban leaves no token with a finite logit")
+        if force is not None:
+            if ban and force in ban:
+                raise DebuggerError(f"token {force} is both forced and banned")
+            keep = float(row[force])
+            row.fill_(float("-inf"))
+            row[force] = keep if keep != float("-inf") else 0.0
+        if cur is not None:
+            if force is not None:
+                cur = force
+            elif not bool(torch.isfinite(row[cur])):
+                cur = int(row.argmax())
+    if token is not None:
+        if isinstance(token, list):
+            token[position] = cur
+        else:
+            token = cur
+    return Dist(logits, token)
+
+
+class Debugger:
+    """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
+
+    def __init__(self, engine, *, stop_on_entry: bool = False, record: bool = False, stop_scope: str = "thread",
+                 topk: int = 10, trace_events: int = 200_000, max_recordings: int = 64) -> None:
+        if stop_scope not in ("thread", "process"):
+            raise ValueError(f"stop_scope must be 'thread' (non-stop) or 'process', got {stop_scope!r}")
+        self.engine = engine
+        self.runtime = engine.runtime
+        self.tokenizer = engine.tokenizer
+        self.stop_on_entry = stop_on_entry
+        self.stop_scope = stop_scope
+        self.topk = topk
+        self.max_recordings = max_recordings
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._stop_ids = itertools.count(1)
+        self._bps: dict[int, Breakpoint] = {}
+        self._stops: dict[tuple[int, int], Stop] = {}
+        self._stepping: dict[Any, str] = {}  # LIPThread -> "pred" | "syscall"
+        self._pause_req: set = set()  # LIPThreads to stop at their next stop point
+        self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
+        self._edits: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
+        self._entry_pids: set[int] = set()
+        self._record_all = record
+        self._recordings: dict[int, Recording] = {}
+        self._recording_pids: set[int] = set()
+        self._replays: dict[int, ReplayState] = {}
+        self._replays_done: dict[int, dict] = {}  # pid -> final replay status (no logits kept)
+        self._launch_lock = threading.Lock()
+        self._trace: deque = deque(maxlen=trace_events)
+        self._known_files: dict[int, dict] = {}
+        self._subs: list[tuple[Callable[[dict], None], frozenset | None]] = []
+        self._evseq = itertools.count(1)
+        # scheduler step mode
+        self._gate_cv = threading.Condition()
+        self._gate_on = False
+        self._gate_ids = itertools.count(1)
+        self._gate_pending: dict | None = None
+        self._gate_released = 0
+        self._last_batch: dict | None = None
+        self._prev_gate = None
+        # live views
+        self._watch: dict[str, float] = {}
+        self._dirty: set[str] = set()
+        self._view_thread: threading.Thread | None = None
+        self._attached = False
+        self.attach()
+
+    # ============================================================================ attach / detach
+    def attach(self) -> dict:
+        if self._attached:
+            return {"attached": True}
+        rt = self.runtime
+        self._prev_hook = rt.kernel.hook
+        rt.kernel.hook = self
+        self._unsub = rt.bus.subscribe(self._on_event)
+        rt.on_process_start.append(self._on_start)
+        self._attached = True
+        return {"attached": True}
+
+    def detach(self) -> dict:
+        """Restore the kernel hook, the gate and the callbacks; let every stopped thread go."""
+        if not self._attached:
+            return {"attached": False}
+        rt = self.runtime
+        self._attached = False
+        if rt.kernel.hook is self:
+            rt.kernel.hook = self._prev_hook
+        self._unsub()
+        try:
+            rt.on_process_start.remove(self._on_start)
+        except ValueError:
+            pass
+        self.scheduler_step_mode(False)
+        with self._cv:
+            self._bps.clear()
+            self._stepping.clear()
+            self._pause_req.clear()
+            self._after_bp.clear()
+            self._edits.clear()
+            self._entry_pids.clear()
+            stops = list(self._stops.values())
+            self._stops.clear()
+            self._replays.clear()
+            self._recording_pids.clear()
+            self._watch.clear()
+            self._cv.notify_all()
+        for s in stops:
+            s.action = "detach"
+            s.resumed.set()
+        return {"attached": False, "released": [[s.pid, s.tid] for s in stops]}
+
+    def __enter__(self) -> "Debugger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    # ============================================================================ the kernel hook
+    def _busy(self) -> bool:
+        return bool(self._bps or self._stepping or self._pause_req or self._replays or self._recording_pids
+                    or self._edits or self._after_bp)
+
+    def before(self, th, ev: Event) -> None:
+        prev = self._prev_hook
+        if prev is not None:
+            prev.before(th, ev)
+        if not self._busy():
+            return
+        pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
+        tok_cache: list = []
+
+        def tokens() -> list[int] | None:
+            if not tok_cache:
+                tok_cache.append(self._input_tokens(call, ev))
+            return tok_cache[0]
+
+        reasons: list[str] = []
+        rs = self._replays.get(pid)
+        if rs is not None and tid not in rs.live_threads:
+            e = rs.rec.get(tid, seq)
+            if e is None:
+                rs.live_threads.add(tid)  # the recording ends here: this thread goes on live
+            else:
+                diff = same_inputs(e, call, ev.args, tokens() if call == "pred" else None)
+                if diff is not None:
+                    rs.live_threads.add(tid)
+                    rs.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
+                    self._emit("replay_diverged", {"pid": pid, "tid": tid, "seq": seq, "call": call, "why": diff})
+                    reasons.append("diverged")
+        bp_ids: list[int] = []
+        with self._lock:
+            if self._stepping.get(th) == "syscall":
+                del self._stepping[th]
+                reasons.append("step")
+            if th in self._pause_req:
+                self._pause_req.discard(th)
+                reasons.append("pause")
+            after_ids: list[int] = []
+            for bp in list(self._bps.values()):
+                if bp.matches(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize):
+                    bp.hits += 1
+                    if bp.hit_ok():
+                        (bp_ids if bp.when == "before" else after_ids).append(bp.id)
+                        if bp.temporary:
+                            self._bps.pop(bp.id, None)
+            self._after_bp.pop(th, None)
+            if after_ids:
+                self._after_bp[th] = (seq, after_ids)
+        if bp_ids:
+            reasons.insert(0, "breakpoint")
+        if reasons:
+            self._stop(th, ev, "before", reasons, bp_ids, None, tokens() if call == "pred" else None)
+
+    def after(self, th, ev: Event, result: Any) -> Any:
+        prev = self._prev_hook
+        if prev is not None:
+            result = prev.after(th, ev, result)
+        if not self._busy():
+            return result
+        pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
+        rs = self._replays.get(pid)
+        if rs is not None and tid not in rs.live_threads and call in SUBSTITUTED:
+            e = rs.rec.get(tid, seq)
+            if e is not None and e.call == call and e.kind in ("dist", "value"):
+                if e.kind == "dist" and isinstance(result, Dist) and rs.verify and e.logits is not None:
+                    live = result.logits.detach().float().cpu()
+                    if live.shape == e.logits.shape:
+                        diff = (live - e.logits.float()).abs()
+                        diff = diff[torch.isfinite(diff)]
+                        if diff.numel():
+                            rs.max_logit_diff = max(rs.max_logit_diff, float(diff.max()))
+                result = e.result(like=result)
+                rs.substituted += 1
+        reasons: list[str] = []
+        bp_ids: list[int] = []
+        with self._lock:
+            ed = self._edits.pop(th, None)
+            ab = self._after_bp.pop(th, None)
+            mode = self._stepping.get(th)
+            if mode == "syscall" or (mode == "pred" and call == "pred"):
+                del self._stepping[th]
+                reasons.append("step")
+            if th in self._pause_req:
+                self._pause_req.discard(th)
+                reasons.append("pause")
+        overridden = None
+        if ed is not None and ed[0] == seq and isinstance(result, Dist):
+            result = edit_dist(result, **ed[1])
+            overridden = ed[1].get("force")
+        if ab is not None and ab[0] == seq:
+            reasons.insert(0, "breakpoint")
+            bp_ids = ab[1]
+        if reasons:
+            toks = self._input_tokens(call, ev) if call == "pred" else None
+            result = self._stop(th, ev, "after", reasons, bp_ids, result, toks, overridden)
+        if pid in self._recording_pids:
+            rec = self._recordings.get(pid)
+            if rec is not None:
+                toks = self._input_tokens(call, ev) if call == "pred" else None
+                rec.add(entry_from(tid, seq, call, ev.args, toks, result, self.runtime.kernel.summarize_result))
+        return result
+
+    def _input_tokens(self, call: str, ev: Event) -> list[int] | None:
+        """A pred's input tokens in full; for a call on a KV file (kv_fork, kv_close, ...) the
+        file's tokens; None otherwise."""
+        loc = ins.syscall_locals(sys._getframe(), call)
+        if call == "pred":
+            toks = ins.as_token_list(loc.get("token_ids")) if "token_ids" in loc else None
+            return toks if toks is not None else ev.args.get("tokens")
+        kv = loc.get("kv")
+        return kv.tokens if isinstance(kv, KV) else None
+
+    def _on_start(self, proc) -> None:
+        """Runs in a new process's main thread before the LIP: replay setup and stop on entry."""
+        with self._launch_lock:
+            pass  # a launch by this debugger finishes registering the process first
+        if not self._attached:
+            return
+        pid = proc.pid
+        if self._record_all and pid not in self._recordings:
+            self._new_recording(proc, complete=True)
+        if self.stop_on_entry or pid in self._entry_pids:
+            self._entry_pids.discard(pid)
+            th = proc.threads[0]
+            file, line = ins.where_is(proc.fn)
+            ev = Event("process_entry", now(), pid, th.tid, None, {"name": proc.name}, file=file, line=line, seq=0)
+            self._stop(th, ev, "entry", ["entry"], [], None, None)
+
+    # ============================================================================ stopping
+    def _stop(self, th, ev: Event, where: str, reasons: list[str], bp_ids: list[int], result: Any,
+              tokens: list[int] | None, overridden: int | None = None) -> Any:
+        """Hold the calling LIP thread until a command resumes it; return the (maybe edited) result."""
+        proc = th.proc
+        frames = ins.capture_frames(sys._getframe(1))
+        stop = Stop(next(self._stop_ids), th, reasons[0], reasons, where, ev.call, ev.seq, dict(ev.args), ev.file,
+                    ev.line, bp_ids, now(), frames, tokens, result, overridden)
+        key = (proc.pid, th.tid)
+        with proc.lock:
+            prev_state = th.state
+            th.state = "stopped"  # not runnable: the batch policy must not wait for it
+        with self._cv:
+            self._stops[key] = stop
+            self._cv.notify_all()
+        self.runtime.batch.wake()
+        self._trace.append({"kind": "dbg_stop", "ts": stop.ts, "pid": proc.pid, "tid": th.tid,
+                            "reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id})
+        try:
+            self._emit("stopped", self.stop_info(stop))
+        except Exception:
+            pass
+        if self.stop_scope == "process":
+            with self._lock:
+                for t in proc.threads:
+                    if t is not th and not t.done.is_set() and (proc.pid, t.tid) not in self._stops:
+                        self._pause_req.add(t)
+        try:
+            while not stop.resumed.wait(0.05):
+                if proc.kill_reason is not None:
+                    stop.action = "killed"
+                    raise proc.kill_reason
+                if not self._attached:
+                    stop.action = "detach"
+                    break
+        finally:
+            with self._cv:
+                if self._stops.get(key) is stop:
+                    del self._stops[key]
+                self._cv.notify_all()
+            with proc.lock:
+                if th.state == "stopped":
+                    th.state = prev_state
+            t = now()
+            self._trace.append({"kind": "dbg_resume", "ts": t, "pid": proc.pid, "tid": th.tid, "reason": stop.reason,
+                                "action": stop.action})
+            self._emit("continued", {"pid": proc.pid, "tid": th.tid, "stop_id": stop.id, "action": stop.action,
+                                     "stopped_for": round(t - stop.ts, 6)})
+        if stop.action in ("step", "step_syscall"):
+            with self._lock:
+                self._stepping[th] = "pred" if stop.action == "step" else "syscall"
+        return stop.result
+
+    def stop_info(self, stop: Stop) -> dict:
+        if stop._info is not None:
+            return stop._info
+        proc = stop.thread.proc
+        d = {
+            "stop_id": stop.id, "pid": stop.pid, "tid": stop.tid, "process": proc.name, "reason": stop.reason,
+            "reasons": stop.reasons, "where": stop.where, "call": stop.call, "seq": stop.seq,
+            "file": stop.file, "line": stop.line, "args": ins.jsonable(stop.args), "breakpoints": stop.breakpoints,
+            "ts": stop.ts, "preds": stop.thread.preds, "kv_file": stop.kv_file, "input": None, "result": None,
+        }
+        if stop.tokens is not None:
+            d["input"] = ins.tokens_view(stop.tokens[-256:], self.tokenizer)
+            d["input"]["n_tokens"] = len(stop.tokens)
+        if isinstance(stop.result, Dist):
+            d["result"] = {"kind": "dist", **ins.dist_view(stop.result, self.tokenizer, self.topk,
+                                                           chosen=stop.overridden)}
+        elif stop.where == "after":
+            d["result"] = ins.jsonable(self.runtime.kernel.summarize_result(stop.call or "", stop.result))
+        if stop.edits:
+            d["edits"] = stop.edits
+        stop._info = ins.jsonable(d)
+        return stop._info
+
+    def _find_stop(self, pid: int | None, tid: int | None) -> Stop:
+        with self._lock:
+            cands = [s for s in self._stops.values() if (pid is None or s.pid == pid) and (tid is None or s.tid == tid)]
+        if not cands:
+            where = "" if pid is None else f" in process {pid}" + ("" if tid is None else f" thread {tid}")
+            raise DebuggerError(f"no stopped thread{where}")
+        if len(cands) > 1:
+            raise DebuggerError("several threads are stopped: say which (pid and tid): "
+                                + ", ".join(f"{s.pid}.{s.tid}" for s in cands))
+        return cands[0]
+
+    def _resume(self, stops: list[Stop], action: str) -> list[list[int]]:
+        with self._cv:
+            for s in stops:
+                if self._stops.get((s.pid, s.tid)) is s:
+                    del self._stops[(s.pid, s.tid)]
+                self._stepping.pop(s.thread, None)
+                self._pause_req.discard(s.thread)
+                s.action = action
+                s.resumed.set()
+            self._cv.notify_all()
+        return [[s.pid, s.tid] for s in stops]
+
+    # ============================================================================ execution control
+    def continue_(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """Resume the stopped thread(s): one thread, every stopped thread of a process, or all."""
+        with self._lock:
+            stops = [s for s in self._stops.values() if (pid is None or s.pid == pid) and (tid is None or s.tid == tid)]
+            if pid is None and tid is None:
+                self._pause_req.clear()
+            elif tid is None:
+                self._pause_req = {t for t in self._pause_req if t.proc.pid != pid}
+        return {"resumed": self._resume(stops, "continue")}
+
+    def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:
+        """Run the stopped thread until its next `pred` returns (granularity "pred"), or to its next
+        stop point of any kind ("syscall": the after of this call, or the before of the next)."""
+        if granularity not in ("pred", "syscall"):
+            raise DebuggerError(f"step granularity must be 'pred' or 'syscall', got {granularity!r}")
+        s = self._find_stop(pid, tid)
+        return {"resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
+                "granularity": granularity}
+
+    def pause(self, pid: int | None = None) -> dict:
+        """Stop every running thread of process `pid` (or of every process) at its next syscall
+        (or, if it is inside one now, when that call returns)."""
+        asked = []
+        with self._lock:
+            for proc in list(self.runtime.processes.values()):
+                if proc.done or (pid is not None and proc.pid != pid):
+                    continue
+                for t in list(proc.threads):
+                    if not t.done.is_set() and (proc.pid, t.tid) not in self._stops:
+                        self._pause_req.add(t)
+                        asked.append([proc.pid, t.tid])
+        if pid is not None and pid not in self.runtime.processes:
+            raise DebuggerError(f"no process {pid}")
+        return {"pausing": asked}
+
+    def restart(self, pid: int, stop_on_entry: bool | None = None) -> dict:
+        """Cancel process `pid` (if still running) and launch it again with the same function and
+        arguments; breakpoints bound to `pid` move to the new process (hit counts reset)."""
+        proc = self.process(pid)
+        if not proc.done:
+            proc.cancel("restarted by the debugger")
+            proc.wait(10)
+
+        def setup(new) -> None:
+            with self._lock:
+                for bp in self._bps.values():
+                    if bp.pid == pid:
+                        bp.pid, bp.hits = new.pid, 0
+            if pid in self._recording_pids or self._record_all:
+                self._new_recording(new, complete=True)
+
+        new = self._launch(proc.fn, proc.args, proc.kwargs, user=proc.user, name=proc.name, priority=proc.priority,
+                           limits=proc.limits, stop_on_entry=stop_on_entry, setup=setup)
+        return {"pid": new.pid, "restarted": pid}
+
+    def launch(self, fn: Callable | str, *args: Any, stop_on_entry: bool | None = None, record: bool | None = None,
+               user: str = "local", name: str | None = None, priority: int = 0, limits=None, **kwargs: Any) -> dict:
+        """Launch `fn(sym, *args, **kwargs)` (a callable, or "module:function") under the debugger.
+
+        With `stop_on_entry`, the main thread stops before the LIP's first line, so breakpoints
+        can be bound to the new pid first.
+        """
+        fn = resolve_fn(fn) if isinstance(fn, str) else fn
+
+        def setup(proc) -> None:
+            if record:
+                self._new_recording(proc, complete=True)
+
+        proc = self._launch(fn, tuple(args), kwargs, user=user, name=name, priority=priority, limits=limits,
+                            stop_on_entry=stop_on_entry, setup=setup)
+        return {"pid": proc.pid, "name": proc.name}
+
+    def _launch(self, fn, args, kwargs, *, user, name, priority, limits, stop_on_entry, setup=None):
+        with self._launch_lock:
+            proc = self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
+            if stop_on_entry:
+                self._entry_pids.add(proc.pid)
+            if setup is not None:
+                setup(proc)
+        return proc
+
+    def set_stop_on_entry(self, enabled: bool = True) -> dict:
+        self.stop_on_entry = bool(enabled)
+        return {"stop_on_entry": self.stop_on_entry}
+
+    # ============================================================================ breakpoints
+    def set_breakpoint(self, call: str = "pred", **conditions: Any) -> dict:
+        """Add a breakpoint; conditions: pid, tid, hit_count, hit_mode, file, tokens_contain,
+        text_contains, where (a Python predicate, in-process only), when ("before"/"after")."""
+        bp = Breakpoint(call=call, **conditions)
+        with self._lock:
+            self._bps[bp.id] = bp
+        return bp.to_dict()
+
+    def remove_breakpoint(self, id: int) -> dict:
+        with self._lock:
+            bp = self._bps.pop(id, None)
+        if bp is None:
+            raise DebuggerError(f"no breakpoint {id}")
+        return {"removed": id}
+
+    def enable_breakpoint(self, id: int, enabled: bool = True) -> dict:
+        with self._lock:
+            bp = self._bps.get(id)
+            if bp is None:
+                raise DebuggerError(f"no breakpoint {id}")
+            bp.enabled = bool(enabled)
+            return bp.to_dict()
+
+    def clear_breakpoints(self) -> dict:
+        with self._lock:
+            n = len(self._bps)
+            self._bps.clear()
+        return {"removed": n}
+
+    def breakpoints(self) -> dict:
+        with self._lock:
+            return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
+
+    # ============================================================================ inspection
+    def process(self, pid: int):
+        """The `Process` object (in-process use only)."""
+        proc = self.runtime.processes.get(pid)
+        if proc is None:
+            raise DebuggerError(f"no process {pid}")
+        return proc
+
+    def threads(self, include_done: bool = False) -> dict:
+        with self._lock:
+            stops = dict(self._stops)
+        procs = [p for p in list(self.runtime.processes.values()) if include_done or not p.done]
+        return {"processes": [ins.process_view(p, stops) for p in procs]}
+
+    def stops(self) -> dict:
+        with self._lock:
+            stops = sorted(self._stops.values(), key=lambda s: s.id)
+        return {"stops": [self.stop_info(s) for s in stops]}
+
+    def stack(self, pid: int | None = None, tid: int | None = None) -> dict:
+        s = self._find_stop(pid, tid)
+        return {"pid": s.pid, "tid": s.tid, "frames": s.frames, "file": s.file, "line": s.line}
+
+    def tokens(self, pid: int | None = None, tid: int | None = None) -> dict:
+        s = self._find_stop(pid, tid)
+        toks = s.tokens if s.tokens is not None else s.args.get("tokens")
+        if toks is None:
+            raise DebuggerError(f"the stop of {s.pid}.{s.tid} at {s.call or 'entry'} has no input tokens")
+        return {"pid": s.pid, "tid": s.tid, **ins.tokens_view(toks, self.tokenizer)}
+
+    def kv(self, fid: int | None = None, pid: int | None = None, tid: int | None = None) -> dict:
+        """A KV file in full (by id, or the one the stopped call works on)."""
+        if fid is None:
+            fid = self._find_stop(pid, tid).kv_file
+            if fid is None:
+                raise DebuggerError("this stop's call has no KV file; pass fid")
+        v = ins.kv_file(self.runtime, fid, self.tokenizer, self._known_files)
+        if v is None:
+            raise DebuggerError(f"no live KV file {fid}")
+        return v
+
+    def dist(self, pid: int | None = None, tid: int | None = None, k: int | None = None, position: int = -1) -> dict:
+        """The top-k of the distribution a stopped thread's `pred` returned (after a step)."""
+        s = self._find_stop(pid, tid)
+        if not isinstance(s.result, Dist):
+            raise DebuggerError(f"{s.pid}.{s.tid} is stopped {s.where} {s.call or 'entry'}: no distribution yet "
+                                "(step to stop after the pred returns)")
+        return {"pid": s.pid, "tid": s.tid, **ins.dist_view(s.result, self.tokenizer, k or self.topk, position,
+                                                            chosen=s.overridden)}
+
+    def kv_tree(self, with_text: bool = True) -> dict:
+        return ins.kv_tree(self.runtime, self.tokenizer, self._known_files, with_text)
+
+    def timeline(self, since: int = 0, limit: int = 500) -> dict:
+        return ins.timeline(self.runtime, since, limit)
+
+    def trace(self, path: str | None = None) -> dict:
+        """The run since attach as a Chrome trace (dict); also written to `path` if given."""
+        names = {pid: p.name for pid, p in list(self.runtime.processes.items())}
+        tr = chrome_trace(list(self._trace), names, now())
+        if path is not None:
+            import json
+
+            with open(path, "w") as f:
+                json.dump(tr, f)
+        return tr
+
+    def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:
+        """Check a KV file against a fresh recompute of its tokens (call it while the file's owner
+        is stopped): the K/V of every slot, and the logits after one more token fed to a fork vs
+        to a fresh file holding the same tokens at the same positions."""
+        eng, kvfs = self.engine, self.engine.kvfs
+        with kvfs.lock:
+            f = kvfs.files.get(fid)
+            if f is None or f.evicted or f.swapped is not None:
+                raise DebuggerError(f"no resident KV file {fid}")
+            tokens, positions = list(f.tokens), list(f.positions)
+            slots = kvfs.context_slots(f)
+            handle = next((h for p in list(self.runtime.processes.values()) for h in list(p.handles)
+                           if h.file is f and not h.closed), None) or KV(f, "r")
+        if not tokens:
+            raise DebuggerError(f"KV file {fid} is empty")
+        probe = tokens[-1] if probe is None else probe
+        nxt = positions[-1] + 1
+        fork = eng.kv_fork(handle, user=f.owner)
+        fresh = eng.kv_create(user=f.owner)
+        try:
+            a = eng.pred(fork, [probe], [nxt]).logits.float().cpu()
+            b = eng.pred(fresh, tokens + [probe], positions + [nxt]).logits.float().cpu()
+            with kvfs.lock:
+                fslots = kvfs.context_slots(fresh.file)[: len(tokens)]
+                pool = kvfs.pool
+                idx_a = torch.as_tensor(slots, device=pool.k.device)
+                idx_b = torch.as_tensor(fslots, device=pool.k.device)
+                dk = float((pool.k[:, idx_a].float() - pool.k[:, idx_b].float()).abs().max())
+                dv = float((pool.v[:, idx_a].float() - pool.v[:, idx_b].float()).abs().max())
+        finally:
+            eng.kv_close(fork)
+            eng.kv_close(fresh)
+        dl = float((a - b).abs().max())
+        return {"file": fid, "tokens": len(tokens), "probe": probe, "max_abs_diff_logits": dl, "max_abs_diff_k": dk,
+                "max_abs_diff_v": dv, "argmax_equal": int(a.argmax()) == int(b.argmax()),
+                "consistent": dl <= atol and dk <= atol and dv <= atol and int(a.argmax()) == int(b.argmax())}
+
+    # ============================================================================ overrides
+    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
+                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
+        """Make the stopped thread's `pred` result choose `token` (or the one token of `text`).
+
+        At a stop after the pred: the Dist the LIP is about to receive is replaced. At a stop
+        before a pred: the edit is applied when that pred returns.
+        """
+        if (token is None) == (text is None):
+            raise DebuggerError("override needs exactly one of token= or text=")
+        if text is not None:
+            ids = self.tokenizer.tokenize(text)
+            if len(ids) != 1:
+                pieces = [self.tokenizer.token_text(t) for t in ids]
+                raise DebuggerError(f"override text {text!r} is {len(ids)} tokens {pieces}; give one token")
+            token = ids[0]
+        return self._edit(pid, tid, {"force": int(token), "token_only": token_only, "position": position})
+
+    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
+                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
+        """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
+        if ban is None and force is None and not bias:
+            raise DebuggerError("edit_dist needs ban=, force= or bias=")
+        return self._edit(pid, tid, {"force": force, "ban": list(ban) if ban else None,
+                                     "bias": {int(k): float(v) for k, v in (bias or {}).items()} or None,
+                                     "position": position})
+
+    def _edit(self, pid, tid, edit: dict) -> dict:
+        s = self._find_stop(pid, tid)
+        if s.where == "after":
+            if not isinstance(s.result, Dist):
+                raise DebuggerError(f"{s.call} returned no distribution to edit")
+            s.result = edit_dist(s.result, **edit)
+            if edit.get("force") is not None:
+                s.overridden = edit["force"]
+            s.edits.append(edit)
+            s._info = None
+            info = self.stop_info(s)
+            self._emit("overridden", {"pid": s.pid, "tid": s.tid, "stop_id": s.id, "edit": edit,
+                                      "result": info["result"]})
+            return {"applied": True, "stop": info}
+        if s.where == "before" and s.call == "pred":
+            with self._lock:
+                self._edits[s.thread] = (s.seq, edit)
+            s.edits.append(edit)
+            return {"applied": False, "pending": True, "edit": edit}
+        raise DebuggerError(f"nothing to override at a stop {s.where} {s.call or 'entry'}; step to a pred")
+
+    # ============================================================================ record / replay
+    def _new_recording(self, proc, complete: bool) -> Recording:
+        rec = Recording.of(proc, complete)
+        with self._lock:
+            self._recordings[proc.pid] = rec
+            self._recording_pids.add(proc.pid)
+            old = [p for p in self._recordings if p not in self._recording_pids]
+            for p in old[: max(0, len(self._recordings) - self.max_recordings)]:
+                del self._recordings[p]
+        return rec
+
+    def record(self, pid: int | None = None, enabled: bool = True) -> dict:
+        """Record syscall results: of every process launched from now on (pid None), or of `pid`."""
+        if pid is None:
+            self._record_all = bool(enabled)
+            return {"record_all": self._record_all}
+        proc = self.process(pid)
+        if enabled:
+            started = any(t.seq > 0 for t in proc.threads)
+            self._new_recording(proc, complete=not started)
+        else:
+            self._recording_pids.discard(pid)
+        return {"pid": pid, "recording": enabled}
+
+    def recording(self, pid: int, entries: bool = False) -> dict:
+        rec = self._recordings.get(pid)
+        if rec is None:
+            raise DebuggerError(f"no recording of process {pid} (record it first)")
+        return rec.summary(with_entries=entries)
+
+    def get_recording(self, pid: int) -> Recording:
+        """The `Recording` object (in-process: save it, replay it later)."""
+        rec = self._recordings.get(pid)
+        if rec is None:
+            raise DebuggerError(f"no recording of process {pid} (record it first)")
+        return rec
+
+    def save_recording(self, pid: int, path: str) -> dict:
+        self.get_recording(pid).save(path)
+        return {"pid": pid, "path": path}
+
+    def replay(self, source: int | Recording | str, stop_at: int | None = None, tid: int = 1,
+               stop_on_entry: bool | None = None, verify: bool = True, record: bool = True) -> dict:
+        """Run a recorded process again, handing it the recorded syscall results.
+
+        `source`: a pid whose run was recorded, a `Recording`, or a path saved by
+        `save_recording`. `stop_at=k` stops thread `tid` right after its k-th `pred` returns
+        (0: on entry). Past the end of the recording (or after a divergence) the run goes live.
+        """
+        if isinstance(source, Recording):
+            rec = source
+        elif isinstance(source, str):
+            rec = Recording.load(source)
+        else:
+            rec = self.get_recording(source)
+        if rec.fn is None:
+            raise DebuggerError("this recording's LIP function is not available in this process")
+        if not rec.complete:
+            raise DebuggerError(f"the recording of process {rec.source_pid} started mid-run: it cannot be replayed")
+        if stop_at is not None and stop_at < 0:
+            raise DebuggerError(f"stop_at must be >= 0, got {stop_at}")
+
+        def setup(proc) -> None:
+            with self._lock:
+                self._replays[proc.pid] = ReplayState(rec, verify)
+            for m in rec.received():
+                proc.send(m)
+            if stop_at:
+                self.set_breakpoint("pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True)
+            if record:
+                self._new_recording(proc, complete=True)
+
+        proc = self._launch(rec.fn, rec.args, rec.kwargs, user=rec.user, name=rec.name, priority=rec.priority,
+                            limits=rec.limits, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
+        return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
+
+    def replay_status(self, pid: int) -> dict:
+        rs = self._replays.get(pid)
+        st = rs.status() if rs is not None else self._replays_done.get(pid)
+        if st is None:
+            raise DebuggerError(f"process {pid} is not a replay")
+        return {"pid": pid, **st}
+
+    def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
+        """Go back `steps` preds: replay the recorded run into a new process that stops right after
+        thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
+        s = self._find_stop(pid, tid)
+        rec = self.get_recording(pid)
+        rs = self._replays.get(pid)
+        if rs is not None:  # a replay: what it has run so far, then the rest of its source
+            rec = rs.rec.merged(rec)
+        done = s.thread.preds
+        target = done - steps if (s.where == "after" and s.call == "pred") else done - steps + 1
+        if target < 0 or steps < 1:
+            raise DebuggerError(f"cannot step back {steps} pred(s) from pred {done} of {pid}.{tid}")
+        proc = self.process(pid)
+        proc.cancel("replaced by a step back")
+        proc.wait(10)
+        r = self.replay(rec, stop_at=target, tid=tid)
+        return {**r, "from_pid": pid, "target_pred": target}
+
+    # ============================================================================ scheduler step mode
+    def scheduler_step_mode(self, enabled: bool = True) -> dict:
+        """In step mode the batch scheduler fires one batch per `step_batch`; before each, the
+        batch it is about to fire is shown (`pending_batch`, event "batch_pending")."""
+        batch = self.runtime.batch
+        with self._gate_cv:
+            if enabled and not self._gate_on:
+                self._prev_gate = batch.gate
+                batch.gate = self._gate
+                self._gate_on = True
+            elif not enabled and self._gate_on:
+                if batch.gate == self._gate:
+                    batch.gate = self._prev_gate
+                self._gate_on = False
+                self._gate_cv.notify_all()
+        return {"scheduler_step_mode": self._gate_on}
+
+    def _gate(self, chosen: list) -> None:
+        batch = self.runtime.batch
+        prev = self._prev_gate
+        if prev is not None:
+            prev(chosen)
+        gid = next(self._gate_ids)
+        queued = batch.queued()
+        info = {"gate_id": gid, "members": ins.batch_plan(chosen, batch.token_budget),
+                "queue": [ins.pending_view(p) for p in queued], "queue_depth": len(queued),
+                "pages_used": batch.kvfs.pool.used_pages, "batches_so_far": batch.log.total_batches}
+        with self._gate_cv:
+            if not self._gate_on:
+                return
+            self._gate_pending = info
+            self._gate_cv.notify_all()
+        self._emit("batch_pending", info)
+        with self._gate_cv:
+            while self._gate_on and self._attached and self._gate_released < gid:
+                self._gate_cv.wait(0.1)
+            self._gate_pending = None
+
+    def pending_batch(self) -> dict:
+        with self._gate_cv:
+            return {"pending": self._gate_pending, "scheduler_step_mode": self._gate_on}
+
+    def wait_batch_pending(self, timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        with self._gate_cv:
+            while self._gate_pending is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._gate_on:
+                    return {"pending": None, "scheduler_step_mode": self._gate_on}
+                self._gate_cv.wait(min(left, 0.1))
+            return {"pending": self._gate_pending, "scheduler_step_mode": True}
+
+    def step_batch(self, wait: bool = True, timeout: float = 30.0) -> dict:
+        """Fire the batch that is waiting at the gate (waits up to `timeout` for one to arrive);
+        with `wait`, return its record once it has run."""
+        if not self._gate_on:
+            raise DebuggerError("scheduler step mode is off (scheduler_step_mode(True) first)")
+        info = self.wait_batch_pending(timeout)["pending"]
+        if info is None:
+            return {"fired": None, "shown": None}
+        with self._gate_cv:
+            before = info["batches_so_far"]
+            self._gate_released = max(self._gate_released, info["gate_id"])
+            self._gate_cv.notify_all()
+            if not wait:
+                return {"fired": None, "shown": info}
+            deadline = time.monotonic() + timeout
+
+            def fired() -> bool:
+                return self._last_batch is not None and self._last_batch["bid"] > before
+
+            while not fired() and time.monotonic() < deadline:
+                self._gate_cv.wait(0.05)
+            rec = self._last_batch if fired() else None
+        return {"fired": rec, "shown": info}
+
+    # ============================================================================ waiting helpers
+    def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
+        """Block until a thread (matching pid/tid) is stopped; returns its stop, or
+        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                for s in sorted(self._stops.values(), key=lambda s: s.id):
+                    if (pid is None or s.pid == pid) and (tid is None or s.tid == tid):
+                        return self.stop_info(s)
+                if pid is not None:
+                    proc = self.runtime.processes.get(pid)
+                    if proc is not None and proc.done:
+                        return {"exited": True, "pid": pid, "status": proc.status}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no stop{'' if pid is None else f' of process {pid}'} within {timeout}s")
+                self._cv.wait(min(left, 0.1))
+
+    def wait_process(self, pid: int, timeout: float = 60.0) -> dict:
+        """Wait for process `pid` to end; its status, result (as JSON) and error."""
+        proc = self.process(pid)
+        if not proc.wait(timeout):
+            raise TimeoutError(f"process {pid} still running after {timeout}s")
+        try:
+            result, error = proc.result(timeout=0), None
+        except Exception as e:
+            result, error = None, str(e)
+        return {"pid": pid, "status": proc.status, "result": ins.jsonable(result), "error": error}
+
+    # ============================================================================ events
+    def subscribe(self, fn: Callable[[dict], None], kinds: list[str] | None = None) -> Callable[[], None]:
+        """Call `fn(message)` for every event message (optionally only these event names)."""
+        entry = (fn, None if kinds is None else frozenset(kinds))
+        with self._lock:
+            self._subs = self._subs + [entry]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subs = [s for s in self._subs if s is not entry]
+
+        return unsubscribe
+
+    def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
+        q: queue.Queue = queue.Queue(maxsize)
+
+        def put(m: dict) -> None:
+            try:
+                q.put_nowait(m)
+            except queue.Full:
+                pass
+
+        return q, self.subscribe(put, kinds)
+
+    def _emit(self, name: str, body: dict | Callable[[], dict]) -> None:
+        """Send an event message to the subscribers that want `name` (`body` may be a function,
+        called only if someone does)."""
+        subs = self._subs
+        if not subs:
+            return
+        msg = None
+        for fn, kinds in subs:
+            if kinds is not None and name not in kinds:
+                continue
+            if msg is None:
+                b = body() if callable(body) else body
+                msg = {"type": "event", "event": name, "seq": next(self._evseq), "ts": now(), "body": ins.jsonable(b)}
+            try:
+                fn(msg)
+            except Exception:  # a broken front-end must never take a LIP down
+                pass
+
+    def _on_event(self, ev: Event) -> None:
+        """Bus subscriber: keep the trace, track files and process ends, forward to the stream."""
+        kind = ev.kind
+        # Syscall events are kept as flat tuples of atoms (args as their repr): holding the Event
+        # objects themselves costs ~10 us each in garbage-collector work at this volume.
+        if kind == "syscall_enter":
+            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, ev.file, ev.line, repr(ev.args)))
+        elif kind == "syscall_exit":
+            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, repr(ev.result), ev.error))
+        else:
+            self._trace.append(ev)
+        if kind == "syscall_exit":
+            if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
+                self._known_files[ev.result["file"]] = {"parent": ev.args.get("file") if ev.call == "kv_fork" else None,
+                                                        "path": ev.args.get("path")}
+            if self._watch and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
+                self._dirty.add("kv_tree")
+        elif kind == "batch":
+            with self._gate_cv:
+                self._last_batch = ev.args
+                self._gate_cv.notify_all()
+            if self._watch:
+                self._dirty.update(("timeline", "kv_tree"))
+        elif kind == "process_exit":
+            with self._cv:
+                self._recording_pids.discard(ev.pid)
+                self._entry_pids.discard(ev.pid)
+                rs = self._replays.pop(ev.pid, None)
+                if rs is not None:
+                    rs.done = True
+                    self._replays_done[ev.pid] = rs.status()
+                    for old in list(self._replays_done)[:-self.max_recordings]:
+                        del self._replays_done[old]
+                for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
+                    del self._bps[bp.id]
+                self._cv.notify_all()
+        if self._subs:
+            self._emit(kind, ev.to_dict)
+
+    # ============================================================================ live views
+    def watch(self, view: str, interval: float = 0.25) -> dict:
+        """Stream a view ("kv_tree" or "timeline") as "view" events, at most every `interval` s."""
+        if view not in ("kv_tree", "timeline"):
+            raise DebuggerError(f"unknown view {view!r} (kv_tree, timeline)")
+        with self._lock:
+            self._watch[view] = max(0.02, float(interval))
+            self._dirty.add(view)
+            if self._view_thread is None or not self._view_thread.is_alive():
+                self._view_thread = threading.Thread(target=self._view_loop, name="symphony-lab-views", daemon=True)
+                self._view_thread.start()
+        return {"watching": sorted(self._watch)}
+
+    def unwatch(self, view: str | None = None) -> dict:
+        with self._lock:
+            if view is None:
+                self._watch.clear()
+            else:
+                self._watch.pop(view, None)
+        return {"watching": sorted(self._watch)}
+
+    def _view_loop(self) -> None:
+        last: dict[str, float] = {}
+        while self._attached and self._watch:
+            t = time.monotonic()
+            for view, every in list(self._watch.items()):
+                if view in self._dirty and t - last.get(view, 0.0) >= every:
+                    self._dirty.discard(view)
+                    last[view] = t
+                    try:
+                        data = self.kv_tree() if view == "kv_tree" else self.timeline(limit=100)
+                        self._emit("view", {"view": view, "data": data})
+                    except Exception:
+                        pass
+            time.sleep(0.02)
+
+    # ============================================================================ protocol
+    def handle_command(self, msg: dict) -> dict:
+        """One JSON command in, one JSON response out (see docs/protocol.md)."""
+        from .protocol import handle_command
+
+        return handle_command(self, msg)
+
+
+__all__ = ["Debugger", "DebuggerError", "Stop", "edit_dist"]
