@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--prepare", action="store_true")
     m.add_argument("--model", default="smollm2")
     m.set_defaults(fn=_models)
+    from .server.commands import add_server_commands  # `serve` and `run`
+
+    add_server_commands(sub)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,0 +1,785 @@
+"""Server side of sandboxed programs: the worker pool and the in-engine twin of each program.
+
+A program received over the network runs in a confined worker process (see `zygote.py`,
+`confine.py`, `worker.py`). Inside the engine it is an ordinary LIP process, `sandboxed_lip`,
+whose threads execute, on their real `sym`, the syscalls the worker's threads send — so the
+kernel, the schedulers and the debugger see a normal process making normal calls (with the
+worker's own file and line). KV handles cross the boundary as integer ids; a `Dist` crosses as
+float32 logits written into a sealed shared-memory slot the worker provided.
+
+One I/O thread serves every worker socket and the zygote's control socket; requests are
+routed to the in-engine thread of the worker thread that sent them.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import itertools
+import json
+import logging
+import mmap
+import os
+import queue
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..errors import KVError, KVPermissionError, SymphonyError
+from ..kvfs import KV
+from ..lip.process import Cancelled, LIPError
+from ..model.sampling import Sampler
+from .confine import SandboxSpec, runtime_paths
+from .protocol import FrameReader, ProtocolError, encode
+
+log = logging.getLogger("symphony.sandbox")
+
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+N_SLOTS = 4
+MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
+MAX_STDOUT = 256 << 10
+
+
+class SandboxError(SymphonyError):
+    """The sandbox could not run a program (no worker, a worker that died, a protocol violation)."""
+
+
+@dataclass
+class SandboxJob:
+    """One program to run in a worker."""
+
+    source: str
+    entry: str
+    args: list
+    kwargs: dict
+    name: str
+    spec: SandboxSpec
+    before_pred: Callable[[str, int], None] = lambda user, n: None
+    on_stdout: Callable[[str, str], None] = lambda stream, text: None
+
+
+def _proc(sym):
+    return sym._th.proc
+
+
+# --- the worker's twin inside the engine --------------------------------------------------------
+
+_TRAMPOLINE = (lambda f: f()).__code__
+_tramps: dict[tuple[str, int], types.FunctionType] = {}
+
+
+def _at(loc: Any, fn: Callable[[], Any]) -> Any:
+    """Call `fn` from a frame that carries the LIP's own file and line, so the kernel's trace
+    and the debugger show where in the sandboxed program the call was made."""
+    if not (isinstance(loc, list) and len(loc) == 2 and isinstance(loc[0], str) and isinstance(loc[1], int)
+            and 0 < loc[1] < 10_000_000):
+        return fn()
+    key = (loc[0][:200], loc[1])
+    t = _tramps.get(key)
+    if t is None:
+        if len(_tramps) > 4096:
+            _tramps.clear()
+        code = _TRAMPOLINE.replace(co_filename=key[0], co_firstlineno=key[1], co_name="<lip>")
+        t = _tramps[key] = types.FunctionType(code, {})
+    return t(fn)
+
+
+def _kv_info(kv: KV, hid: int) -> dict:
+    return {"h": hid, "len": kv.len, "path": kv.path, "mode": kv.mode}
+
+
+def check_list_prefix(user: str, prefix: str | None) -> None:
+    """Listing another user's private directory is refused (not silently empty)."""
+    if isinstance(prefix, str) and prefix.startswith("/users/"):
+        parts = prefix.split("/")
+        if len(parts) > 2 and parts[2] and parts[2] != user:
+            raise KVPermissionError(f"permission denied: {prefix} is private to user {parts[2]!r}")
+    elif prefix is not None and not isinstance(prefix, str):
+        raise KVError(f"kv_list prefix must be a string, got {type(prefix).__name__}")
+
+
+def _sampler(w: "Worker", spec: Any) -> Sampler | str | None:
+    if spec is None or isinstance(spec, str):
+        return spec
+    if not isinstance(spec, dict):
+        raise TypeError("sampler must be a Sampler")
+    params = {}
+    for k, typ in (("temperature", (int, float)), ("top_k", int), ("top_p", (int, float)), ("min_p", (int, float))):
+        v = spec.get(k)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise TypeError(f"sampler {k} must be a number, got {v!r}")
+        params[k] = v
+    seed = spec.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise TypeError(f"sampler seed must be an int or None, got {seed!r}")
+    params["seed"] = seed
+    key = spec.get("id")
+    cached = w.samplers.get(key)
+    if cached is not None and cached[0] == params:
+        return cached[1]
+    s = Sampler(**params)
+    if len(w.samplers) < 1024:
+        w.samplers[key] = (params, s)
+    return s
+
+
+def _mask(spec: Any, payload: bytes) -> Any:
+    if spec is None:
+        return None
+    if isinstance(spec, dict) and "ids" in spec:
+        return spec["ids"]
+    if isinstance(spec, dict) and isinstance(spec.get("shape"), list) and all(isinstance(s, int) and s >= 0 for s in spec["shape"]):
+        n = 1
+        for s in spec["shape"]:
+            n *= s
+        if n != len(payload) or len(spec["shape"]) > 2:
+            raise TypeError(f"mask of shape {spec['shape']} does not match its {len(payload)} bytes")
+        return torch.frombuffer(bytearray(payload), dtype=torch.uint8).reshape(spec["shape"]).bool() if n else torch.zeros(spec["shape"], dtype=torch.bool)
+    raise TypeError("mask must be a bool tensor or a list of token ids")
+
+
+def _op_pred(sym, w: "Worker", a: dict, payload: bytes):
+    kv = w.kv(a.get("h"))
+    toks = a.get("tokens")
+    w.job.before_pred(sym.user, len(toks) if isinstance(toks, list) else 1)
+    d = sym.pred(kv, toks, a.get("positions"), outputs=a.get("outputs", "last"),
+                 sampler=_sampler(w, a.get("sampler")), mask=_mask(a.get("mask"), payload))
+    logits = d.logits.detach().to(torch.float32).cpu().contiguous()
+    n = logits.numel()
+    token = d.token
+    r = {"shape": list(logits.shape), "token": token, "len": kv.len, "slot": None}
+    slot = a.get("slot")
+    if isinstance(slot, int) and not isinstance(slot, bool) and 0 <= slot < w.n_slots and n <= w.slot_floats:
+        w.slot_views[slot][:n].copy_(logits.view(-1))
+        r["slot"] = slot
+        return r, b""
+    return r, logits.numpy().tobytes()
+
+
+def _op_kv_create(sym, w, a, p):
+    kv = sym.kv_create(a.get("path"))
+    return w.add_kv(kv), b""
+
+
+def _op_kv_open(sym, w, a, p):
+    kv = sym.kv_open(a.get("path"), a.get("mode", "r"))
+    return w.add_kv(kv), b""
+
+
+def _op_kv_fork(sym, w, a, p):
+    return w.add_kv(sym.kv_fork(w.kv(a.get("h")))), b""
+
+
+def _op_kv_truncate(sym, w, a, p):
+    kv = w.kv(a.get("h"))
+    sym.kv_truncate(kv, a.get("n"))
+    return _kv_info(kv, a["h"]), b""
+
+
+def _op_kv_close(sym, w, a, p):
+    kv = w.kv(a.get("h"))
+    sym.kv_close(kv)
+    w.close_handle(a["h"])
+    return None, b""
+
+
+def _op_kv_remove(sym, w, a, p):
+    return sym.kv_remove(a.get("path")), b""
+
+
+def _op_kv_hint(sym, w, a, p):
+    return sym.kv_hint(w.kv(a.get("h")), a.get("keep_for"), a.get("priority")), b""
+
+
+def _op_kv_list(sym, w, a, p):
+    check_list_prefix(sym.user, a.get("prefix"))
+    return sym.kv_list(a.get("prefix")), b""
+
+
+def _op_kv_stat(sym, w, a, p):
+    kv = w.kv(a.get("h"))
+    return {"tokens": kv.tokens, "positions": kv.positions, "pages": kv.pages, "evicted": kv.evicted,
+            **_kv_info(kv, a["h"])}, b""
+
+
+def _op_tokenize(sym, w, a, p):
+    text = a.get("text")
+    if not isinstance(text, str):
+        raise TypeError(f"tokenize expects a str, got {type(text).__name__}")
+    return sym.tokenize(text), b""
+
+
+def _op_detokenize(sym, w, a, p):
+    ids = a.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TypeError("detokenize expects a list of ints")
+    return sym.detokenize(ids), b""
+
+
+def _op_chat_template(sym, w, a, p):
+    msgs = a.get("messages")
+    if not isinstance(msgs, list):
+        raise TypeError("chat_template expects a list of messages")
+    return sym.chat_template(msgs, bool(a.get("add_generation_prompt", True))), b""
+
+
+def _op_send(sym, w, a, p):
+    return sym.send(a.get("v")), b""
+
+
+def _op_recv(sym, w, a, p):
+    t = a.get("timeout")
+    if t is not None and (not isinstance(t, (int, float)) or isinstance(t, bool)):
+        raise TypeError("recv timeout must be a number of seconds or None")
+    return sym.recv(t), b""
+
+
+def _op_spawn(sym, w, a, p):
+    wtid = w.new_thread()
+    try:
+        h = sym.spawn(_thread_twin, w, wtid)
+    except BaseException:
+        w.queues.pop(wtid, None)
+        raise
+    w.threads[wtid] = h
+    return {"t": wtid, "tid": h.tid}, b""
+
+
+def _op_join(sym, w, a, p):
+    h = w.threads.get(a.get("t"))
+    if h is None:
+        raise SymphonyError(f"join: no thread {a.get('t')!r} in this process")
+    t = a.get("timeout")
+    h.join(t if isinstance(t, (int, float)) and not isinstance(t, bool) else None)
+    return None, b""
+
+
+OPS: dict[str, Callable] = {name[4:]: fn for name, fn in globals().items() if name.startswith("_op_")}
+_SAFE_ERRORS = (SymphonyError, TimeoutError, ValueError, TypeError, IndexError, KeyError, RuntimeError)
+
+
+def _serve(sym, w: "Worker", wtid: int) -> None:
+    """Execute the requests of worker thread `wtid` on this in-engine thread's `sym`."""
+    q = w.queues[wtid]
+    proc = _proc(sym)
+    while True:
+        try:
+            kind, h, payload = q.get(timeout=0.1)
+        except queue.Empty:
+            if proc.kill_reason is not None:
+                raise proc.kill_reason
+            continue
+        if kind in ("exit", "thread_exit"):
+            return
+        if kind == "dead":
+            if proc.kill_reason is not None:
+                raise proc.kill_reason
+            e = LIPError(f"process {proc.pid} ({proc.name}) failed: {w.death_message()}")
+            e.error_type = "SandboxError"
+            raise e
+        op = h.get("op")
+        fn = OPS.get(op) if isinstance(op, str) else None
+        a = h.get("a")
+        try:
+            if fn is None:
+                raise SymphonyError(f"unknown system call {op!r}")
+            if not isinstance(a, dict):
+                raise TypeError(f"{op}: arguments must be an object")
+            result, data = _at(h.get("loc"), lambda: fn(sym, w, a, payload))
+            reply = {"id": h.get("id"), "ok": result}
+        except _SAFE_ERRORS as e:
+            if proc.kill_reason is not None or isinstance(e, Cancelled):
+                raise
+            data = b""
+            reply = {"id": h.get("id"), "err": {"type": type(e).__name__, "msg": str(e)}}
+        w.send(reply, data)
+
+
+def _thread_twin(sym, w: "Worker", wtid: int) -> None:
+    _serve(sym, w, wtid)
+
+
+def sandboxed_lip(sym, mgr: "SandboxManager", job: SandboxJob) -> Any:
+    """The in-engine process of a sandboxed program: start a worker, serve it, return its result."""
+    proc = _proc(sym)
+    th = sym._th
+    with proc.lock:  # waiting for a worker is not running LIP code: the batch policy should not wait for it
+        th.state, th.current_call = "in_syscall", "sandbox_start"
+    try:
+        w = mgr.spawn(job, proc)
+    finally:
+        with proc.lock:
+            th.state, th.current_call = "running", None
+    w.proc = proc
+    try:
+        info = {"pid": sym.pid, "tid": sym.tid, "user": sym.user, "name": job.name,
+                "eos_token_ids": sorted(sym.eos_token_ids), "vocab_size": sym.vocab_size}
+        w.send({"op": "start", "source": job.source, "entry": job.entry, "args": job.args,
+                "kwargs": job.kwargs, "info": info})
+        _serve(sym, w, 0)
+        ex = w.exit_frame or {}
+        if "err" in ex and isinstance(ex["err"], dict):
+            err = ex["err"]
+            etype, emsg = str(err.get("type", "Error"))[:100], str(err.get("msg", ""))
+            hint = ""
+            if etype == "MemoryError":
+                hint = f" (the sandbox's memory limit is {job.spec.memory_mb} MiB)"
+            elif etype == "RuntimeError" and "new thread" in emsg:
+                hint = f" (the sandbox's limit is {job.spec.max_threads} threads)"
+            e = LIPError(f"process {proc.pid} ({proc.name}) failed: {etype}: {emsg}{hint}", str(err.get("tb", "")))
+            e.error_type = etype
+            raise e
+        return ex.get("ok")
+    finally:
+        mgr.release(w)
+
+
+# --- workers and the manager ------------------------------------------------------------------------
+
+
+class Worker:
+    """The server's view of one sandboxed worker process."""
+
+    def __init__(self, wid: int, job: SandboxJob, sock: socket.socket, shm: mmap.mmap, slot_floats: int, slot: int) -> None:
+        self.wid, self.job, self.sock, self.shm, self.slot = wid, job, sock, shm, slot
+        self.slot_floats, self.n_slots = slot_floats, N_SLOTS
+        self.slot_views = [torch.frombuffer(shm, dtype=torch.float32, count=slot_floats, offset=k * slot_floats * 4)
+                           for k in range(N_SLOTS)]
+        self.queues: dict[int, queue.Queue] = {0: queue.Queue()}
+        self.reader = FrameReader(max_header=4 << 20, max_payload=16 << 20)
+        self.pid: int | None = None
+        self.spawned = threading.Event()
+        self.spawn_error: str | None = None
+        self.dead = threading.Event()
+        self.death: dict | None = None
+        self.eof = False
+        self.violation: str | None = None
+        self.exit_frame: dict | None = None
+        self.handles: dict[int, KV] = {}
+        self.closed_order: collections.deque[int] = collections.deque()
+        self.threads: dict[int, Any] = {}
+        self.samplers: dict = {}
+        self.ended: set[int] = set()
+        self.proc = None  # the in-engine Process, once the program started
+        self.stdout_bytes = 0
+        self._hids = itertools.count(1)
+        self._wtids = itertools.count(1)
+        self._wlock = threading.Lock()
+        self.released = False
+
+    # handles, threads
+    def kv(self, hid: Any) -> KV:
+        kv = self.handles.get(hid) if isinstance(hid, int) and not isinstance(hid, bool) else None
+        if kv is None:
+            raise KVError(f"no KV handle {hid!r} in this process (handles are per process)")
+        return kv
+
+    def close_handle(self, hid: int) -> None:
+        """Closed handles stay nameable for a while, so a use after close gets the engine's own
+        'closed handle' error; the oldest are forgotten past a bound."""
+        kv = self.handles.get(hid)
+        if kv is not None and kv.closed:
+            self.closed_order.append(hid)
+            while len(self.closed_order) > 1024:
+                self.handles.pop(self.closed_order.popleft(), None)
+
+    def add_kv(self, kv: KV) -> dict:
+        hid = next(self._hids)
+        self.handles[hid] = kv
+        return _kv_info(kv, hid)
+
+    def new_thread(self) -> int:
+        wtid = next(self._wtids)
+        self.queues[wtid] = queue.Queue()
+        return wtid
+
+    # I/O
+    def send(self, header: dict, payload: bytes = b"") -> None:
+        data = encode(header, payload)
+        with self._wlock:
+            try:
+                self.sock.sendall(data)
+            except (OSError, ValueError) as e:
+                if not self.eof and not self.dead.is_set():
+                    raise SandboxError(f"sandbox worker unreachable: {e}") from None
+
+    def push_all(self, item) -> None:
+        for q in list(self.queues.values()):
+            q.put(item)
+
+    def death_message(self) -> str:
+        if self.violation:
+            return f"sandbox worker stopped: protocol violation ({self.violation})"
+        self.dead.wait(2.0)  # the zygote's report of how it ended follows the end of its socket
+        d = self.death or {}
+        cpu, sig, code = d.get("cpu"), d.get("signal"), d.get("code")
+        lim = self.job.spec.cpu_seconds
+        if code == 152 or (sig in (signal.SIGXCPU, signal.SIGKILL) and cpu is not None and cpu >= lim - 0.5):
+            return f"sandbox worker killed: CPU time limit of {lim} s exceeded"
+        if sig:
+            return f"sandbox worker killed by signal {signal.Signals(sig).name}"
+        if code is not None:
+            return f"sandbox worker exited with code {code} before the program finished"
+        return "sandbox worker ended unexpectedly"
+
+
+class SandboxManager:
+    """Starts the zygote, hands out workers (at most `max_workers` at once), routes their I/O."""
+
+    def __init__(self, engine, *, max_workers: int = 32, uid_base: int = 2_000_000, defaults: SandboxSpec | None = None) -> None:
+        self.engine = engine
+        self.max_workers = max_workers
+        self.uid_base = uid_base
+        self.defaults = defaults or SandboxSpec()
+        pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.defaults.ro_paths = runtime_paths(pkg_dir)
+        self.vocab = engine.config.vocab_size
+        self.confinement: dict | None = None
+        self.started_total = 0
+        self._free_slots = list(range(max_workers))
+        self._slot_cv = threading.Condition()
+        self._by_id: dict[int, Worker] = {}
+        self._by_pid: dict[int, Worker] = {}
+        self._ids = itertools.count(1)
+        self._ctl_lock = threading.Lock()
+        self._sel = selectors.DefaultSelector()
+        self._pending: list[tuple[str, Worker]] = []
+        self._plock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._stop = False
+        self.zygote: subprocess.Popen | None = None
+        self.zygote_pid: int | None = None
+        self._ready = threading.Event()
+        self._io = threading.Thread(target=self._io_loop, name="symphony-sandbox-io", daemon=True)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the zygote (call from the main thread: it dies with the thread that forked it)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/scratch", "TMPDIR": "/scratch",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONNOUSERSITE": "1", **({"SYMPHONY_SANDBOX_DEBUG": "1"} if os.environ.get("SYMPHONY_SANDBOX_DEBUG") else {})}
+        self.zygote = subprocess.Popen([sys.executable, "-I", ZYGOTE, str(theirs.fileno()), str(os.getpid())],
+                                       pass_fds=[theirs.fileno()], env=env, start_new_session=True,
+                                       stdin=subprocess.DEVNULL)
+        theirs.close()
+        self._ctl = ours
+        self._sel.register(ours, selectors.EVENT_READ, "ctl")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._io.start()
+        if not self._ready.wait(60):
+            raise SandboxError("the sandbox zygote did not start within 60 s")
+
+    def probe(self) -> dict:
+        """Run an empty worker once and learn what this machine enforces."""
+        job = SandboxJob("", "", [], {}, "probe", self.spec_for({}))
+        w = self.spawn(job, None)
+        try:
+            w.send({"op": "probe"})
+            kind, h, _ = w.queues[0].get(timeout=30)
+            if kind == "exit" and isinstance(h.get("ok"), dict):
+                self.confinement = h["ok"]
+        except queue.Empty:
+            self.confinement = {"enforced": [], "missing": ["probe worker did not answer"]}
+        finally:
+            self.release(w)
+        return self.confinement or {}
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        if self.zygote is None:
+            return
+        self._stop = True
+        with self._ctl_lock:
+            try:
+                self._ctl.send(json.dumps({"op": "shutdown"}).encode())
+            except OSError:
+                pass
+        try:
+            self.zygote.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+            self.zygote.wait(5)
+        self._wake()
+        self._io.join(2)
+
+    def spec_for(self, over: dict) -> SandboxSpec:
+        d = SandboxSpec(**{**self.defaults.__dict__})
+        for k, v in over.items():
+            if hasattr(d, k) and k not in ("uid", "root_dir", "ro_paths"):
+                setattr(d, k, min(v, getattr(d, k)))  # a request may only tighten the limits
+        return d
+
+    def live_workers(self) -> int:
+        return len(self._by_id)
+
+    # --- workers -------------------------------------------------------------------------------
+    def spawn(self, job: SandboxJob, proc) -> Worker:
+        with self._slot_cv:
+            while not self._free_slots:
+                if proc is not None and proc.kill_reason is not None:
+                    raise proc.kill_reason
+                self._slot_cv.wait(0.1)
+            slot = self._free_slots.pop(0)
+        try:
+            return self._spawn(job, slot)
+        except BaseException:
+            self._free_slot(slot)
+            raise
+
+    def _spawn(self, job: SandboxJob, slot: int) -> Worker:
+        if self.zygote is None or self.zygote.poll() is not None:
+            raise SandboxError("the sandbox is not running (its zygote process is gone)")
+        wid = next(self._ids)
+        spec = job.spec
+        if os.geteuid() == 0:
+            spec.uid = self.uid_base + slot
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        size = N_SLOTS * self.vocab * 4
+        fd = os.memfd_create(f"symphony-logits-{wid}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            # the worker cannot shrink it under the server (which would SIGBUS the server's writes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            shm = mmap.mmap(fd, size)
+            w = Worker(wid, job, ours, shm, self.vocab, slot)
+            self._by_id[wid] = w
+            msg = {"op": "spawn", "id": wid, "spec": spec.__dict__, "shm_size": size, "slot_bytes": self.vocab * 4,
+                   "n_slots": N_SLOTS}
+            with self._ctl_lock:
+                socket.send_fds(self._ctl, [json.dumps(msg).encode()], [theirs.fileno(), fd])
+        finally:
+            theirs.close()
+            os.close(fd)
+        with self._plock:
+            self._pending.append(("add", w))
+        self._wake()
+        if not w.spawned.wait(30) or w.spawn_error:
+            self._by_id.pop(wid, None)
+            self.release(w)
+            raise SandboxError(f"could not start a sandbox worker: {w.spawn_error or 'no answer from the zygote'}")
+        self.started_total += 1
+        return w
+
+    def release(self, w: Worker) -> None:
+        """End the worker (if it still runs) and free its resources."""
+        if w.released:
+            return
+        w.released = True
+        if not w.dead.is_set() and w.pid is not None:
+            self._kill(w.pid)
+        with self._plock:
+            self._pending.append(("remove", w))
+        self._wake()
+
+    def _kill(self, pid: int) -> None:
+        with self._ctl_lock:
+            try:
+                self._ctl.send(json.dumps({"op": "kill", "pid": pid}).encode())
+            except OSError:
+                pass
+
+    def _free_slot(self, slot: int) -> None:
+        with self._slot_cv:
+            if slot not in self._free_slots:
+                self._free_slots.append(slot)
+            self._slot_cv.notify()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    # --- the I/O thread ---------------------------------------------------------------------------
+    def _io_loop(self) -> None:
+        while not (self._stop and (self.zygote is None or self.zygote.poll() is not None)):
+            try:
+                events = self._sel.select(timeout=1.0)
+            except OSError:
+                continue
+            for key, _ in events:
+                try:
+                    if key.data == "wake":
+                        os.read(self._wake_r, 4096)
+                    elif key.data == "ctl":
+                        self._on_ctl()
+                    else:
+                        self._on_worker(key.data)
+                except Exception:  # the I/O thread must outlive any one worker's trouble
+                    log.exception("sandbox I/O")
+            self._apply_pending()
+
+    def _apply_pending(self) -> None:
+        with self._plock:
+            pending, self._pending = self._pending, []
+        for what, w in pending:
+            if what == "add":
+                if not w.released:
+                    try:
+                        self._sel.register(w.sock, selectors.EVENT_READ, w)
+                    except (KeyError, ValueError):
+                        pass
+            else:
+                try:
+                    self._sel.unregister(w.sock)
+                except (KeyError, ValueError):
+                    pass
+                w.sock.close()
+                if w.dead.is_set() or w.pid is None:
+                    self._forget(w)
+
+    def _forget(self, w: Worker) -> None:
+        self._by_id.pop(w.wid, None)
+        if w.pid is not None:
+            self._by_pid.pop(w.pid, None)
+        try:
+            w.slot_views = []
+            w.shm.close()
+        except (BufferError, ValueError):
+            pass  # a view is still held by a late thread; the mapping goes with the last reference
+        self._free_slot(w.slot)
+
+    def _on_ctl(self) -> None:
+        try:
+            data = self._ctl.recv(1 << 16, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            if not self._stop:
+                log.error("sandbox zygote exited")
+            self._sel.unregister(self._ctl)
+            for w in list(self._by_id.values()):
+                w.death = {"note": "zygote gone"}
+                w.dead.set()
+                w.spawned.set()
+                w.push_all(("dead", {}, b""))
+                if w.released:
+                    self._forget(w)
+            return
+        msg = json.loads(data)
+        op = msg.get("op")
+        if op == "ready":
+            self.zygote_pid = msg.get("pid")
+            self._ready.set()
+        elif op == "spawned":
+            w = self._by_id.get(msg.get("id"))
+            if w is not None:
+                w.pid = msg["pid"]
+                self._by_pid[w.pid] = w
+                w.spawned.set()
+        elif op == "error":
+            w = self._by_id.get(msg.get("id"))
+            if w is not None:
+                w.spawn_error = msg.get("msg", "error")
+                w.spawned.set()
+        elif op == "exited":
+            w = self._by_pid.get(msg.get("pid"))
+            if w is not None:
+                w.death = msg
+                w.dead.set()
+                w.push_all(("dead", {}, b""))
+                proc = w.proc
+                if w.exit_frame is None and not w.released and proc is not None and not proc.done:
+                    # threads blocked in a long syscall (recv, join) learn it now, not when it returns
+                    e = LIPError(f"process {proc.pid} ({proc.name}) failed: {w.death_message()}")
+                    e.error_type = "SandboxError"
+                    proc.kill(e)
+                if w.released:
+                    self._forget(w)
+
+    def _on_worker(self, w: Worker) -> None:
+        try:
+            data = w.sock.recv(1 << 18, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            try:
+                self._sel.unregister(w.sock)
+            except (KeyError, ValueError):
+                pass
+            w.eof = True
+            w.push_all(("dead", {}, b""))
+            return
+        try:
+            frames = w.reader.feed(data)
+        except ProtocolError as e:
+            self._violation(w, str(e))
+            return
+        for h, p in frames:
+            self._route(w, h, p)
+
+    def _violation(self, w: Worker, why: str) -> None:
+        if w.violation is None:
+            w.violation = why
+            log.warning("sandbox worker %s (%s): %s", w.wid, w.job.name, why)
+            if w.pid is not None:
+                self._kill(w.pid)
+            w.push_all(("dead", {}, b""))
+
+    def _route(self, w: Worker, h: dict, p: bytes) -> None:
+        op = h.get("op")
+        if op == "stdout":
+            text = h.get("text")
+            if isinstance(text, str) and w.stdout_bytes < MAX_STDOUT:
+                w.stdout_bytes += len(text)
+                try:
+                    w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[: MAX_STDOUT])
+                except Exception:
+                    pass
+            return
+        if op == "exit":
+            w.exit_frame = h
+            w.queues[0].put(("exit", h, p))
+            return
+        t = h.get("t")
+        q = w.queues.get(t) if isinstance(t, int) and not isinstance(t, bool) else None
+        if op == "thread_exit":
+            if q is not None and t != 0:
+                w.ended.add(t)
+                q.put(("thread_exit", h, p))
+            return
+        if t in w.ended:
+            try:
+                w.send({"id": h.get("id"), "err": {"type": "SymphonyError",
+                                                   "msg": f"LIP thread {t} has ended: its calls cannot run any more"}})
+            except SymphonyError:
+                pass
+            return
+        if q is None:
+            self._violation(w, f"request for unknown thread {t!r}")
+            return
+        if q.qsize() > MAX_QUEUED:
+            self._violation(w, "too many outstanding requests")
+            return
+        q.put(("call", h, p))
+
+
+def inprocess_lip(sym, job: SandboxJob) -> Any:
+    """A trusted program, run inside the engine process (no sandbox): for trusted users only."""
+    module = types.ModuleType("__lip__")
+    filename = f"<lip {job.name}>"
+    import linecache
+
+    linecache.cache[filename] = (len(job.source), None, job.source.splitlines(True), filename)
+    module.__file__ = filename
+    exec(compile(job.source, filename, "exec"), module.__dict__)
+    fn = module.__dict__.get(job.entry)
+    if not callable(fn):
+        raise NameError(f"the program defines no function {job.entry!r}")
+    return fn(sym, *job.args, **job.kwargs)
+
+
+__all__ = ["SandboxError", "SandboxJob", "SandboxManager", "check_list_prefix", "inprocess_lip", "sandboxed_lip"]

@@ -1,0 +1,93 @@
+"""`symphony serve`: load the engine, start the sandbox, run the ASGI app under uvicorn.
+
+Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting and closes connections, then every
+process is cancelled, the sandbox zygote kills its remaining workers and exits, and the
+engine's scheduler stops. No worker outlives the server: each one also dies with its parent
+(PR_SET_PDEATHSIG), and everything a worker starts dies with it (it is pid 1 of its own pid
+namespace, and forking is refused by seccomp).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+
+log = logging.getLogger("symphony.server")
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", users_file: str | None = None,
+          user_flags: list[str] | None = None, sandbox: bool = True, max_workers: int = 32, cpu_seconds: int = 60,
+          memory_mb: int = 1024, num_pages: int | None = None, kv_cache_gb: float = 1.0, threads: int | None = None,
+          max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info") -> int:
+    import uvicorn
+
+    from ..engine import Engine
+    from .app import ServerConfig, create_app
+    from .confine import SandboxSpec
+    from .sandbox import SandboxManager
+    from .users import Users, load_users
+
+    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        users = Users(load_users(users_file, user_flags))
+    except (OSError, ValueError) as e:
+        print(f"symphony serve: bad users configuration: {e}", file=sys.stderr)
+        return 2
+    if users.open and not _is_loopback(host):
+        print(f"symphony serve: refusing to listen on {host} without API tokens (give --user NAME:TOKEN or "
+              "--users-file); without tokens only loopback addresses are allowed", file=sys.stderr)
+        return 2
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("serve() must run on the main thread (the sandbox is tied to it)")
+    engine = Engine(model, num_pages=num_pages, kv_cache_gb=kv_cache_gb, threads=threads)
+    mgr = None
+    if sandbox:
+        mgr = SandboxManager(engine, max_workers=max_workers, defaults=SandboxSpec(cpu_seconds=cpu_seconds, memory_mb=memory_mb))
+        mgr.start()
+        conf = mgr.probe()
+        for line in conf.get("enforced", []):
+            log.info("sandbox enforces %s", line)
+        for line in conf.get("missing", []):
+            log.warning("sandbox does NOT enforce %s", line)
+    config = ServerConfig(max_body=max_body, sandbox=sandbox, max_workers=max_workers, default_wall_time=wall_time)
+    app = create_app(engine, users, config, mgr)
+    # WebSocket frames up to twice --max-body reach the app, which answers "over the limit" in a
+    # message; larger ones are refused by uvicorn itself (close code 1009, message too big).
+    uv = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=2 * max_body, ws_ping_interval=None,
+                        timeout_graceful_shutdown=3, lifespan="on", access_log=False, backlog=4096)
+    server = uvicorn.Server(uv)
+    auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"
+    print(f"symphony: serving {engine.model_name} on http://{host}:{port} "
+          f"({'sandboxed' if sandbox else 'UNSANDBOXED'} programs, {auth}); pid {os.getpid()}", file=sys.stderr, flush=True)
+    # uvicorn re-raises the signal that stopped it once it is done; let it land on a no-op so the
+    # clean-up below runs (and the exit status is 0).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, f: None)
+    try:
+        server.run()
+    finally:
+        log.info("shutting down")
+        rt = engine._runtime
+        if rt is not None:
+            for p in list(rt.processes.values()):
+                if not p.done:
+                    p.cancel("the server is shutting down")
+        if mgr is not None:
+            mgr.shutdown()
+        engine.shutdown()
+        print("symphony: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,103 @@
+"""Starts a real `symphony serve` process on a free loopback port for the server tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIPS = os.path.join(ROOT, "tests", "server_lips.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def symphony_cmd() -> list[str]:
+    script = os.path.join(os.path.dirname(sys.executable), "symphony")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "symphony_core.cli"]
+
+
+class Server:
+    """`symphony serve --port P` in a subprocess; `.url`, `.users_file`, `.log()`, `.stop()`."""
+
+    def __init__(self, users: list[dict], extra: list[str] | None = None, ready_timeout: float = 180.0) -> None:
+        self.dir = tempfile.mkdtemp(prefix="symphony-test-")
+        self.users_file = os.path.join(self.dir, "users.json")
+        with open(self.users_file, "w") as f:
+            json.dump({"users": users}, f)
+        os.chmod(self.users_file, 0o600)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(self.dir, "server.log")
+        self._log = open(self.log_path, "w")
+        cmd = symphony_cmd() + ["serve", "--port", str(self.port), "--users-file", self.users_file,
+                                "--num-pages", "2048", "--threads", "2", *(extra or [])]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        deadline = time.time() + ready_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"server not ready after {ready_timeout}s:\n{self.log()}")
+            time.sleep(0.25)
+        self.health = httpx.get(self.url + "/health").json()
+
+    def log(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (by walking /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
