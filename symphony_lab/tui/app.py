@@ -1,0 +1,415 @@
+"""Symphony Lab in the terminal: single-step generation and watch the engine.
+
+The app talks to one `Session` (session.py) — the debugger of an embedded engine, or a
+server — and never to the engine itself. It polls the session for a state snapshot a few
+times a second (and after every command) and redraws the five panes from it: program,
+tokens, KV, scheduler, processes. Commands run on a worker thread so the screen never
+freezes while the model works.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult, ScreenStackError
+from textual.binding import Binding
+from textual.containers import Container
+from textual.css.query import NoMatches
+from textual.content import Content
+from textual.widgets import Footer, Static, Tab, Tabs
+
+from .labels import Quiet
+from .kv import KVPane
+from .processes import ProcessesPane, ProcTree, failure_line
+from .program import ProgramPane, SourceView
+from .scheduler import SchedulerPane
+from .screens import HelpScreen, OverrideScreen
+from .session import Session
+from .tokens import TokensPane, TopK
+
+PANES = [
+    ("program", "Program", ProgramPane),
+    ("tokens", "Tokens", TokensPane),
+    ("kv", "KV", KVPane),
+    ("sched", "Scheduler", SchedulerPane),
+    ("procs", "Processes", ProcessesPane),
+]
+# Grid order in the wide layout (see app.tcss): program spans two rows on the left.
+GRID_ORDER = ["program", "procs", "kv", "tokens", "sched"]
+
+
+def _quiet_when_gone(fn):
+    """Workers finish after the app has closed: their redraws then find no widgets; skip them."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *a, **kw):
+        try:
+            return fn(self, *a, **kw)
+        except (NoMatches, ScreenStackError):
+            if self.is_running and not getattr(self, "_exit", False):
+                raise
+
+    return wrapper
+
+
+def describe_stop(stop: dict) -> str:
+    """'on entry', 'after pred (step)', 'before kv_fork (breakpoint)'."""
+    if stop.get("where") == "entry" or stop.get("call") is None:
+        return "on entry"
+    return f"{stop.get('where', 'at')} {stop.get('call')} ({stop.get('reason')})"
+
+
+FOCUS_IN_PANE = {"program": "#source", "tokens": "#topk", "kv": "#kv-tree", "sched": "#sched-table",
+                 "procs": "#proc-tree"}
+
+
+class SymphonyLab(App):
+    """The TUI. `session` is what it drives; `poll` the refresh period in seconds (0: only
+    after commands, for deterministic screenshots)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "Symphony Lab"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("s", "step", "Step"),
+        Binding("f10", "step", "Step", show=False),
+        Binding("c", "continue", "Cont"),
+        Binding("f5", "continue", "Continue", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("f6", "pause", "Pause", show=False),
+        Binding("b", "toggle_breakpoint", "Break"),
+        Binding("f9", "toggle_breakpoint", "Breakpoint", show=False),
+        Binding("o", "override", "Override"),
+        Binding("n", "step_batch", "Batch"),
+        Binding("m", "step_mode", "Step mode", show=False),
+        Binding("u", "step_back", "Back"),
+        Binding("f7", "step_back", "Step back", show=False),
+        Binding("r", "relaunch", "Relaunch"),
+        Binding("t", "toggle_dark", "Theme", show=False),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        *[Binding(str(i + 1), f"show_pane('{key}')", label, show=False) for i, (key, label, _) in enumerate(PANES)],
+    ]
+
+    def __init__(self, session: Session, *, poll: float = 0.25, theme: str | None = None) -> None:
+        super().__init__()
+        self.session = session
+        self.poll = poll
+        if theme:
+            self.theme = theme
+        self.state: dict[str, Any] = {}
+        self.focus_pt: tuple[int | None, int | None] = (None, None)
+        self.active_pane = "program"
+        self.last_error: str | None = None
+        self.busy: str | None = None
+        self._refreshing = False
+        self._refresh_again = False
+        self._want_focus: tuple | None = None
+
+    # --- layout ----------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Quiet("Symphony Lab", id="status")
+        yield Tabs(*[Tab(f"{i + 1} {label}", id=f"tab-{key}") for i, (key, label, _) in enumerate(PANES)],
+                   id="pane-tabs")
+        yield Quiet("", id="notice")
+        with Container(id="panes"):
+            by_key = {k: (label, cls) for k, label, cls in PANES}
+            for key in GRID_ORDER:
+                label, cls = by_key[key]
+                pane = cls(id=f"pane-{key}", classes="pane")
+                pane.border_title = f"{[k for k, _, _ in PANES].index(key) + 1} {label}"
+                yield pane
+        yield Footer(show_command_palette=False, compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#pane-program").add_class("-active")
+        self.query_one(SourceView).focus()
+        self.start_session()
+        if self.poll:
+            self.set_interval(self.poll, self.refresh_state)
+
+    @work(thread=True, exclusive=True, group="start")
+    def start_session(self) -> None:
+        try:
+            self.session.start()
+        except Exception as e:  # a bad program path or a dead server: say so, keep the UI
+            self.call_from_thread(self.notice, f"could not start: {type(e).__name__}: {e}")
+        self.call_from_thread(self.refresh_state)
+
+    # --- state -------------------------------------------------------------------------------------
+    def refresh_state(self) -> None:
+        """Ask the session for a new snapshot (skipped while one is still being taken)."""
+        if self._refreshing:
+            self._refresh_again = True
+            return
+        self._refreshing = True
+        self._take_state()
+
+    @work(thread=True, group="state")
+    def _take_state(self) -> None:
+        try:
+            st = self.session.state()
+        except Exception as e:
+            st = None
+            self.call_from_thread(self.notice, f"session: {type(e).__name__}: {e}")
+        finally:
+            self.call_from_thread(self._state_done, st)
+
+    def _state_done(self, st: dict | None) -> None:
+        self._refreshing = False
+        if st is not None:
+            self.apply_state(st)
+        if self._refresh_again:
+            self._refresh_again = False
+            self.refresh_state()
+
+    @_quiet_when_gone
+    def apply_state(self, st: dict) -> None:
+        self.state = st
+        self._pick_focus()
+        try:
+            self._draw()
+        except (NoMatches, ScreenStackError):
+            raise
+        except Exception as e:  # a drawing bug must not take the session down: say it, go on
+            self.notice(f"display error: {type(e).__name__}: {e}")
+
+    def _pick_focus(self) -> None:
+        """Keep the user's focus while it exists; else follow the newest stop, else the newest process."""
+        procs = self.state.get("processes", [])
+        pids = {p["pid"]: p for p in procs}
+        if self._want_focus is not None:
+            if self._want_focus[0] in pids:
+                self.focus_pt, self._want_focus = self._want_focus, None
+            else:
+                return  # a process the user asked for (relaunch, step back) is on its way
+        pid, tid = self.focus_pt
+        stops = self.state.get("stops", [])
+        if pid in pids and (tid is None or any(t["tid"] == tid for t in pids[pid].get("threads", []))):
+            # Follow a new stop in the focused process (step lands on a thread of it).
+            if not any(s["pid"] == pid and s["tid"] == tid for s in stops):
+                mine = [s for s in stops if s["pid"] == pid]
+                if mine:
+                    self.focus_pt = (pid, mine[-1]["tid"])
+            return
+        if stops:
+            self.focus_pt = (stops[-1]["pid"], stops[-1]["tid"])
+        elif procs:
+            p = procs[-1]
+            self.focus_pt = (p["pid"], p["threads"][0]["tid"] if p.get("threads") else None)
+        else:
+            self.focus_pt = (None, None)
+
+    def focused_stop(self) -> dict | None:
+        pid, tid = self.focus_pt
+        return next((s for s in self.state.get("stops", []) if s["pid"] == pid and s["tid"] == tid), None)
+
+    def focused_proc(self) -> dict | None:
+        return next((p for p in self.state.get("processes", []) if p["pid"] == self.focus_pt[0]), None)
+
+    def _draw(self) -> None:
+        st = self.state
+        stop = self.focused_stop()
+        proc = self.focused_proc()
+        pid, tid = self.focus_pt
+        self._draw_status(stop, proc)
+
+        # Program: the stopped line, or the thread's last known line.
+        prog = self.query_one(ProgramPane)
+        loc = stop or (st.get("locations", {}).get(f"{pid}.{tid}") if pid is not None else None) or {}
+        failed_at = None
+        if proc and proc.get("status") == "failed":
+            tbs = st.get("tracebacks", {})
+            tb = tbs.get(proc["pid"]) or tbs.get(str(proc["pid"]))
+            failed_at = failure_line(tb) if tb else None
+            if failed_at:
+                loc = {"file": failed_at[0], "line": failed_at[1]}
+        file, line = loc.get("file") or st.get("program_file"), loc.get("line")
+        where = Content.assemble(
+            Content.styled(os.path.basename(file) if file else "no source", "bold"),
+            f":{line}" if line else "",
+            f"  in {loc.get('function')}" if loc.get("function") else "",
+            Content.styled(f"  stopped: {describe_stop(stop)}", "$text-warning") if stop else "",
+            Content.styled("  raised here", "bold $text-error") if failed_at else "",
+        )
+        prog.show_stop(file, line, where, (st.get("sources") or {}).get(file) if file else None,
+                       key=(pid, tid, (stop or {}).get("stop_id")))
+        src = self.query_one(SourceView)
+        src.set_breaks({b["line"] for b in st.get("breakpoints", [])
+                        if b.get("line") and (not b.get("source") or not file or b.get("source") == file)})
+
+        # Tokens of the focused thread.
+        hist = st.get("history", {}).get(f"{pid}.{tid}", {}) if pid is not None else {}
+        toks = hist.get("tokens", [])
+        title = Content.assemble(Content.styled(f"pid {pid} t{tid}" if pid is not None else "no thread", "bold"),
+                                 f"  {len(toks)} tokens generated",
+                                 Content.styled("  green: sure · yellow: toss-up · red: unlikely · underlined: overridden",
+                                                "$text-muted"))
+        tp = self.query_one(TokensPane)
+        tp.show_text(title, hist.get("prompt", ""), toks)
+        res = (stop or {}).get("result")
+        tp.show_topk(res if isinstance(res, dict) and res.get("kind") == "dist" else None, (stop or {}).get("original"))
+
+        self.query_one(KVPane).show(st.get("kv", {}))
+        self.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
+        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}))
+
+    def _draw_status(self, stop: dict | None, proc: dict | None) -> None:
+        """One line: what the focused thread is doing first (it must survive 80 columns), then the program."""
+        parts: list[Content | str] = [Content.styled(" Symphony Lab ", "bold reverse"), " "]
+        if proc:
+            parts.append(Content.styled(f"pid {proc['pid']}", "bold"))
+            if stop:
+                parts.append(Content.styled(f" t{stop['tid']} stopped {describe_stop(stop)}", "bold $text-warning"))
+            else:
+                status = proc.get("status", "")
+                parts.append(Content.styled(f" {status}", "bold $text-error" if status == "failed" else ""))
+            parts.append(f" · {proc.get('name', '')}")
+        if self.state.get("step_mode"):
+            parts.append(Content.styled("  [batch step mode]", "$text-warning"))
+        if self.state.get("loading"):
+            parts.append(Content.styled(f"  {self.state['loading']}", "$text-accent"))
+        if self.busy:
+            parts.append(Content.styled(f"  {self.busy}…", "$text-accent"))
+        parts += ["  ", Content.styled(self.session.title, "dim")]
+        self.query_one("#status", Static).update(Content.assemble(*parts))
+
+    @_quiet_when_gone
+    def notice(self, text: str | None) -> None:
+        self.last_error = text
+        n = self.query_one("#notice", Static)
+        n.update(Content.styled(text or "", "$text"))
+        n.set_class(bool(text), "-shown")
+
+    # --- commands --------------------------------------------------------------------------------
+    @work(thread=True, exclusive=False, group="cmd")
+    def run_command(self, label: str, fn, *args) -> None:
+        self.call_from_thread(self._set_busy, label)
+        try:
+            r = fn(*args)
+            err = r.get("error") if isinstance(r, dict) else None
+            self.call_from_thread(self.notice, f"{label}: {err}" if err else None)
+            if isinstance(r, dict) and r.get("focus"):
+                self.call_from_thread(self._set_focus, tuple(r["focus"]))
+        except Exception as e:  # the session said no: show it, keep going
+            self.call_from_thread(self.notice, f"{label}: {type(e).__name__}: {e}")
+        finally:
+            self.call_from_thread(self._set_busy, None)
+            self.call_from_thread(self.refresh_state)
+
+    def _set_focus(self, pt: tuple) -> None:
+        self.focus_pt = (pt[0], pt[1])
+        self._want_focus = self.focus_pt
+
+    @_quiet_when_gone
+    def _set_busy(self, label: str | None) -> None:
+        self.busy = label
+        self._draw_status(self.focused_stop(), self.focused_proc())
+
+    def _need_thread(self, what: str) -> tuple[int, int] | None:
+        pid, tid = self.focus_pt
+        if pid is None or tid is None:
+            self.notify(f"{what}: focus a thread first (processes pane)", severity="warning")
+            return None
+        return pid, tid
+
+    def action_step(self) -> None:
+        pt = self._need_thread("step")
+        if pt:
+            self.run_command("step", self.session.step, *pt)
+
+    def action_continue(self) -> None:
+        self.run_command("continue", self.session.cont, self.focus_pt[0])
+
+    def action_pause(self) -> None:
+        self.run_command("pause", self.session.pause, self.focus_pt[0])
+
+    def action_toggle_breakpoint(self) -> None:
+        src = self.query_one(SourceView)
+        line = src.cursor_line if src.raw else None  # no source shown: a `pred` breakpoint everywhere
+        self.run_command("breakpoint", self.session.toggle_breakpoint, src.file, line)
+
+    def action_override(self) -> None:
+        pt = self._need_thread("override")
+        if not pt:
+            return
+        stop = self.focused_stop()
+        if stop is None:
+            self.notify("override: the focused thread is not stopped", severity="warning")
+            return
+        where = f"pid {pt[0]} t{pt[1]}, {stop.get('call')} ({stop['reason']})"
+
+        def done(value: str | None) -> None:
+            if value:
+                token = int(value[1:]) if value.startswith("#") and value[1:].isdigit() else None
+                self.run_command("override", self.session.override, pt[0], pt[1], token,
+                                 None if token is not None else value)
+
+        self.push_screen(OverrideScreen(where), done)
+
+    @on(TopK.Chosen)
+    def topk_chosen(self, ev: TopK.Chosen) -> None:
+        pt = self._need_thread("override")
+        if pt and self.focused_stop() is not None:
+            self.run_command("override", self.session.override, pt[0], pt[1], ev.token, None)
+
+    def action_step_batch(self) -> None:
+        self.run_command("step batch", self.session.step_batch)
+
+    def action_step_mode(self) -> None:
+        self.run_command("step mode", self.session.set_step_mode, not self.state.get("step_mode", False))
+
+    def action_step_back(self) -> None:
+        pt = self._need_thread("step back")
+        if pt:
+            self.run_command("step back", self.session.step_back, *pt)
+
+    def action_relaunch(self) -> None:
+        self.query_one(SourceView).forget()  # the file may have been edited: read it again
+        self.run_command("relaunch", self.session.relaunch, self.focus_pt[0])
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def action_show_pane(self, key: str) -> None:
+        self.query_one(Tabs).active = f"tab-{key}"
+        self._activate(key)
+
+    @on(Tabs.TabActivated)
+    def tab_activated(self, ev: Tabs.TabActivated) -> None:
+        if ev.tab is not None and ev.tab.id:
+            self._activate(ev.tab.id.removeprefix("tab-"))
+
+    def _activate(self, key: str) -> None:
+        self.active_pane = key
+        for k, _, _ in PANES:
+            self.query_one(f"#pane-{k}").set_class(k == key, "-active")
+        self.query_one(FOCUS_IN_PANE[key]).focus()
+
+    @on(ProcTree.Focus)
+    def focus_thread(self, ev: ProcTree.Focus) -> None:
+        tid = ev.tid
+        if tid is None:
+            p = next((p for p in self.state.get("processes", []) if p["pid"] == ev.pid), None)
+            stops = [s for s in self.state.get("stops", []) if s["pid"] == ev.pid]
+            tid = stops[-1]["tid"] if stops else (p["threads"][0]["tid"] if p and p.get("threads") else None)
+        self.focus_pt = (ev.pid, tid)
+        self._draw()
+
+    def on_unmount(self) -> None:
+        try:
+            self.session.close()
+        except Exception:
+            pass
+
+
+def run_tui(session: Session, **kw) -> None:
+    SymphonyLab(session, **kw).run()

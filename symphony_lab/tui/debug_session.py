@@ -1,0 +1,593 @@
+"""`DebuggerSession`: the TUI's `Session` over the debugger's JSON protocol.
+
+It speaks only the protocol of `symphony_lab.debugger` (docs/protocol.md): commands through
+`handle_command` in-process, or `RemoteDebugger.request` over WebSocket, and the event
+stream through `subscribe`. From the events it keeps what the debugger does not hand out as
+one view: per thread, the tokens it fed and the probability each generated one had (so the
+token pane can colour text produced while nobody was stepping), the last line each thread
+was seen at, and the overrides made.
+
+Three things the TUI adds on top of the debugger's verbs, all through the same commands:
+
+- **line breakpoints**: a breakpoint on a source line is a `pred` (or the syscall named on
+  that line) breakpoint whose stops at other lines are continued at once;
+- **step follows spawned threads**: stepping a thread that spawns threads and then waits for
+  them (`join`) stops at the first `pred` any thread of the process returns, so stepping from
+  entry walks into the parallel decode instead of running it to the end;
+- **step lands after a pred**: a line breakpoint's stop *before* the `pred` being stepped to
+  is passed over, so one step is one token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import sys
+import threading
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+from .session import Session, SessionError
+
+_SYSCALL_ON_LINE = re.compile(r"\bsym\.(\w+)\s*\(")
+EVENTS = ["stopped", "continued", "overridden", "batch_pending", "replay_diverged", "syscall_enter", "syscall_exit",
+          "process_start", "process_exit", "thread_start", "thread_exit", "batch"]
+
+
+def resolve_target(target: str, *, load: bool = True) -> tuple[str, str | None]:
+    """`FILE.py:FUNC` or `package.module:FUNC` → ("module:FUNC", the file or None).
+
+    The protocol's `launch` names a LIP as "module:function" (the same in-process and over
+    WebSocket). A file is imported here under a name of its own (`load_file`), so a LIP file
+    called `select.py` or `test.py` never shadows a real module; its directory is appended to
+    `sys.path` so it can import its neighbours. With `load=False` (a remote server) the file's
+    stem is the module name and nothing is imported here.
+    """
+    if ":" not in target:
+        raise SessionError(f"expected FILE:FUNC or module:FUNC, got {target!r}")
+    left, func = target.rsplit(":", 1)
+    if left.endswith(".py") or os.sep in left or os.path.exists(left):
+        path = os.path.abspath(left)
+        if not os.path.isfile(path):
+            raise SessionError(f"no such file: {left}")
+        stem = os.path.basename(path)[:-3] if path.endswith(".py") else ""
+        if not stem.isidentifier():
+            raise SessionError(f"{left}: the file name must be a Python module name (like my_lip.py)")
+        if not load:
+            return f"{stem}:{func}", path
+        mod = load_file(path)
+        if not callable(getattr(mod, func, None)):
+            raise SessionError(f"{left} has no function {func!r}")
+        return f"{mod.__name__}:{func}", path
+    return f"{left}:{func}", None
+
+
+def load_file(path: str, reload: bool = False):
+    """Import the Python file at `path` as module `_symlab_<stem>_<hash of the path>` (again with
+    `reload`, to pick up an edit)."""
+    import hashlib
+    import importlib.util
+
+    stem = os.path.basename(path)[:-3]
+    name = f"_symlab_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    if name in sys.modules and not reload:
+        return sys.modules[name]
+    d = os.path.dirname(path)
+    if d not in sys.path:
+        sys.path.append(d)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SessionError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        raise SessionError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+    sys.modules[name] = mod
+    return mod
+
+
+def _same_line(f1: str | None, l1: int, f2: str | None, l2: int | None) -> bool:
+    if l1 != l2:
+        return False
+    if not f1 or not f2:
+        return True
+    return os.path.realpath(f1) == os.path.realpath(f2)
+
+
+class DebuggerSession(Session):
+    """Drive a `Debugger` (or a `RemoteDebugger`) for the TUI.
+
+    `dbg`: the debugger object; `target`: "module:function" to launch (None: attach to what
+    runs); `token_text(id) -> str` and `traceback_of(pid) -> str | None` are optional helpers
+    for what the protocol does not carry (token text outside a stop, a failed LIP's traceback).
+    """
+
+    def __init__(self, dbg, target: str | None = None, args: tuple = (), kwargs: dict | None = None, *,
+                 title: str | None = None, program_file: str | None = None, stop_on_entry: bool = True,
+                 token_text: Callable[[int], str] | None = None, traceback_of: Callable[[int], str | None] | None = None,
+                 on_close: Callable[[], None] | None = None, sync_events: bool | None = None) -> None:
+        self.dbg = dbg
+        self.target, self.args, self.kwargs = target, tuple(args), dict(kwargs or {})
+        self.title = title or (target or "attached")
+        self.program_file = program_file
+        self.stop_on_entry = stop_on_entry
+        self._token_text = token_text
+        self._traceback_of = traceback_of
+        self._on_close = on_close
+        self._remote = hasattr(dbg, "request")
+        # In-process, events arrive on the LIP's own thread before it goes on: react right there.
+        self._sync = (not self._remote) if sync_events is None else sync_events
+        self._seq = itertools.count(1)
+        self._lock = threading.RLock()
+        self.pid: int | None = None
+        self.pids: list[int] = []
+        self.version = 0  # bumped by every event (a front-end may skip a refresh when it has not moved)
+        # per (pid, tid)
+        self._preds: dict[tuple[int, int], dict[int, dict]] = defaultdict(dict)  # seq -> pred record
+        self._loc: dict[tuple[int, int], dict] = {}
+        self._after: dict[tuple[int, int, int], dict] = {}  # (pid, tid, seq) -> first dist view seen after it
+        self._over: dict[tuple[int, int, int], int] = {}  # (pid, tid, seq) -> forced token
+        self._stepping: set[tuple[int, int]] = set()
+        self._follow: set[tuple[int, int]] = set()  # stepping threads that spawned: follow their children
+        self._follow_bps: dict[int, int] = {}  # pid -> its one-shot follow breakpoint
+        self._line_bps: dict[int, tuple[str | None, int, str]] = {}  # bp id -> (file, line, call)
+        self._texts: dict[int, str] = {}
+        self._rec_top: dict[int, dict[tuple[int, int], list]] = {}  # pid -> (tid, seq) -> top5
+        self._rec_seen: dict[int, tuple[int, float]] = {}
+        self._exits: dict[int, dict] = {}
+        self._tracebacks: dict[int, str] = {}
+        self._diverged: list[dict] = []
+        self._replaying: set[int] = set()  # step-back replays on their way to the target pred
+        self._backing = 0
+        self._unsub: Callable[[], None] | None = None
+        self._reactions: list[Callable[[], None]] = []
+        self._react_cv = threading.Condition()
+        self._closed = False
+        self._reactor: threading.Thread | None = None
+
+    # --- the protocol ---------------------------------------------------------------------------
+    def request(self, command: str, **arguments: Any) -> Any:
+        """One protocol command; its body, or SessionError with the debugger's message."""
+        if self._remote:
+            try:
+                return self.dbg.request(command, **arguments)
+            except TimeoutError:
+                raise
+            except Exception as e:
+                raise SessionError(str(e)) from None
+        resp = self.dbg.handle_command({"type": "request", "seq": next(self._seq), "command": command,
+                                        "arguments": arguments})
+        if not resp.get("success"):
+            if resp.get("error") == "TimeoutError":
+                raise TimeoutError(resp.get("message"))
+            raise SessionError(resp.get("message") or "command failed")
+        return resp.get("body")
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._remote:
+            try:
+                self.dbg.set_event_filter(EVENTS)
+            except Exception:
+                pass
+        self._unsub = self.dbg.subscribe(self._on_event, EVENTS)
+        if not self._sync:
+            self._reactor = threading.Thread(target=self._react_loop, name="symphony-lab-tui-react", daemon=True)
+            self._reactor.start()
+        self.request("initialize")
+        try:
+            self.request("record", enabled=True)  # every launch recorded: step back needs it
+        except SessionError:
+            pass
+        if self.target is not None:
+            r = self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
+                             stop_on_entry=self.stop_on_entry, record=True)
+            self._adopt(r["pid"])
+
+    def _adopt(self, pid: int) -> None:
+        with self._lock:
+            self.pid = pid
+            if pid not in self.pids:
+                self.pids.append(pid)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._react_cv:
+            self._react_cv.notify_all()
+        if self._unsub is not None:
+            self._unsub()
+        if self._on_close is not None:
+            self._on_close()
+
+    # --- events ---------------------------------------------------------------------------------
+    def _react(self, fn: Callable[[], None]) -> None:
+        """Run a follow-up command: inline in-process, on the reactor thread when remote (the
+        event arrives on the connection's reader, which must not wait for a response)."""
+        if self._sync:
+            try:
+                fn()
+            except Exception:
+                pass
+            return
+        with self._react_cv:
+            self._reactions.append(fn)
+            self._react_cv.notify()
+
+    def _react_loop(self) -> None:
+        while not self._closed:
+            with self._react_cv:
+                while not self._reactions and not self._closed:
+                    self._react_cv.wait(0.2)
+                todo, self._reactions = self._reactions, []
+            for fn in todo:
+                try:
+                    fn()
+                except Exception:
+                    pass
+
+    def _on_event(self, msg: dict) -> None:
+        name, b = msg.get("event"), msg.get("body") or {}
+        self.version += 1
+        pid, tid = b.get("pid"), b.get("tid")
+        key = (pid, tid)
+        if name == "syscall_enter":
+            call = b.get("call")
+            if b.get("file"):
+                self._loc[key] = {"file": b.get("file"), "line": b.get("line"), "call": call}
+            if call == "pred":
+                a = b.get("args") or {}
+                self._preds[key][b.get("seq", 0)] = {"seq": b.get("seq", 0), "tokens": list(a.get("tokens") or []),
+                                                     "n": a.get("n_tokens", 0), "file": a.get("file")}
+            elif call == "spawn" and key in self._stepping and key not in self._follow:
+                self._follow.add(key)
+                self._react(lambda: self._set_follow_bp(pid))
+        elif name == "syscall_exit" and b.get("call") == "pred":
+            rec = self._preds[key].get(b.get("seq", 0))
+            r = b.get("result")
+            if rec is not None and isinstance(r, dict):
+                rec["argmax"], rec["token"] = r.get("argmax"), r.get("token")
+            if rec is not None and b.get("error"):
+                rec["error"] = b.get("error")
+        elif name == "stopped":
+            self._on_stopped(b)
+        elif name == "overridden":
+            edit = b.get("edit") or {}
+            seq = self._stop_seq(b)
+            if edit.get("force") is not None and seq is not None:
+                self._over[(pid, tid, seq)] = edit["force"]
+        elif name == "process_start":
+            if self._backing:
+                self._replaying.add(pid)
+        elif name == "process_exit":
+            self._exits[pid] = {"status": (b.get("args") or {}).get("status"), "error": b.get("error")}
+            if b.get("error") and self._traceback_of is not None:
+                try:
+                    tb = self._traceback_of(pid)
+                except Exception:
+                    tb = None
+                if tb:
+                    self._tracebacks[pid] = tb
+        elif name == "replay_diverged":
+            self._diverged.append(b)
+
+    def _stop_seq(self, b: dict) -> int | None:
+        sid = b.get("stop_id")
+        for (p, t, s), info in list(self._after.items()):
+            if info.get("stop_id") == sid:
+                return s
+        return None
+
+    def _remember_texts(self, info: dict) -> None:
+        inp = info.get("input") or {}
+        for i, piece in zip(inp.get("ids", []), inp.get("pieces", [])):
+            self._texts.setdefault(i, piece)
+        res = info.get("result") or {}
+        for row in res.get("topk", []) or []:
+            self._texts.setdefault(row["token"], row.get("text", ""))
+
+    def _on_stopped(self, b: dict) -> None:
+        pid, tid = b.get("pid"), b.get("tid")
+        key = (pid, tid)
+        self._remember_texts(b)
+        res = b.get("result")
+        if b.get("where") == "after" and b.get("call") == "pred" and isinstance(res, dict) and res.get("kind") == "dist":
+            self._after.setdefault((pid, tid, b.get("seq")), {**res, "stop_id": b.get("stop_id")})
+        reasons = b.get("reasons") or [b.get("reason")]
+        if key in self._follow and b.get("where") == "after":
+            self._follow.discard(key)
+        if pid in self._replaying:
+            if b.get("where") == "after" or "diverged" in reasons or "entry" in reasons:
+                self._replaying.discard(pid)  # the step-back target (or where the replay went live)
+            elif reasons == ["breakpoint"] and all(i in self._line_bps for i in b.get("breakpoints") or []):
+                self._react(lambda: self._quiet_continue(pid, tid))  # a line breakpoint on the way back
+                return
+        if reasons == ["breakpoint"] and b.get("breakpoints"):
+            ids = b["breakpoints"]
+            line_ids = [i for i in ids if i in self._line_bps]
+            if line_ids and len(line_ids) == len(ids):
+                hit = any(_same_line(f, ln, b.get("file"), b.get("line"))
+                          for f, ln, _ in (self._line_bps[i] for i in line_ids))
+                if not hit:
+                    self._react(lambda: self._quiet_continue(pid, tid))
+                    return
+                if key in self._stepping and b.get("where") == "before" and b.get("call") == "pred":
+                    # Stepping to this very pred: go on to its result (one step = one token).
+                    self._react(lambda: self._quiet_step(pid, tid))
+                    return
+        if b.get("where") == "after" or "entry" in reasons or "pause" in reasons:
+            self._stepping.discard(key)
+            # A stop anywhere in a followed process ends the follow.
+            for k in [k for k in self._follow if k[0] == pid]:
+                self._follow.discard(k)
+            self._remove_follow_bps(pid)
+        self._adopt_if_new(pid)
+
+    def _adopt_if_new(self, pid: int | None) -> None:
+        if pid is not None and pid not in self.pids:
+            with self._lock:
+                self.pids.append(pid)
+
+    def _quiet_continue(self, pid: int, tid: int) -> None:
+        try:
+            self.request("continue", pid=pid, tid=tid)
+        except SessionError:
+            pass
+
+    def _quiet_step(self, pid: int, tid: int) -> None:
+        try:
+            self.request("step", pid=pid, tid=tid)
+        except SessionError:
+            pass
+
+    def _set_follow_bp(self, pid: int) -> None:
+        """A one-shot breakpoint after the next `pred` any thread of `pid` returns."""
+        bp = self.request("set_breakpoint", call="pred", pid=pid, when="after", temporary=True)
+        self._follow_bps[pid] = bp["id"]
+
+    def _remove_follow_bps(self, pid: int) -> None:
+        bid = self._follow_bps.pop(pid, None)
+        if bid is not None:
+            self._react(lambda: self._quiet_remove(bid))
+
+    def _quiet_remove(self, bid: int) -> None:
+        try:
+            self.request("remove_breakpoint", id=bid)
+        except SessionError:
+            pass
+
+    # --- the snapshot ---------------------------------------------------------------------------
+    def text_of(self, tok: int) -> str:
+        t = self._texts.get(tok)
+        if t is None and self._token_text is not None:
+            try:
+                t = self._token_text(tok)
+            except Exception:
+                t = None
+            if t is not None:
+                self._texts[tok] = t
+        return t if t is not None else f"⟨{tok}⟩"
+
+    def _recorded_top(self, pid: int, live: bool) -> dict[tuple[int, int], list]:
+        """(tid, seq) -> top-5 [[token, p], …] from the process's recording (re-read when it grew)."""
+        n = sum(len(v) for k, v in self._preds.items() if k[0] == pid)
+        seen = self._rec_seen.get(pid)
+        if seen is not None and (seen[0] == n or (live and time.monotonic() - seen[1] < 1.0)):
+            return self._rec_top.get(pid, {})
+        try:
+            rec = self.request("recording", pid=pid, entries=True)
+        except (SessionError, TimeoutError):
+            self._rec_seen[pid] = (n, time.monotonic())
+            return self._rec_top.get(pid, {})
+        top = {}
+        for e in rec.get("entries", []):
+            if e.get("call") == "pred" and e.get("top5"):
+                top[(e["tid"], e["seq"])] = e["top5"]
+        self._rec_top[pid] = top
+        self._rec_seen[pid] = (n, time.monotonic())
+        return top
+
+    def history(self, pid: int, tid: int, live: bool) -> dict:
+        """What thread `tid` fed and generated: prompt text, then each token with its probability."""
+        preds = [self._preds[(pid, tid)][s] for s in sorted(self._preds.get((pid, tid), {}))]
+        if not preds:
+            return {"prompt": "", "tokens": []}
+        top = self._recorded_top(pid, live)
+
+        def prob(seq: int, tok: int) -> tuple[float | None, bool]:
+            over = self._over.get((pid, tid, seq))
+            info = self._after.get((pid, tid, seq))
+            p = None
+            if info is not None:
+                for row in info.get("topk", []):
+                    if row["token"] == tok:
+                        p = row["p"]
+                        break
+                if p is None and (info.get("chosen") or {}).get("token") == tok and over is None:
+                    p = info["chosen"].get("p")
+            if p is None and (tid, seq) in top and over is None:
+                for t, q in top[(tid, seq)]:
+                    if t == tok:
+                        p = q
+                        break
+                else:
+                    p = 0.0 if top[(tid, seq)] else None  # outside the top 5: unlikely
+            return p, over is not None and over == tok
+
+        prompt_parts: list[str] = []
+        tokens: list[dict] = []
+        prev = None
+        for pr in preds:
+            toks, n = pr["tokens"], pr["n"]
+            if prev is not None and n == 1 and toks:
+                p, ov = prob(prev["seq"], toks[0])
+                tokens.append({"token": toks[0], "text": self.text_of(toks[0]), "p": p, "overridden": ov})
+            elif not tokens:
+                prompt_parts.append("".join(self.text_of(t) for t in toks) + ("…" if n > len(toks) else ""))
+            else:  # fed text in the middle (a tool result, a re-prompt): dim, no probability
+                tokens.append({"token": None, "text": "".join(self.text_of(t) for t in toks), "p": None, "fed": True})
+            prev = pr
+        # The last pick, not fed yet: shown once the pred has returned.
+        last = preds[-1]
+        info = self._after.get((pid, tid, last["seq"]))
+        over = self._over.get((pid, tid, last["seq"]))
+        pick = over if over is not None else (info or {}).get("chosen", {}).get("token") if info else None
+        if pick is None and "argmax" in last:
+            pick = last["token"] if isinstance(last.get("token"), int) else last.get("argmax")
+        if pick is not None:
+            p, ov = prob(last["seq"], pick)
+            tokens.append({"token": pick, "text": self.text_of(pick), "p": p, "overridden": ov, "pending": True})
+        prompt = "".join(prompt_parts)
+        return {"prompt": prompt[-600:], "tokens": tokens[-2000:]}
+
+    def state(self) -> dict:
+        procs = self.request("threads", include_done=True)["processes"]
+        stops = self.request("stops")["stops"]
+        for s in stops:
+            self._remember_texts(s)
+            res = s.get("result") or {}
+            if (s.get("where") == "after" and s.get("call") == "pred" and res.get("kind") == "dist"
+                    and (res.get("chosen") or {}).get("by") != "override"):
+                self._after.setdefault((s["pid"], s["tid"], s.get("seq")), {**res, "stop_id": s.get("stop_id")})
+            first = self._after.get((s["pid"], s["tid"], s.get("seq")))
+            if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
+                s["original"] = {k: v for k, v in first.items() if k != "stop_id"}  # before any override
+        kv = self.request("kv_tree", with_text=True)
+        tl = self.request("timeline", limit=120)
+        bps = self.request("breakpoints")["breakpoints"]
+        pend = self.request("pending_batch")
+        follow_ids = set(self._follow_bps.values())
+        shown_bps = []
+        for b in bps:
+            if b["id"] in follow_ids or b.get("temporary"):
+                continue
+            f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
+            shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
+        history, locations, tracebacks = {}, {}, {}
+        for p in procs:
+            pid = p["pid"]
+            for t in p.get("threads", []):
+                key = f"{pid}.{t['tid']}"
+                history[key] = self.history(pid, t["tid"], live=not p.get("done"))
+                loc = self._loc.get((pid, t["tid"]))
+                if loc:
+                    locations[key] = loc
+            if p.get("status") in ("failed", "cancelled"):
+                tb = self._tracebacks.get(pid)
+                if tb is None and self._traceback_of is not None:
+                    try:
+                        tb = self._traceback_of(pid)
+                    except Exception:
+                        tb = None
+                    if tb:
+                        self._tracebacks[pid] = tb
+                tracebacks[pid] = tb or p.get("error") or ""
+        pending = (pend or {}).get("pending")
+        return {
+            "processes": procs,
+            "stops": stops,
+            "history": history,
+            "locations": locations,
+            "kv": kv,
+            "timeline": tl,
+            "step_mode": bool((pend or {}).get("scheduler_step_mode")),
+            "next_batch": pending.get("members") if pending else None,
+            "breakpoints": shown_bps,
+            "tracebacks": tracebacks,
+            "program_file": self.program_file,
+            "diverged": list(self._diverged[-5:]),
+            "version": self.version,
+        }
+
+    # --- verbs ----------------------------------------------------------------------------------
+    def step(self, pid: int, tid: int) -> dict:
+        self._stepping.add((pid, tid))
+        try:
+            return self.request("step", pid=pid, tid=tid)
+        except Exception:
+            self._stepping.discard((pid, tid))
+            raise
+
+    def cont(self, pid: int | None) -> dict:
+        return self.request("continue", pid=pid)
+
+    def pause(self, pid: int | None) -> dict:
+        return self.request("pause", pid=pid)
+
+    def toggle_breakpoint(self, source: str | None, line: int | None) -> dict:
+        """On a source line: add or remove a line breakpoint. With no line: toggle a `pred`
+        breakpoint everywhere."""
+        if line is None:
+            plain = [b for b in self.request("breakpoints")["breakpoints"]
+                     if b["id"] not in self._line_bps and b["call"] == "pred" and not b.get("temporary")
+                     and b.get("pid") is None and b.get("tid") is None]
+            if plain:
+                for b in plain:
+                    self.request("remove_breakpoint", id=b["id"])
+                return {"removed": [b["id"] for b in plain]}
+            return self.request("set_breakpoint", call="pred")
+        for bid, (f, ln, _) in list(self._line_bps.items()):
+            if ln == line and (f == source or f is None or source is None):
+                del self._line_bps[bid]
+                try:
+                    self.request("remove_breakpoint", id=bid)
+                except SessionError:
+                    pass
+                return {"removed": bid}
+        text = ""
+        if source:
+            import linecache
+
+            text = linecache.getline(source, line)
+        m = _SYSCALL_ON_LINE.search(text)
+        call = m.group(1) if m else "pred"
+        bp = self.request("set_breakpoint", call=call)
+        self._line_bps[bp["id"]] = (source, line, call)
+        return {"set": bp["id"], "call": call, "line": line}
+
+    def override(self, pid: int, tid: int, token: int | None, text: str | None) -> dict:
+        """Force the token the stopped thread's pred gives it: now (a stop after the pred) or when
+        the pred returns (a stop before it)."""
+        if token is None and not text:
+            raise SessionError("override needs a token id or a one-token word")
+        args = {"token": int(token)} if token is not None else {"text": text}
+        r = self.request("override", pid=pid, tid=tid, **args)
+        if r.get("pending"):  # no event comes for it: remember it for the token pane
+            stop = next((s for s in self.request("stops")["stops"] if s["pid"] == pid and s["tid"] == tid), None)
+            force = (r.get("edit") or {}).get("force")
+            if stop is not None and force is not None:
+                self._over[(pid, tid, stop["seq"])] = force
+        return r
+
+    def set_step_mode(self, on: bool) -> dict:
+        return self.request("scheduler_step_mode", enabled=bool(on))
+
+    def step_batch(self) -> dict:
+        return self.request("step_batch", wait=True, timeout=10.0)
+
+    def step_back(self, pid: int, tid: int) -> dict:
+        self._backing += 1  # a process that starts meanwhile is the replay (its first stops come early)
+        try:
+            r = self.request("step_back", pid=pid, tid=tid)
+        finally:
+            self._backing -= 1
+        self._replaying.add(r["pid"])
+        self._adopt(r["pid"])
+        return {**r, "focus": [r["pid"], tid]}
+
+    def relaunch(self, pid: int | None = None) -> dict:
+        """Run the program again (the focused process, or the one this session launched)."""
+        pid = pid if pid is not None else self.pid
+        if pid is None:
+            if self.target is None:
+                raise SessionError("nothing to relaunch: focus a process first")
+            r = self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
+                             stop_on_entry=self.stop_on_entry, record=True)
+        else:
+            r = self.request("restart", pid=pid, stop_on_entry=self.stop_on_entry)
+        self._adopt(r["pid"])
+        return {**r, "focus": [r["pid"], 1]}
