@@ -33,3 +33,47 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# --- Symphony Lab in JupyterLab (extension/, symphony_lab/jupyter, symphony_lab/widgets) ------------
+# `make setup` also builds the front-end with the extension template's tooling (jlpm + @jupyter/builder)
+# into symphony_lab/jupyter/labextension (the prebuilt labextension) and symphony_lab/widgets/static
+# (the notebook widgets' bundle), links it where JupyterLab looks, enables the server extension (the
+# links and config file a wheel installs through its data-files; an editable install gets none), and
+# installs Debian's chromium for the browser tests when it is missing. Rebuilt only when sources change.
+LAB_EXT := symphony_lab/jupyter/labextension/package.json
+LAB_SRC := $(wildcard extension/src/*.ts extension/src/widget/*.ts extension/style/*) extension/package.json extension/yarn.lock
+LABEXT_DIR := $(VENV)/share/jupyter/labextensions/symphony-lab
+LAB_STAMP := $(VENV)/.lab-setup-done
+
+.PHONY: lab-setup lab-build test-lab jest
+
+setup: lab-setup
+
+lab-setup: $(LAB_STAMP)
+
+$(LAB_STAMP): $(STAMP) $(LAB_EXT) jupyter-config/server-config/symphony_lab.json
+	rm -rf $(LABEXT_DIR) && mkdir -p $(dir $(LABEXT_DIR)) && ln -s $(CURDIR)/symphony_lab/jupyter/labextension $(LABEXT_DIR)
+	mkdir -p $(VENV)/etc/jupyter/jupyter_server_config.d && cp jupyter-config/server-config/symphony_lab.json $(VENV)/etc/jupyter/jupyter_server_config.d/
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
+	  echo "note: chromium not installed; the JupyterLab browser tests will be skipped"
+	touch $(LAB_STAMP)
+
+lab-build: $(LAB_EXT)
+
+$(LAB_EXT): $(STAMP) $(LAB_SRC)
+	@echo "building the Symphony Lab front-end (jlpm install + build, ~2 min the first time)"
+	@(cd extension && export PATH="$(CURDIR)/$(BIN):$$PATH" && jlpm install && jlpm build:prod) > $(VENV)/lab-build.log 2>&1 \
+	  || { tail -40 $(VENV)/lab-build.log; echo "front-end build failed; full log: $(VENV)/lab-build.log"; exit 1; }
+	test -f $(LAB_EXT) && touch $(LAB_EXT)
+
+jest: lab-setup
+	cd extension && PATH="$(CURDIR)/$(BIN):$$PATH" jlpm test --silent
+
+test-lab: setup
+	$(BIN)/python -m pytest -q tests/test_jupyter*.py tests/test_widgets*.py --timeout=900
+
+# JupyterLab on the course-lab notebooks, with the Symphony Lab sidebar and widgets ready.
+.PHONY: lab
+lab: setup
+	$(BIN)/jupyter lab --notebook-dir=tutorials $(LAB_ARGS)

@@ -1,0 +1,306 @@
+/**
+ * The Symphony Lab sidebar: processes and threads with their state and debugger controls,
+ * the breakpoints list, the KV fork tree, the live scheduler view, and an export of the run as
+ * a Perfetto trace. It talks to the notebook kernel's lab through the jupyter-server
+ * extension (REST for status and the trace, a WebSocket for commands and live views).
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { Widget } from '@lumino/widgets';
+
+import { renderFileDetails, renderTreeSvg } from './kvtree';
+import { EventMsg, labSocketUrl, Requester } from './protocol';
+import { describeStop, ProcessView, StopView, statusBadge, threadActions } from './state';
+import { mergeBatches, renderTimelineLegend, renderTimelineSvg, Timeline } from './timeline';
+import { escapeHtml } from './tokens';
+
+export interface LabStatus {
+  version: string;
+  kernels: Array<{ kernel_id: string; path: string | null; model?: string }>;
+}
+
+export class SymphonySidebar extends Widget {
+  private settings = ServerConnection.makeSettings();
+  private ws: WebSocket | null = null;
+  private requester: Requester;
+  private kernelId: string | null = null;
+  private preferredKernel: string | null = null;
+  private view: any = null;
+  private timeline: Timeline | null = null;
+  private selectedFile: number | null = null;
+  private statusTimer: any = null;
+  private kernels: LabStatus['kernels'] = [];
+  private updates = 0;
+
+  constructor() {
+    super();
+    this.id = 'symphony-lab-sidebar';
+    this.addClass('symphony-lab-sidebar');
+    this.title.caption = 'Symphony Lab';
+    this.requester = new Requester(
+      req => {
+        if (!this.ws || this.ws.readyState !== 1) {
+          throw new Error('not connected to a kernel lab');
+        }
+        this.ws.send(JSON.stringify(req));
+      },
+      ev => this.onEvent(ev),
+      text => this.showError(text)
+    );
+    this.node.innerHTML = `
+      <div class="sl-conn"><label>kernel <select class="sl-kernel"></select></label> <span class="sl-conn-state">not connected</span></div>
+      <div class="sl-error"></div>
+      <h3>Processes</h3><div class="sl-procs"></div>
+      <h3>Breakpoints</h3><div class="sl-bps"></div>
+      <div class="sl-bp-form">syscall <input class="sl-bp-call" value="pred"/> pid <input class="sl-bp-pid"/> hit <input class="sl-bp-hit"/> <button class="sl-btn sl-bp-add">add</button></div>
+      <h3>KV fork tree</h3><div class="sl-kv"></div><div class="sl-kv-details"></div>
+      <h3>Scheduler</h3><div class="sl-tl"></div><div class="sl-queue"></div>
+      <h3>Trace</h3><button class="sl-btn sl-export">Export Perfetto trace</button>
+    `;
+    this.node.addEventListener('click', e => this.onClick(e));
+    this.$('.sl-kernel').addEventListener('change', e => this.connect((e.target as HTMLSelectElement).value));
+  }
+
+  private $(sel: string): HTMLElement {
+    return this.node.querySelector(sel) as HTMLElement;
+  }
+
+  /** The notebook in focus changed: follow its kernel if it has a lab. */
+  setPreferredKernel(kernelId: string | null): void {
+    this.preferredKernel = kernelId;
+    if (kernelId && kernelId !== this.kernelId && this.kernels.some(k => k.kernel_id === kernelId)) {
+      void this.connect(kernelId);
+    }
+  }
+
+  protected onAfterAttach(): void {
+    void this.refreshStatus();
+    this.statusTimer = setInterval(() => void this.refreshStatus(), 3000);
+  }
+
+  protected onBeforeDetach(): void {
+    clearInterval(this.statusTimer);
+  }
+
+  dispose(): void {
+    clearInterval(this.statusTimer);
+    this.ws?.close();
+    super.dispose();
+  }
+
+  async api(path: string, init: RequestInit = {}): Promise<Response> {
+    const url = URLExt.join(this.settings.baseUrl, 'symphony-lab', 'api', path);
+    return ServerConnection.makeRequest(url, init, this.settings);
+  }
+
+  async refreshStatus(): Promise<void> {
+    let st: LabStatus;
+    try {
+      const r = await this.api('status');
+      if (!r.ok) {
+        throw new Error(`status ${r.status}`);
+      }
+      st = await r.json();
+    } catch (e) {
+      this.$('.sl-conn-state').textContent = `server extension unreachable (${(e as Error).message})`;
+      return;
+    }
+    this.kernels = st.kernels;
+    const sel = this.$('.sl-kernel') as HTMLSelectElement;
+    const opts = st.kernels
+      .map(k => `<option value="${escapeHtml(k.kernel_id)}">${escapeHtml(k.path || k.kernel_id.slice(0, 8))}</option>`)
+      .join('');
+    if (sel.innerHTML !== opts) {
+      sel.innerHTML = opts;
+    }
+    if (this.kernelId && !st.kernels.some(k => k.kernel_id === this.kernelId)) {
+      this.disconnect('the kernel lab went away');
+    }
+    if (!this.kernelId && st.kernels.length) {
+      const pick = st.kernels.find(k => k.kernel_id === this.preferredKernel) ?? st.kernels[st.kernels.length - 1];
+      void this.connect(pick.kernel_id);
+    }
+    if (this.kernelId) {
+      sel.value = this.kernelId;
+    } else if (!st.kernels.length) {
+      this.$('.sl-conn-state').textContent = 'no notebook has a Symphony Lab yet (from symphony_lab import lab)';
+    }
+  }
+
+  private disconnect(why: string): void {
+    this.ws?.close();
+    this.ws = null;
+    this.kernelId = null;
+    this.requester.failAll(why);
+    this.node.dataset.connected = '';
+    this.$('.sl-conn-state').textContent = why;
+  }
+
+  async connect(kernelId: string): Promise<void> {
+    if (kernelId === this.kernelId && this.ws) {
+      return;
+    }
+    this.ws?.close();
+    this.kernelId = kernelId;
+    this.view = null;
+    this.timeline = null;
+    const ws = new WebSocket(labSocketUrl(this.settings.wsUrl, kernelId, this.settings.token));
+    this.ws = ws;
+    this.$('.sl-conn-state').textContent = 'connecting…';
+    ws.onopen = async () => {
+      this.node.dataset.connected = kernelId;
+      this.$('.sl-conn-state').textContent = 'connected';
+      try {
+        this.applyView(await this.requester.request('lab_view'));
+      } catch (e) {
+        const text = (e as Error).message;
+        // a kernel whose engine is still loading pushes its first view when it is ready
+        this.$('.sl-conn-state').textContent = text === 'the engine is still loading' ? 'connected (engine loading…)' : 'connected';
+        if (text !== 'the engine is still loading') {
+          this.showError(text);
+        }
+      }
+    };
+    ws.onmessage = e => this.requester.receive(e.data);
+    ws.onclose = () => {
+      if (this.ws === ws) {
+        this.disconnect('disconnected');
+      }
+    };
+  }
+
+  private onEvent(ev: EventMsg): void {
+    if (ev.event === 'lab_view') {
+      this.applyView(ev.body);
+    }
+  }
+
+  private showError(text: string): void {
+    const box = this.$('.sl-error');
+    box.textContent = text;
+    box.style.display = text ? 'block' : 'none';
+  }
+
+  applyView(v: any): void {
+    this.view = v;
+    if (v.engine && v.engine.ready) {
+      this.$('.sl-conn-state').textContent = `connected · ${v.engine.model ?? ''}`;
+    }
+    this.timeline = v.timeline
+      ? { ...v.timeline, batches: mergeBatches(this.timeline?.batches ?? [], v.timeline.batches ?? []) }
+      : this.timeline;
+    this.updates++;
+    this.node.dataset.updates = String(this.updates);
+    this.render();
+  }
+
+  private render(): void {
+    const v = this.view;
+    if (!v) {
+      return;
+    }
+    const stops: StopView[] = v.stops ?? [];
+    const procs: ProcessView[] = v.processes ?? [];
+    this.$('.sl-procs').innerHTML = procs.length
+      ? `<table><thead><tr><th>pid.tid</th><th>name</th><th>state</th></tr></thead><tbody>${procs
+          .map(p =>
+            p.threads
+              .map(t => {
+                const stop = stops.find(s => s.pid === p.pid && s.tid === t.tid) ?? null;
+                const a = threadActions(t, stop);
+                const st = stop ? 'stopped' : t.state;
+                const btn = (cmd: string, label: string, on: boolean) =>
+                  on ? `<button class="sl-btn sl-cmd" data-cmd="${cmd}" data-pid="${p.pid}" data-tid="${t.tid}">${label}</button>` : '';
+                return (
+                  `<tr class="sl-thread" data-pid="${p.pid}" data-tid="${t.tid}"><td>${p.pid}.${t.tid}</td><td>${escapeHtml(p.name)}${t.tid > 1 ? '/' + escapeHtml(t.name) : ''}</td>` +
+                  `<td><span class="sl-status" style="background:${statusBadge(p.done ? p.status : st)}">${escapeHtml(p.done ? p.status : st)}</span>${stop ? `<div class="sl-note">${escapeHtml(describeStop(stop))}</div>` : ''}` +
+                  `<div class="sl-actions">${btn('step', 'step', a.step)}${btn('continue', 'continue', a.continue)}${btn('pause', 'pause', a.pause)}</div></td></tr>`
+                );
+              })
+              .join('')
+          )
+          .join('')}</tbody></table>`
+      : '<div class="sl-empty">no processes</div>';
+    const bps: any[] = v.breakpoints ?? [];
+    this.$('.sl-bps').innerHTML = bps.length
+      ? `<table><tbody>${bps
+          .map(
+            b =>
+              `<tr><td>#${b.id}</td><td><code>${escapeHtml(b.call)}</code>${b.pid ? ' pid ' + b.pid : ''}${b.tid ? ' tid ' + b.tid : ''}${
+                b.hit_count ? ` hit ${b.hit_mode}${b.hit_count}` : ''
+              }</td><td>${b.hits} hits</td><td><button class="sl-btn sl-bp-rm" data-id="${b.id}">✕</button></td></tr>`
+          )
+          .join('')}</tbody></table>`
+      : '<div class="sl-empty">no breakpoints</div>';
+    if (v.kv_tree) {
+      this.$('.sl-kv').innerHTML = renderTreeSvg(v.kv_tree, this.selectedFile);
+      this.$('.sl-kv-details').innerHTML =
+        this.selectedFile === null ? '' : renderFileDetails((v.kv_tree.files ?? []).find((f: any) => f.file === this.selectedFile));
+    }
+    if (this.timeline) {
+      this.$('.sl-tl').innerHTML = renderTimelineSvg(this.timeline, 300, 140) + renderTimelineLegend(this.timeline);
+      const q = this.timeline.queue ?? [];
+      this.$('.sl-queue').innerHTML = q.length
+        ? `queued: ${q.map(x => `${x.pid}.${(x as any).tid} ${x.kind} ${x.remaining} tok`).join(', ')}`
+        : '';
+    }
+  }
+
+  private async onClick(e: Event): Promise<void> {
+    const t = e.target as HTMLElement;
+    const cmd = t.closest('.sl-cmd') as HTMLElement | null;
+    try {
+      if (cmd) {
+        await this.requester.request(cmd.dataset.cmd!, cmd.dataset.cmd === 'pause' ? { pid: Number(cmd.dataset.pid) } : { pid: Number(cmd.dataset.pid), tid: Number(cmd.dataset.tid) });
+      } else if (t.closest('.sl-bp-add')) {
+        const args: Record<string, unknown> = { call: (this.$('.sl-bp-call') as HTMLInputElement).value || 'pred' };
+        const pid = (this.$('.sl-bp-pid') as HTMLInputElement).value;
+        const hit = (this.$('.sl-bp-hit') as HTMLInputElement).value;
+        if (pid) {
+          args.pid = Number(pid);
+        }
+        if (hit) {
+          args.hit_count = Number(hit);
+        }
+        await this.requester.request('set_breakpoint', args);
+      } else if (t.closest('.sl-bp-rm')) {
+        await this.requester.request('remove_breakpoint', { id: Number((t.closest('.sl-bp-rm') as HTMLElement).dataset.id) });
+      } else if (t.closest('.sl-export')) {
+        await this.exportTrace();
+        return;
+      } else {
+        const g = t.closest('[data-file]');
+        if (g) {
+          this.selectedFile = Number(g.getAttribute('data-file'));
+          this.render();
+        }
+        return;
+      }
+      this.showError('');
+      this.applyView(await this.requester.request('lab_view'));
+    } catch (err) {
+      this.showError((err as Error).message);
+    }
+  }
+
+  async exportTrace(): Promise<void> {
+    if (!this.kernelId) {
+      this.showError('connect to a kernel first');
+      return;
+    }
+    const r = await this.api(`kernels/${encodeURIComponent(this.kernelId)}/trace`);
+    if (!r.ok) {
+      this.showError(`trace export failed: ${r.status}`);
+      return;
+    }
+    const blob = await r.blob();
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(blob);
+    a.download = `symphony-trace-${this.kernelId.slice(0, 8)}.json`;
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  }
+}

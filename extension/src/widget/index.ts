@@ -1,0 +1,241 @@
+/**
+ * The notebook widget (anywidget ESM, bundled into symphony_lab/widgets/static/widget.js).
+ *
+ * kind "run": one LIP run — controls (step, continue, pause, override, relaunch, cancel), the
+ * stop (source line, input tokens, top-k with "use" buttons), the token stream coloured by
+ * probability, the LIP's output, the KV fork tree and the scheduler timeline.
+ * kind "engine": the KV tree and the timeline of the whole engine.
+ */
+
+import { renderFileDetails, renderTreeSvg } from '../kvtree';
+import { describeStop, primaryStop, statusBadge, stopDist, threadActions } from '../state';
+import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
+import { escapeHtml, renderTokens, renderTopK, showText } from '../tokens';
+import { WidgetTransport } from '../transport';
+
+type Model = {
+  get(name: string): any;
+  on(name: string, cb: (...a: any[]) => void): void;
+  off?(name: string, cb?: (...a: any[]) => void): void;
+  send(content: any): void;
+};
+
+function h(tag: string, cls: string, html = ''): HTMLElement {
+  const e = document.createElement(tag);
+  e.className = cls;
+  if (html) {
+    e.innerHTML = html;
+  }
+  return e;
+}
+
+function button(label: string, cls: string, title: string): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.textContent = label;
+  b.className = `sl-btn ${cls}`;
+  b.title = title;
+  return b;
+}
+
+function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
+  const root = h('div', 'symphony-lab-widget');
+  el.appendChild(root);
+  const kind: string = model.get('kind') || 'run';
+  root.dataset.kind = kind;
+  let selectedFile: number | null = null;
+  const modelTopk = new Map<number, any[]>();
+  let busy = false;
+
+  const head = h('div', 'sl-head');
+  const errorBox = h('div', 'sl-error');
+  const controls = h('div', 'sl-controls');
+  const stopBox = h('div', 'sl-stop');
+  const tokensBox = h('div', 'sl-tokens');
+  const outputBox = h('pre', 'sl-output');
+  const kvBox = h('div', 'sl-kv');
+  const kvDetails = h('div', 'sl-kv-details');
+  const tlBox = h('div', 'sl-tl');
+
+  const bStep = button('Step', 'sl-step', 'run the stopped thread until its next pred returns');
+  const bCont = button('Continue', 'sl-continue', 'resume the stopped thread');
+  const bPause = button('Pause', 'sl-pause', 'stop every thread at its next system call');
+  const bRelaunch = button('Relaunch', 'sl-relaunch', "run again with the cell's current definition");
+  const bCancel = button('Cancel', 'sl-cancel', 'cancel the process');
+  const overrideInput = document.createElement('input');
+  overrideInput.className = 'sl-override-text';
+  overrideInput.placeholder = 'token text, e.g. " Paris"';
+  const bOverride = button('Override', 'sl-override', 'make the stopped pred choose this token');
+  const transportTag = h('span', 'sl-transport');
+
+  const section = (title: string, body: HTMLElement[], open = true): HTMLElement => {
+    const d = document.createElement('details');
+    d.className = 'sl-section';
+    d.open = open;
+    d.innerHTML = `<summary>${escapeHtml(title)}</summary>`;
+    body.forEach(b => d.appendChild(b));
+    return d;
+  };
+
+  if (kind === 'run') {
+    [bStep, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
+    controls.appendChild(h('span', 'sl-sep', '│'));
+    controls.appendChild(overrideInput);
+    controls.appendChild(bOverride);
+    controls.appendChild(transportTag);
+    root.append(head, controls, errorBox, stopBox);
+    root.appendChild(section('Tokens', [tokensBox]));
+    root.appendChild(section('Output', [outputBox]));
+  } else {
+    root.append(head, errorBox);
+  }
+  root.appendChild(section('KV fork tree', [kvBox, kvDetails]));
+  root.appendChild(section('Scheduler timeline', [tlBox]));
+
+  const showError = (text: string) => {
+    errorBox.textContent = text;
+    errorBox.style.display = text ? 'block' : 'none';
+  };
+  showError('');
+
+  const transport = new WidgetTransport(
+    model,
+    model.get('kernel_id') || '',
+    () => undefined,
+    text => showError(text),
+    k => {
+      root.dataset.transport = k;
+      transportTag.textContent = k === 'server' ? 'via server' : k === 'comm' ? 'via kernel' : '…';
+    }
+  );
+
+  const view = () => model.get('view') || {};
+
+  const act = async (command: string, args: Record<string, unknown>) => {
+    if (busy) {
+      return;
+    }
+    busy = true;
+    root.dataset.busy = '1';
+    showError('');
+    try {
+      await transport.request(command, args);
+    } catch (e) {
+      showError(`${command}: ${(e as Error).message}`);
+    } finally {
+      busy = false;
+      delete root.dataset.busy;
+      update();
+    }
+  };
+
+  const stopArgs = () => {
+    const v = view();
+    const s = primaryStop(v.stops ?? [], v.pid ?? null);
+    return s ? { pid: s.pid, tid: s.tid } : { pid: v.pid };
+  };
+
+  bStep.onclick = () => act('step', stopArgs());
+  bCont.onclick = () => act('continue', stopArgs());
+  bPause.onclick = () => act('pause', { pid: view().pid });
+  bRelaunch.onclick = () => act('relaunch', { pid: view().pid });
+  bCancel.onclick = () => act('cancel', { pid: view().pid });
+  bOverride.onclick = () => {
+    const text = overrideInput.value;
+    if (!text) {
+      showError('override: type the token text first (one token, e.g. " Paris")');
+      return;
+    }
+    act('override', { ...stopArgs(), text });
+  };
+  stopBox.addEventListener('click', e => {
+    const t = (e.target as HTMLElement).closest('.sl-override-pick') as HTMLElement | null;
+    if (t && t.dataset.token) {
+      act('override', { ...stopArgs(), token: Number(t.dataset.token) });
+    }
+  });
+  kvBox.addEventListener('click', e => {
+    const g = (e.target as Element).closest('[data-file]') as HTMLElement | null;
+    if (g) {
+      selectedFile = Number(g.getAttribute('data-file'));
+      update();
+    }
+  });
+
+  function update(): void {
+    const v = view();
+    const eng = v.engine ?? {};
+    if (kind === 'run') {
+      const status: string = v.status ?? 'starting';
+      root.dataset.status = status;
+      root.dataset.pid = v.pid == null ? '' : String(v.pid);
+      head.innerHTML =
+        `<b>${escapeHtml(v.name ?? 'LIP')}</b> <span class="sl-pid">pid ${v.pid ?? '–'}</span> ` +
+        `<span class="sl-status" style="background:${statusBadge(status)}">${escapeHtml(status)}</span>` +
+        (eng.loading ? ' <span class="sl-note">loading the model…</span>' : '') +
+        (eng.model ? ` <span class="sl-note">${escapeHtml(eng.model)}</span>` : '');
+      const stop = primaryStop(v.stops ?? [], v.pid ?? null);
+      root.dataset.stopId = stop ? String(stop.stop_id) : '';
+      root.dataset.stopWhere = stop ? stop.where : '';
+      const thread = stop ? (v.threads ?? []).find((t: any) => t.tid === stop.tid) : (v.threads ?? [])[0];
+      const a = threadActions(thread ?? (stop ? { tid: stop.tid, name: '', state: 'stopped', call: stop.call, preds: 0, stopped: stop } : undefined), stop);
+      bStep.disabled = busy || !a.step;
+      bCont.disabled = busy || !a.continue;
+      bPause.disabled = busy || !a.pause;
+      bOverride.disabled = busy || !stop;
+      bRelaunch.disabled = busy || v.pid == null;
+      bCancel.disabled = busy || v.pid == null || ['finished', 'failed', 'cancelled'].includes(status);
+      if (v.launch_error) {
+        showError(v.launch_error);
+      }
+      if (stop) {
+        const d = stopDist(stop);
+        // after an override the stop's distribution is the forced one: keep showing the model's own top-k
+        if (d && d.chosen?.by !== 'override') {
+          modelTopk.set(stop.stop_id, d.topk);
+        } else if (d && modelTopk.has(stop.stop_id)) {
+          d.topk = modelTopk.get(stop.stop_id)!;
+        }
+        const src = stop.source
+          ? `<pre class="sl-source">${stop.source.lines
+              .map((l: any) => `<span class="${l.current ? 'sl-cur' : ''}">${String(l.n).padStart(4)}  ${escapeHtml(l.text)}</span>`)
+              .join('\n')}</pre>`
+          : '';
+        const input = stop.input
+          ? `<div class="sl-input">input (${stop.input.n_tokens ?? stop.input.ids.length} tokens): <code>${escapeHtml(showText(stop.input.text.slice(-200)))}</code></div>`
+          : '';
+        const dist = d
+          ? `<div class="sl-dist">chosen: <code class="sl-chosen-text">${escapeHtml(showText(d.chosen?.text ?? ''))}</code> ` +
+            `(p=${(d.chosen?.p ?? 0).toFixed(3)}${d.chosen?.by === 'override' ? ', override' : ''})${renderTopK(d.topk, d.chosen?.token ?? null, true)}</div>`
+          : '';
+        stopBox.innerHTML = `<div class="sl-stop-line">${escapeHtml(describeStop(stop))}</div>${src}${input}${dist}`;
+        stopBox.style.display = 'block';
+      } else {
+        stopBox.innerHTML = '';
+        stopBox.style.display = 'none';
+      }
+      tokensBox.innerHTML = (v.tokens ?? []).length ? renderTokens(v.tokens) : '<div class="sl-empty">no tokens yet</div>';
+      const out = (v.messages ?? []).join('');
+      const res = v.result === null || v.result === undefined ? '' : `\n── result ──\n${typeof v.result === 'string' ? v.result : JSON.stringify(v.result)}`;
+      outputBox.textContent = out + res + (v.error ? `\n── error ──\n${v.error}` : '');
+    } else {
+      head.innerHTML = `<b>Symphony engine</b> ${eng.model ? escapeHtml(eng.model) : ''} ${eng.loading ? '(loading…)' : ''}`;
+    }
+    if (v.kv_tree) {
+      kvBox.innerHTML = renderTreeSvg(v.kv_tree, selectedFile);
+      kvDetails.innerHTML = renderFileDetails((v.kv_tree.files ?? []).find((f: any) => f.file === selectedFile));
+    }
+    if (v.timeline) {
+      tlBox.innerHTML = renderTimelineSvg(v.timeline, 560, 150) + renderTimelineLegend(v.timeline);
+    }
+  }
+
+  const onChange = () => update();
+  model.on('change:view', onChange);
+  update();
+  return () => {
+    model.off?.('change:view', onChange);
+    transport.dispose();
+  };
+}
+
+export default { render };

@@ -1,0 +1,195 @@
+"""Notebook widgets and the lab layer, in process with the real model.
+
+The widget's comm path (what a page without the server route uses), its live `view` updates
+from background threads, malformed messages, relaunching an edited LIP, and the bridge
+answering commands while the "kernel" thread is blocked waiting on a stopped LIP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+_prev = os.environ.get("SYMPHONY_LAB_NO_AUTOSTART")
+os.environ["SYMPHONY_LAB_NO_AUTOSTART"] = "1"  # this module makes its own small Lab, not the default one
+from symphony_lab.lab import Lab  # noqa: E402
+
+if _prev is None:
+    os.environ.pop("SYMPHONY_LAB_NO_AUTOSTART")
+else:
+    os.environ["SYMPHONY_LAB_NO_AUTOSTART"] = _prev
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "symphony_lab" / "widgets" / "static"
+
+
+def complete(sym, prompt: str, max_tokens: int = 6) -> str:
+    kv = sym.kv_create()
+    toks = sym.tokenize(prompt)
+    out = []
+    for _ in range(max_tokens):
+        t = sym.pred(kv, toks).argmax()
+        if t in sym.eos_token_ids:
+            break
+        out.append(t)
+        sym.send(sym.detokenize([t]))
+        toks = [t]
+    sym.kv_close(kv)
+    return sym.detokenize(out)
+
+
+def shout(sym, prompt: str, max_tokens: int = 6) -> str:
+    return complete(sym, prompt, max_tokens).upper()
+
+
+@pytest.fixture(scope="module")
+def lab():
+    lab = Lab(num_pages=512)
+    lab.wait(300)
+    yield lab
+    lab.shutdown()
+
+
+def wait_for(fn, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class CommSpy:
+    """Stands in for the browser end of the widget's comm."""
+
+    def __init__(self, widget) -> None:
+        self.widget = widget
+        self.sent: list = []
+        widget.send = lambda content, buffers=None: self.sent.append(content)
+        self.seq = 0
+
+    def request(self, command: str, **arguments) -> dict:
+        self.seq += 1
+        self.widget._on_custom(self.widget, {"type": "request", "seq": self.seq, "command": command,
+                                             "arguments": arguments}, [])
+        resp = self.sent[-1]
+        assert resp["request_seq"] == self.seq
+        return resp
+
+
+def test_bundle_is_built_into_the_package_without_cdn():
+    js = (STATIC / "widget.js").read_text()
+    assert "render" in js and "export" in js
+    for bad in ("https://", "http://", "cdn.jsdelivr", "unpkg.com", "esm.sh"):
+        assert f'from"{bad}' not in js.replace(" ", "") and f"import('{bad}" not in js
+    assert (STATIC / "widget.css").exists()
+    ext = json.loads((ROOT / "symphony_lab" / "jupyter" / "labextension" / "package.json").read_text())
+    assert ext["name"] == "symphony-lab" and ext["jupyterlab"]["_build"]["load"]
+
+
+def test_widget_steps_overrides_and_updates_live(lab):
+    run = lab.run(complete, "The capital of France is", 6, stop_on_entry=True, display=False)
+    w = run.widget
+    spy = CommSpy(w)
+    pid = run.wait_launched()
+    wait_for(lambda: w.view.get("status") == "stopped", what="the widget to show the entry stop")
+    assert w.view["stops"][0]["where"] == "entry"
+    assert w.view["stops"][0]["source"]["lines"], "the LIP's source around the stop"
+    for _ in range(2):
+        before = w.view["stops"][0]["stop_id"]
+        assert spy.request("step", pid=pid, tid=1)["success"]
+        wait_for(lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != before
+                 and w.view["stops"][0]["where"] == "after", what="the step's stop in the widget")
+    stop = w.view["stops"][0]
+    assert stop["result"]["kind"] == "dist" and len(stop["result"]["topk"]) >= 3
+    assert [t["text"] for t in w.view["tokens"]] == [" Paris"], "one token per pred so far"
+    resp = spy.request("override", pid=pid, tid=1, text=" Lyon")
+    assert resp["success"], resp
+    wait_for(lambda: w.view["stops"] and w.view["stops"][0]["result"]["chosen"]["by"] == "override",
+             what="the override in the widget")
+    assert spy.request("continue", pid=pid)["success"]
+    wait_for(lambda: w.view.get("status") == "finished", what="the run to finish")
+    v = w.view
+    assert v["result"].startswith(" Paris Lyon"), v["result"]
+    assert "".join(v["messages"]) == v["result"]
+    over = [t for t in v["tokens"] if t["overridden"]]
+    assert len(over) == 1 and over[0]["text"] == " Lyon"
+    first = v["tokens"][0]
+    assert 0.5 < first["p"] <= 1 and first["topk"][0]["text"] == " Paris"
+    assert over[0]["p"] < first["p"], "an override shows how unlikely the model found it"
+    assert v["timeline"]["batches"] and json.dumps(v)
+
+
+@pytest.mark.parametrize("content, says", [
+    ("garbage", "expected a request object"),
+    ({"type": "request", "command": "launch", "arguments": {"fn": "os:system", "args": ["true"]}}, "not allowed"),
+    ({"type": "request", "command": "frobnicate"}, "unknown command"),
+    ({"type": "request", "command": "step", "arguments": {"pid": "one"}}, "'pid' must be an integer"),
+])
+def test_malformed_widget_messages_are_rejected(lab, content, says):
+    run = lab.run(complete, "Hi", 1, display=False)
+    spy = CommSpy(run.widget)
+    run.widget._on_custom(run.widget, content, [])
+    resp = spy.sent[-1]
+    assert resp["success"] is False and says in resp["message"], resp
+    run.result(60)
+
+
+def test_relaunch_runs_the_new_definition(lab):
+    run = lab.run(complete, "The capital of France is", 3, display=False)
+    first = run.result(60)
+    old_pid = run.pid
+    new_pid = run.relaunch(fn=shout)
+    assert new_pid != old_pid and run.pids == [old_pid, new_pid]
+    assert run.result(60) == first.upper()
+    # the lab command (what the widget's Relaunch button sends) relaunches too
+    resp = lab.handle({"type": "request", "seq": 9, "command": "relaunch", "arguments": {"pid": new_pid}})
+    assert resp["success"] and resp["body"]["pid"] != new_pid
+    assert run.result(60) == first.upper()
+
+
+def test_engine_view_widget_and_lab_view(lab):
+    w = lab.views()
+    wait_for(lambda: w.view.get("kv_tree") is not None, what="the engine view")
+    assert {"processes", "stops", "breakpoints", "kv_tree", "timeline"} <= set(w.view)
+    resp = lab.handle({"type": "request", "seq": 1, "command": "lab_view"})
+    assert resp["success"] and resp["body"]["engine"]["ready"]
+
+
+def test_bridge_answers_while_the_kernel_thread_is_blocked(lab, tmp_path):
+    """The reason for the bridge: a Step sent while a cell waits on the stopped LIP still runs."""
+    from symphony_lab.jupyter.bridge import KernelBridge
+
+    bridge = KernelBridge(lab.handle, "kernel-under-test", str(tmp_path)).start()
+    try:
+        run = lab.run(complete, "The capital of France is", 4, stop_on_entry=True, display=False)
+        pid = run.wait_launched()
+        run.wait_stopped(30)
+        got: dict = {}
+
+        def browser():
+            with socket.create_connection(("127.0.0.1", bridge.port), timeout=30) as s:
+                f = s.makefile("rb")
+                s.sendall((json.dumps({"secret": bridge.secret}) + "\n").encode())
+                assert json.loads(f.readline())["type"] == "hello"
+                s.sendall(b'{"type": "request", "seq": 1, "command": "continue", "arguments": {"pid": %d}}\n' % pid)
+                while True:
+                    m = json.loads(f.readline())
+                    if m.get("type") == "response":
+                        got["resp"] = m
+                        return
+
+        t = threading.Thread(target=browser)
+        t.start()
+        text = run.result(60)  # this thread blocks, like a busy kernel; the bridge resumes the LIP
+        t.join(30)
+        assert got["resp"]["success"] and text.startswith(" Paris")
+    finally:
+        bridge.stop()
