@@ -142,7 +142,7 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
         return widget.get_attribute("data-stop-id") or ""
 
     # the second cell waits on the stopped LIP: the kernel is busy from here to the end
-    _wait(page, "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy'", 30,
+    _wait(page, "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'busy'", 120,
           "the kernel to be busy in the second cell")
     # step twice from the widget (commands go over the server extension's WebSocket)
     _wait(page, f"() => document.querySelector(\"{W}\").dataset.transport === 'server'", 20,

@@ -60,6 +60,17 @@ def run(coro):
     return asyncio.run(coro)
 
 
+
+@pytest.fixture(scope="module")
+def engine():
+    """A private engine: the processes pane lists every process, so other tests' must not crowd it."""
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=1024)
+    yield eng
+    eng.shutdown()
+
+
 def test_full_session_on_the_parallel_example(engine):
     """Launch prefix_parallel, stop on entry, step 3 preds, override from the top-k, continue."""
     path = f"/shared/tui-test-{uuid.uuid4().hex[:8]}.kv"  # a fresh name: the prefill happens in this run

@@ -44,6 +44,7 @@ import signal  # noqa: E402
 import socket  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+import encodings.idna  # noqa: E402,F401  (socket name lookups need it; the sandbox cannot import it later)
 
 import torch  # noqa: E402,F401  (loaded once here, shared copy-on-write by every worker)
 
