@@ -3,7 +3,8 @@
 The model sees slots, never files: each sequence brings the slots its new tokens are written
 to and the slots of its whole context (prefix + new tokens, in cache order). Attention runs
 per *group*: all single-token decodes share one padded group; each multi-token chunk gets its
-own, so a long prefill pads nobody.
+own, so a long prefill pads nobody. Every index tensor is built here, once per batch, and
+reused by all layers.
 """
 
 from __future__ import annotations
@@ -24,10 +25,17 @@ class SeqInput:
 
 @dataclass
 class AttentionGroup:
-    query_rows: torch.Tensor  # [B, Q] rows of the flat token batch
-    context_slots: torch.Tensor  # [B, L] cache slots (padding repeats slot 0 of the sequence)
-    mask: torch.Tensor | None  # [B, 1, Q, L] True = may attend; None = attend to all
-    causal: bool  # square causal block with no prefix: let SDPA build the mask
+    """B sequences with Q new tokens each, attending over contexts padded to L slots."""
+
+    rows: torch.Tensor  # [B*Q] rows of the flat token batch, sequence-major
+    n_seqs: int  # B
+    n_query: int  # Q
+    context_slots: torch.Tensor  # [B*L] cache slots (padding repeats slot 0 of the sequence)
+    context_len: int  # L
+    mask: torch.Tensor | None  # [B, 1, Q, L] True = may attend; None = attend to all (or causal)
+    causal: bool  # square causal block with no prefix: let the kernel build the mask
+    all_rows: bool  # rows are exactly 0..T-1 in order: read q and write the output in place
+    lengths: list[int]  # true context length of each sequence (for paged kernels)
 
 
 @dataclass
@@ -52,13 +60,14 @@ class ForwardBatch:
             toks.extend(s.token_ids)
             pos.extend(s.positions)
             slots.extend(s.write_slots)
+        total = len(toks)
         decodes = [i for i, s in enumerate(seqs) if len(s.token_ids) == 1]
         chunks = [i for i, s in enumerate(seqs) if len(s.token_ids) > 1]
         groups = []
         if decodes:
-            groups.append(_decode_group([seqs[i] for i in decodes], [starts[i] for i in decodes], device))
+            groups.append(_decode_group([seqs[i] for i in decodes], [starts[i] for i in decodes], total, device))
         for i in chunks:
-            groups.append(_chunk_group(seqs[i], starts[i], device))
+            groups.append(_chunk_group(seqs[i], starts[i], total, device))
 
         def t(x: list[int]) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.long, device=device)
@@ -66,26 +75,49 @@ class ForwardBatch:
         return cls(t(toks), t(pos), t(slots), groups, t(outs), [len(s.output_index) for s in seqs])
 
 
-def _decode_group(seqs: list[SeqInput], starts: list[int], device) -> AttentionGroup:
+def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device) -> AttentionGroup:
     lens = [len(s.context_slots) for s in seqs]
     width = max(lens)
-    table = [s.context_slots + [s.context_slots[0]] * (width - len(s.context_slots)) for s in seqs]
+    flat: list[int] = []
+    for s, n in zip(seqs, lens):
+        flat += s.context_slots
+        if n < width:
+            flat += [s.context_slots[0]] * (width - n)
     mask = None
     if min(lens) != width:
         lengths = torch.tensor(lens, device=device)
         mask = (torch.arange(width, device=device)[None, :] < lengths[:, None])[:, None, None, :]
-    rows = torch.tensor(starts, dtype=torch.long, device=device)[:, None]
-    ctx = torch.tensor(table, dtype=torch.long, device=device)
-    return AttentionGroup(rows, ctx, mask, causal=False)
+    in_order = starts == list(range(total))
+    return AttentionGroup(
+        rows=torch.tensor(starts, dtype=torch.long, device=device),
+        n_seqs=len(seqs),
+        n_query=1,
+        context_slots=torch.tensor(flat, dtype=torch.long, device=device),
+        context_len=width,
+        mask=mask,
+        causal=False,
+        all_rows=in_order,
+        lengths=lens,
+    )
 
 
-def _chunk_group(s: SeqInput, start: int, device) -> AttentionGroup:
+def _chunk_group(s: SeqInput, start: int, total: int, device) -> AttentionGroup:
     q, length = len(s.token_ids), len(s.context_slots)
-    rows = torch.arange(start, start + q, device=device)[None, :]
-    ctx = torch.tensor([s.context_slots], dtype=torch.long, device=device)
-    if q == length:
-        return AttentionGroup(rows, ctx, None, causal=True)
-    # Query i sits at cache index (length - q + i) and sees everything up to and including it.
-    qi = torch.arange(q, device=device)[:, None] + (length - q)
-    mask = (torch.arange(length, device=device)[None, :] <= qi)[None, None]
-    return AttentionGroup(rows, ctx, mask, causal=False)
+    rows = torch.arange(start, start + q, device=device)
+    ctx = torch.tensor(s.context_slots, dtype=torch.long, device=device)
+    mask = None
+    if q != length:
+        # Query i sits at cache index (length - q + i) and sees everything up to and including it.
+        qi = torch.arange(q, device=device)[:, None] + (length - q)
+        mask = (torch.arange(length, device=device)[None, :] <= qi)[None, None]
+    return AttentionGroup(
+        rows=rows,
+        n_seqs=1,
+        n_query=q,
+        context_slots=ctx,
+        context_len=length,
+        mask=mask,
+        causal=q == length,
+        all_rows=start == 0 and q == total,
+        lengths=[length],
+    )

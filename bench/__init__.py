@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks. `python -m bench` runs the suite (see `bench/__main__.py`)."""

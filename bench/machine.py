@@ -1,0 +1,56 @@
+"""The machine a benchmark runs on: a one-line description, and waiting until nothing else runs.
+
+Timings on a small shared machine (2 cores here) are only comparable when no other process
+competes for the cores, so timed runs first wait, up to a limit, for the CPUs to be idle.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+import torch
+
+
+def describe() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} on {torch.get_num_threads()} threads"
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + fields[4]  # total, idle + iowait
+
+
+def busy_fraction(window: float = 1.0) -> float | None:
+    """Share of all CPUs used by anything during `window` seconds (we sleep meanwhile)."""
+    a = _cpu_times()
+    time.sleep(window)
+    b = _cpu_times()
+    if a is None or b is None or b[0] == a[0]:
+        return None
+    return 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+
+
+def wait_until_idle(max_wait: float, busy_below: float = 0.1) -> float | None:
+    """Block until the CPUs are idle (or `max_wait` s pass); return the last busy share seen."""
+    if max_wait <= 0:
+        return None
+    deadline = time.monotonic() + max_wait
+    busy = busy_fraction()
+    while busy is not None and busy >= busy_below and time.monotonic() < deadline:
+        busy = busy_fraction()
+    if busy is not None and busy >= busy_below:
+        print(f"  (other processes use {busy:.0%} of the CPUs; timing anyway)", file=sys.stderr, flush=True)
+    return busy

@@ -1,0 +1,111 @@
+"""The machine's matrix-multiply speed on the model's own shapes, and the layout the forward uses.
+
+For T rows (the tokens of one forward pass) it times every projection of the 30 layers plus
+the LM head, on the loaded weights (so they stream from memory as in a real pass), three ways:
+`F.linear(x, W)` (x @ Wᵀ, what transformers does), `W @ xᵀ` (what our forward does) and
+`W @ xᵀ` on T padded to `matmul_rows(T)` (ditto, for small T). Reports ms per forward's worth
+of matmuls and GFLOP/s — the denominator for "how close to the machine" figures.
+
+    python -m bench.matmul [--quick] [--rows 1,2,8,16,32,64,512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .machine import describe, wait_until_idle
+
+
+def _time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict]:
+    from symphony_core.model.llama import matmul_rows
+
+    weights = [w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    weights.append(model.lm_head)
+    params = sum(w.numel() for w in weights)
+    inputs = {n: {w.shape[1] for w in weights} for n in rows}
+    out = []
+    for t in rows:
+        xs = {k: torch.randn(t, k) for k in inputs[t]}
+        padded = {k: F.pad(x, (0, 0, 0, matmul_rows(t) - t)) for k, x in xs.items()}
+
+        def linear():
+            for w in weights:
+                F.linear(xs[w.shape[1]], w)
+
+        def transposed():
+            for w in weights:
+                torch.mm(w, xs[w.shape[1]].t())
+
+        def padded_transposed():
+            for w in weights:
+                torch.mm(w, padded[w.shape[1]].t())
+
+        wait_until_idle(idle_wait)
+        row = {"rows": t, "padded_to": matmul_rows(t)}
+        for name, fn in (("linear", linear), ("wxt", transposed), ("padded", padded_transposed)):
+            row[name] = _time(fn, repeats)
+        row["gflops"] = 2 * params * t / min(row["linear"], row["wxt"], row["padded"]) / 1e9
+        out.append(row)
+    return out
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="rows 1 and 8, 2 repeats")
+    ap.add_argument("--rows", default=None, help="comma-separated row counts (default 1,2,4,8,12,16,32,64,512)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs (default 60; quick 0)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = [1, 8] if args.quick else [1, 2, 4, 8, 12, 16, 32, 64, 512]
+    if args.rows:
+        rows = [int(r) for r in args.rows.split(",")]
+    repeats = 2 if args.quick else args.repeats
+    idle_wait = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 60.0)
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=16)
+    with torch.inference_mode():
+        results = measure(eng.model, rows, repeats, idle_wait)
+    lines = [
+        f"### Matrix multiply on the model's shapes (30 layers' projections + LM head), median of {repeats}",
+        "",
+        f"Machine: {describe()}",
+        "",
+        "| rows | F.linear (x·Wᵀ) ms | W·xᵀ ms | W·xᵀ padded ms (to rows) | best GFLOP/s |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['rows']} | {1e3 * r['linear']:.1f} | {1e3 * r['wxt']:.1f} | {1e3 * r['padded']:.1f} ({r['padded_to']}) "
+            f"| {r['gflops']:.0f} |"
+        )
+    lines += [
+        "",
+        "One row of the table is one forward pass's matmuls at that many tokens. Our forward runs "
+        "W·xᵀ, padded for small row counts (`matmul_rows` in symphony_core/model/llama.py); "
+        "transformers runs F.linear.",
+    ]
+    md = "\n".join(lines)
+    print(md)
+    return md
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Where a forward pass spends its time: torch.profiler over decode steps and a long prefill.
+
+Not a workload of the suite but the tool behind its explanations. For each case it prints
+the wall time per forward and the operators that take it, grouped into a few buckets
+(matmul, attention, K/V gather and write, elementwise) — the profiler's own overhead inflates
+the small operators, so read the buckets as shares, the wall time as the truth.
+
+    python -m bench.profile_forward [--decode 1,8,32] [--prefill 512] [--steps 10] [--table]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+
+BUCKETS = {
+    "matmul": ("aten::mm", "aten::addmm", "aten::bmm"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math"),
+    "K/V gather + write": ("aten::index_select", "aten::index_copy_"),
+}
+
+
+def _bucket(name: str) -> str:
+    for bucket, ops in BUCKETS.items():
+        if name in ops:
+            return bucket
+    return "other ops"
+
+
+def profile(step, n: int, table: bool) -> dict[str, float]:
+    for _ in range(2):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    wall = (time.perf_counter() - t0) / n
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            step()
+    events = prof.key_averages()
+    shares: dict[str, float] = {}
+    for ev in events:
+        shares[_bucket(ev.key)] = shares.get(_bucket(ev.key), 0.0) + ev.self_cpu_time_total
+    total = sum(shares.values()) or 1.0
+    if table:
+        print(events.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=50))
+    return {"wall_ms": wall * 1e3, **{k: 100 * v / total for k, v in sorted(shares.items(), key=lambda kv: -kv[1])}}
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decode", default="1,8,32", help="decode batch sizes")
+    ap.add_argument("--prefill", type=int, default=512, help="prefill length (0: skip)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--table", action="store_true", help="also print the profiler's operator table")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from symphony_core import Engine, PredCall
+
+    eng = Engine(num_pages=4096)
+    rng = random.Random(0)
+    rows = []
+    for b in [int(x) for x in args.decode.split(",") if x]:
+        kvs = [eng.kv_create() for _ in range(b)]
+        toks = [eng.pred(kv, [rng.randrange(100, 40000) for _ in range(rng.randint(32, 64))]).argmax() for kv in kvs]
+
+        def step(kvs=kvs, toks=toks):
+            res = eng.pred_batch([PredCall(kv, [t]) for kv, t in zip(kvs, toks)])
+            toks[:] = [d.argmax() for d in res]
+
+        rows.append((f"decode, {b} sequences", profile(step, args.steps, args.table)))
+        for kv in kvs:
+            eng.kv_close(kv)
+    if args.prefill:
+        kv = eng.kv_create()
+        prompt = [rng.randrange(100, 40000) for _ in range(args.prefill)]
+
+        def prefill():
+            eng.pred(kv, prompt)
+            eng.kv_truncate(kv, 0)
+
+        rows.append((f"prefill, {args.prefill} tokens", profile(prefill, max(2, args.steps // 4), args.table)))
+    names = list(BUCKETS) + ["other ops"]
+    lines = ["| case | ms per forward | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for case, r in rows:
+        lines.append(f"| {case} | {r['wall_ms']:.1f} | " + " | ".join(f"{r.get(n, 0):.0f}%" for n in names) + " |")
+    md = "\n".join(lines)
+    print(md)
+    return md
+
+
+if __name__ == "__main__":
+    main()
