@@ -91,6 +91,14 @@ def run_hf(model, prompts: list[list[int]], new: int, pad_id: int) -> tuple[floa
     return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
 
 
+def flops_per_token(eng, context: float) -> float:
+    """Model FLOPs of one decode token: every projection and the LM head, plus attention."""
+    m, cfg = eng.model, eng.config
+    weights = [w for layer in m.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    matmul = 2 * (sum(w.numel() for w in weights) + m.lm_head.numel())
+    return matmul + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * context
+
+
 def _busy(share: float | None) -> int:
     return int(share is not None and share >= 0.1)
 
@@ -130,9 +138,11 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             print(f"  batch {b} repeat {r + 1}/{repeats}: ours {pre + dec:.2f} s, transformers {e2e:.2f} s", flush=True)
         med = statistics.median
         decode_tokens, all_tokens = b * (new - 1), b * new
+        mean_context = sum(len(p) for p in prompts) / b + new / 2
         row = {
             "batch": b,
             "ours_decode": decode_tokens / med(ours_dec),
+            "ours_gflops": decode_tokens * flops_per_token(eng, mean_context) / med(ours_dec) / 1e9,
             "hf_decode": decode_tokens / max(1e-9, med(e - f for e, f in zip(hf_e2e, hf_first))),
             "ours_e2e": all_tokens / med(p + d for p, d in zip(ours_pre, ours_dec)),
             "hf_e2e": all_tokens / med(hf_e2e),
@@ -149,13 +159,14 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| sequences | ours decode tok/s | transformers decode tok/s | ratio | ours end-to-end tok/s "
+        "| sequences | ours decode tok/s | transformers decode tok/s | ratio | ours decode GFLOP/s | ours end-to-end tok/s "
         "| transformers end-to-end tok/s | ratio | same greedy tokens | runs started under other load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['batch']} | {r['ours_decode']:.1f} | {r['hf_decode']:.1f} | {r['ours_decode'] / r['hf_decode']:.2f}× "
+            f"| {r['ours_gflops']:.0f} "
             f"| {r['ours_e2e']:.1f} | {r['hf_e2e']:.1f} | {r['ours_e2e'] / r['hf_e2e']:.2f}× | {r['same']}/{r['batch']} "
             f"| {r['contended']} |"
         )
@@ -163,7 +174,8 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
         "",
         "Decode-only counts the tokens after the first (ours: the `pred_batch` steps; transformers: "
         "`generate` end-to-end minus a `max_new_tokens=1` run). End-to-end counts every new token "
-        "over prefill + decode. \"Same greedy tokens\": sequences whose output equals transformers' "
+        "over prefill + decode. GFLOP/s: model FLOPs of our decode steps (projections, LM head, "
+        "attention) per second; compare with the matmul table. \"Same greedy tokens\": sequences whose output equals transformers' "
         "token for token (fp32 ties can flip a late token). Each timed run first waits (up to "
         "--idle-wait s) for the CPUs to be idle; the last column counts runs that began while "
         "other processes still used >= 10% of them.",
