@@ -2,7 +2,7 @@
 
 The screen is drawn from a *recorded* session — the state the TUI held after a real run of the
 parallel-decoding example (stop on entry, three steps, an override), saved as JSON in
-tests/__snapshots__/tui_session_state.json with process, thread, file and page ids renumbered,
+tests/data/tui_session_state.json with process, thread, file and page ids renumbered,
 timestamps replaced by a fixed clock and the program's source embedded. So the pictures do not
 depend on timing, test order or the machine. Re-record (real model, ~30 s) and refresh the
 pictures with:
@@ -26,7 +26,7 @@ pytest.importorskip("pytest_textual_snapshot")
 from symphony_lab.tui import StaticSession, SymphonyLab  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STATE = os.path.join(ROOT, "tests", "__snapshots__", "tui_session_state.json")
+STATE = os.path.join(ROOT, "tests", "data", "tui_session_state.json")
 EXAMPLE = os.path.join(ROOT, "examples", "lips", "prefix_parallel.py")
 TITLE = "examples/lips/prefix_parallel.py:prefix_parallel"
 
