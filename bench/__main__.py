@@ -17,6 +17,7 @@ from pathlib import Path
 WORKLOADS = {
     "matmul": "bench.matmul",
     "decode": "bench.decode",
+    "profile": "bench.profile_forward",
 }
 
 
