@@ -2,6 +2,7 @@
 
     symphony-lab tui examples/lips/prefix_parallel.py:prefix_parallel
     symphony-lab tui examples/lips/streaming_completion.py:complete "The capital of France is" max_tokens=16
+    symphony-lab tui --server http://127.0.0.1:8000 --token T my_lip.py:main   # on `symphony serve --plugin debugger`
     symphony-lab tui --server ws://127.0.0.1:8765/          # attach to a debugger served over WebSocket
 
 Arguments after FILE:FUNC go to the LIP: each is read as a Python literal when it is one
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("lip_args", nargs=argparse.REMAINDER, help="arguments for the LIP: literals, or name=value")
     t.add_argument("--server", metavar="URL", help="attach to a debugger over WebSocket instead of an embedded engine")
     t.add_argument("--token", help="API token for --server")
+    t.add_argument("--no-sandbox", action="store_true",
+                   help="with an http(s) --server: ask to run the program in-process (trusted users only)")
     t.add_argument("--model", help="model for the embedded engine (default: the built-in SmolLM2-135M-Instruct)")
     t.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     t.add_argument("--num-pages", type=int, help="KV pages in the pool (default: from --kv-cache-gb)")
@@ -85,9 +88,17 @@ def make_session(ns):
                 f"symphony-lab: could not attach to a debugger at {url}: {type(e).__name__}: {e}\n"
                 f"  The address must serve the debugger protocol (docs/protocol.md): a DebugServer, or a "
                 f"server that mounts symphony_lab.debugger.starlette_route at {DEBUG_PATH}.") from None
-        target = resolve_target(ns.target, load=False)[0] if ns.target else None
+        target, path = resolve_target(ns.target, load=False) if ns.target else (None, None)
+        program = None
+        if path is not None and urlparse(ns.server if "://" in ns.server else "").scheme in ("http", "https"):
+            # a `symphony serve` server: send the file itself through the server's launch path
+            with open(path) as f:
+                program = {"source": f.read(), "entry": target.rsplit(":", 1)[1]}
+            if ns.no_sandbox:
+                program["sandbox"] = False
         return DebuggerSession(remote, target, args, kwargs, title=f"{url}" + (f"  {ns.target}" if ns.target else ""),
-                               stop_on_entry=not ns.no_stop_on_entry, on_close=remote.close)
+                               stop_on_entry=not ns.no_stop_on_entry, on_close=remote.close, program=program,
+                               program_file=path)
     if not ns.target:
         raise SystemExit("symphony-lab tui: give FILE:FUNC (e.g. examples/lips/prefix_parallel.py:prefix_parallel) "
                          "or --server URL")

@@ -66,8 +66,8 @@ class _Target:
 @pytest.fixture(params=["inprocess", "websocket", "server"])
 def target(request, dbg, engine):
     """The same debugger used directly; over the protocol's WebSocket server; and attached to a
-    real `symphony_core.server` app (uvicorn, in-process programs) through the debug route,
-    with the program launched by the server's own HTTP API."""
+    real `symphony serve --plugin debugger` process, the program started through the server's
+    own launch path."""
     if request.param == "inprocess":
         yield _Target(dbg, lambda prompt, n: dbg.launch(COMPLETE, prompt, max_tokens=n, stop_on_entry=True)["pid"],
                       "streaming_completion.py")
@@ -80,48 +80,21 @@ def target(request, dbg, engine):
         remote.close()
         server.close()
         return
-    import socket
-    import threading
+    # a real `symphony serve --plugin debugger` process (no tokens: loopback, full access; programs
+    # in-process so the stack's locals are there to inspect), the program sent as source
+    from tests.server_harness import Server
 
-    import httpx
-    import uvicorn
-
-    from symphony_core.server.app import ServerConfig, create_app
-    from symphony_core.server.users import Users
-    from symphony_lab.debugger import starlette_route
-
-    app = create_app(engine, Users({}), ServerConfig(sandbox=False))
-    app.router.routes.append(starlette_route(dbg, "/v1/debug"))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio"))
-    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    remote = RemoteDebugger(f"ws://127.0.0.1:{port}/v1/debug")
+    server = Server([], extra=["--plugin", "debugger", "--no-sandbox"])
+    remote = RemoteDebugger(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)
     with open(complete.__code__.co_filename) as f:
         source = f.read()
 
     def launch(prompt: str, n: int) -> int:
-        remote.set_stop_on_entry(True)  # catch the program the server is about to start
-        try:
-            r = httpx.post(f"http://127.0.0.1:{port}/v1/processes", json={
-                "source": source, "entry": "complete", "args": [prompt], "kwargs": {"max_tokens": n}, "sandbox": False})
-            assert r.status_code == 201, r.text
-            return r.json()["pid"]
-        finally:
-            remote.wait_stopped(r.json()["pid"], timeout=60)
-            remote.set_stop_on_entry(False)
+        return remote.run_program(source, "complete", prompt, kwargs={"max_tokens": n}, stop_on_entry=True)["pid"]
 
     yield _Target(remote, launch, "<lip complete>")
     remote.close()
-    server.should_exit = True
-    th.join(timeout=10)
-    sock.close()
+    assert server.stop() == 0, server.log()
 
 
 def _drain(q) -> list[dict]:

@@ -501,8 +501,9 @@ async def ws_session(state: State, ws: WebSocket) -> None:
 
 
 def create_app(engine, users: Users | None = None, config: ServerConfig | None = None,
-               sandbox: SandboxManager | None = None) -> Starlette:
-    """The ASGI app. `sandbox` must already be started (see `serve`) unless config.sandbox is False."""
+               sandbox: SandboxManager | None = None, plugins: list[str] = ()) -> Starlette:
+    """The ASGI app. `sandbox` must already be started (see `serve`) unless config.sandbox is False.
+    `plugins` names server plugins (plugins.py) whose routes are mounted beside the built-in ones."""
     state = State(engine, users or Users({}), config or ServerConfig(), sandbox)
 
     async def on_bad_request(request, exc: BadRequest) -> Response:
@@ -529,6 +530,9 @@ def create_app(engine, users: Users | None = None, config: ServerConfig | None =
                     exception_handlers={BadRequest: on_bad_request, HTTPException: on_http, SymphonyError: on_symphony,
                                         Exception: on_error})
     app.state.symphony = state
+    from .plugins import mount
+
+    app.state.plugin_paths = [(spec, path) for spec in plugins for path in mount(app, state, [spec])]
     return app
 
 

@@ -123,7 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(host=args.host, port=args.port, model=args.model, users_file=args.users_file, user_flags=args.user,
                  sandbox=not args.no_sandbox, max_workers=args.max_workers, cpu_seconds=args.cpu_seconds,
                  memory_mb=args.memory_mb, num_pages=args.num_pages, kv_cache_gb=args.kv_cache_gb,
-                 threads=args.threads, max_body=args.max_body, wall_time=args.wall_time, log_level=args.log_level)
+                 threads=args.threads, max_body=args.max_body, wall_time=args.wall_time, log_level=args.log_level,
+                 plugins=args.plugin or [])
 
 
 def add_server_commands(sub) -> None:
@@ -144,6 +145,9 @@ def add_server_commands(sub) -> None:
     s.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
     s.add_argument("--log-level", default="info")
+    s.add_argument("--plugin", action="append", metavar="NAME",
+                   help="mount a server plugin: an installed one by name (e.g. 'debugger', the Symphony Lab "
+                        "debugger at /v1/debug) or module:function (repeatable; see docs/server.md)")
     s.set_defaults(fn=_serve)
 
     r = sub.add_parser("run", help="run a LIP (FILE:FUNC) embedded or on a server, streaming its messages",

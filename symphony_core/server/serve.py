@@ -31,12 +31,14 @@ def _is_loopback(host: str) -> bool:
 def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", users_file: str | None = None,
           user_flags: list[str] | None = None, sandbox: bool = True, max_workers: int = 32, cpu_seconds: int = 60,
           memory_mb: int = 1024, num_pages: int | None = None, kv_cache_gb: float = 1.0, threads: int | None = None,
-          max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info") -> int:
+          max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info",
+          plugins: list[str] | None = None) -> int:
     import uvicorn
 
     from ..engine import Engine
     from .app import ServerConfig, create_app
     from .confine import SandboxSpec
+    from .plugins import PluginError, load_plugin
     from .sandbox import SandboxManager
     from .users import Users, load_users
 
@@ -51,6 +53,12 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
         print(f"symphony serve: refusing to listen on {host} without API tokens (give --user NAME:TOKEN or "
               "--users-file); without tokens only loopback addresses are allowed", file=sys.stderr)
         return 2
+    try:  # fail before the model loads if a plugin is not there
+        for spec in plugins or []:
+            load_plugin(spec)
+    except PluginError as e:
+        print(f"symphony serve: {e}", file=sys.stderr)
+        return 2
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve() must run on the main thread (the sandbox is tied to it)")
     engine = Engine(model, num_pages=num_pages, kv_cache_gb=kv_cache_gb, threads=threads)
@@ -64,15 +72,17 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
         for line in conf.get("missing", []):
             log.warning("sandbox does NOT enforce %s", line)
     config = ServerConfig(max_body=max_body, sandbox=sandbox, max_workers=max_workers, default_wall_time=wall_time)
-    app = create_app(engine, users, config, mgr)
+    app = create_app(engine, users, config, mgr, plugins=plugins or [])
     # WebSocket frames up to twice --max-body reach the app, which answers "over the limit" in a
     # message; larger ones are refused by uvicorn itself (close code 1009, message too big).
     uv = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=2 * max_body, ws_ping_interval=None,
                         timeout_graceful_shutdown=3, lifespan="on", access_log=False, backlog=4096)
     server = uvicorn.Server(uv)
     auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"
+    mounted = "".join(f", plugin {p} at {path}" for p, path in app.state.plugin_paths)
     print(f"symphony: serving {engine.model_name} on http://{host}:{port} "
-          f"({'sandboxed' if sandbox else 'UNSANDBOXED'} programs, {auth}); pid {os.getpid()}", file=sys.stderr, flush=True)
+          f"({'sandboxed' if sandbox else 'UNSANDBOXED'} programs, {auth}{mounted}); pid {os.getpid()}",
+          file=sys.stderr, flush=True)
     # uvicorn re-raises the signal that stopped it once it is done; let it land on a no-op so the
     # clean-up below runs (and the exit status is 0).
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -562,6 +562,19 @@ class Debugger:
                 setup(proc)
         return proc
 
+    def launch_with(self, start: Callable[[], Any], *, stop_on_entry: bool = False, record: bool = False) -> Any:
+        """Start a process some other way (e.g. a server's own launch path, with its quotas and
+        sandbox) under the debugger: `start()` launches it and returns an object whose `.proc`
+        (or itself) is the Process. The debugger registers it before its first line runs."""
+        with self._launch_lock:
+            out = start()
+            proc = getattr(out, "proc", out)
+            if stop_on_entry:
+                self._entry_pids.add(proc.pid)
+            if record:
+                self._new_recording(proc, complete=True)
+        return out
+
     def set_stop_on_entry(self, enabled: bool = True) -> dict:
         self.stop_on_entry = bool(enabled)
         return {"stop_on_entry": self.stop_on_entry}

@@ -30,7 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from .protocol import COMMANDS, EVENTS, handle_command
+from .protocol import COMMANDS, EVENTS
+from .scope import FullAccess
 
 DEFAULT_EVENTS = [e for e in EVENTS if e not in ("syscall_enter", "syscall_exit")]
 
@@ -42,11 +43,11 @@ def _dumps(m: dict) -> str:
 class _Session:
     """One client connection: its event filter, its outgoing queue and its sender."""
 
-    def __init__(self, debugger, send: Callable[[str], None], *, allow_launch: bool, allow_files: bool,
-                 events: list[str] | None, max_pending_events: int, workers: int) -> None:
+    def __init__(self, debugger, send: Callable[[str], None], *, policy, events: list[str] | None,
+                 max_pending_events: int, workers: int) -> None:
         self.dbg = debugger
         self._send = send
-        self.allow_launch, self.allow_files = allow_launch, allow_files
+        self.policy = policy  # scope.FullAccess or scope.UserScope: what this connection may see and do
         self.kinds: frozenset | None = None if events is None else frozenset(events)
         self.max_pending = max_pending_events
         self.out: queue.Queue = queue.Queue()
@@ -59,6 +60,9 @@ class _Session:
 
     def _on_event(self, msg: dict) -> None:
         if self.closed or (self.kinds is not None and msg["event"] not in self.kinds):
+            return
+        msg = self.policy.event(self.dbg, msg)
+        if msg is None:
             return
         if self.out.qsize() >= self.max_pending:
             self.dropped += 1
@@ -100,7 +104,7 @@ class _Session:
         self.pool.submit(self._run, msg)
 
     def _run(self, msg: Any) -> None:
-        resp = handle_command(self.dbg, msg, allow_launch=self.allow_launch, allow_files=self.allow_files)
+        resp = self.policy.handle(self.dbg, msg)
         if not self.closed:
             self.out.put(resp)
 
@@ -127,7 +131,7 @@ class DebugServer:
 
         self.debugger = debugger
         self.token = token
-        self.opts = dict(allow_launch=allow_launch, allow_files=allow_files, events=events,
+        self.opts = dict(policy=FullAccess(allow_launch=allow_launch, allow_files=allow_files), events=events,
                          max_pending_events=max_pending_events, workers=workers)
         self._server = serve(self._handler, host, port, max_size=16 << 20, compression=None)
         self.host = host
@@ -168,21 +172,32 @@ class DebugServer:
 
 
 def starlette_route(debugger, path: str = "/v1/debug", *, authenticate: Callable[[Any], bool] | None = None,
-                    allow_launch: bool = False, allow_files: bool = False):
+                    allow_launch: bool = False, allow_files: bool = False,
+                    policy: Callable[[Any], Any] | None = None):
     """A Starlette WebSocketRoute speaking the debugger protocol (for `symphony serve`'s app).
 
     `authenticate(websocket) -> bool` runs before the handshake is accepted (e.g. the server's
-    bearer-token check); a refused client is closed with code 4401.
+    bearer-token check); a refused client is closed with code 4401. Or give
+    `policy(websocket) -> FullAccess | UserScope | None` (scope.py) to decide per connection what
+    it may see and do; None refuses it (4401). `debugger` may be a function returning the
+    Debugger, called at the first accepted connection (so nothing attaches before anyone asks).
     """
     import asyncio
 
     from starlette.routing import WebSocketRoute
     from starlette.websockets import WebSocketDisconnect
 
+    full = FullAccess(allow_launch=allow_launch, allow_files=allow_files)
+
     async def endpoint(ws) -> None:
         if authenticate is not None and not authenticate(ws):
             await ws.close(code=4401)
             return
+        pol = policy(ws) if policy is not None else full
+        if pol is None:
+            await ws.close(code=4401, reason="missing or unknown API token")
+            return
+        dbg = debugger() if callable(debugger) and not hasattr(debugger, "runtime") else debugger
         await ws.accept()
         loop = asyncio.get_running_loop()
         outq: asyncio.Queue = asyncio.Queue()
@@ -190,8 +205,7 @@ def starlette_route(debugger, path: str = "/v1/debug", *, authenticate: Callable
         def send(text: str) -> None:  # called from the session's sender thread
             asyncio.run_coroutine_threadsafe(outq.put(text), loop).result()
 
-        s = _Session(debugger, send, allow_launch=allow_launch, allow_files=allow_files, events=DEFAULT_EVENTS,
-                     max_pending_events=10_000, workers=8)
+        s = _Session(dbg, send, policy=pol, events=DEFAULT_EVENTS, max_pending_events=10_000, workers=8)
 
         async def writer() -> None:
             while True:
@@ -315,6 +329,14 @@ class RemoteDebugger:
             if v is not None:
                 a[k] = v
         return self.request("launch", **a)
+
+    def run_program(self, source: str, entry: str, *args: Any, stop_on_entry: bool = False, record: bool = False,
+                    **fields: Any) -> Any:
+        """Start a program from its source through a `symphony serve` server's own launch path
+        (its quotas and sandbox; fields as in POST /v1/processes: kwargs, name, limits, sandbox)
+        under this debugger; only on a server with `--plugin debugger`."""
+        return self.request("run_program", source=source, entry=entry, args=list(args), stop_on_entry=stop_on_entry,
+                            record=record, **fields)
 
     def __getattr__(self, name: str) -> Any:
         cmd = "continue" if name == "continue_" else name

@@ -108,8 +108,12 @@ class DebuggerSession(Session):
     def __init__(self, dbg, target: str | None = None, args: tuple = (), kwargs: dict | None = None, *,
                  title: str | None = None, program_file: str | None = None, stop_on_entry: bool = True,
                  token_text: Callable[[int], str] | None = None, traceback_of: Callable[[int], str | None] | None = None,
-                 on_close: Callable[[], None] | None = None, sync_events: bool | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, sync_events: bool | None = None,
+                 program: dict | None = None) -> None:
         self.dbg = dbg
+        # `program`: {"source": ..., "entry": ..., "sandbox": ...} to start through a `symphony serve`
+        # server's own launch path (`run_program`, the server's debugger plugin) instead of `launch`
+        self.program = program
         self.target, self.args, self.kwargs = target, tuple(args), dict(kwargs or {})
         self.title = title or (target or "attached")
         self.program_file = program_file
@@ -182,10 +186,15 @@ class DebuggerSession(Session):
             self.request("record", enabled=True)  # every launch recorded: step back needs it
         except SessionError:
             pass
-        if self.target is not None:
-            r = self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
-                             stop_on_entry=self.stop_on_entry, record=True)
-            self._adopt(r["pid"])
+        if self.target is not None or self.program is not None:
+            self._adopt(self._launch()["pid"])
+
+    def _launch(self) -> dict:
+        if self.program is not None:
+            return self.request("run_program", **self.program, args=list(self.args), kwargs=self.kwargs,
+                                stop_on_entry=self.stop_on_entry, record=True)
+        return self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
+                            stop_on_entry=self.stop_on_entry, record=True)
 
     def _adopt(self, pid: int) -> None:
         with self._lock:
@@ -499,6 +508,9 @@ class DebuggerSession(Session):
             "breakpoints": shown_bps,
             "tracebacks": tracebacks,
             "program_file": self.program_file,
+            # a program run by a server carries its source under the server's file name for it
+            "sources": ({f"<lip {self.program.get('name') or self.program['entry']}>": self.program["source"]}
+                        if self.program else {}),
             "diverged": list(self._diverged[-5:]),
             "version": self.version,
         }
@@ -583,10 +595,9 @@ class DebuggerSession(Session):
         """Run the program again (the focused process, or the one this session launched)."""
         pid = pid if pid is not None else self.pid
         if pid is None:
-            if self.target is None:
+            if self.target is None and self.program is None:
                 raise SessionError("nothing to relaunch: focus a process first")
-            r = self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
-                             stop_on_entry=self.stop_on_entry, record=True)
+            r = self._launch()
         else:
             r = self.request("restart", pid=pid, stop_on_entry=self.stop_on_entry)
         self._adopt(r["pid"])
