@@ -174,3 +174,16 @@ def test_tui_session_against_symphony_serve(server):
         asyncio.run(drive())
     finally:
         session.close()
+
+
+def test_a_failing_program_brings_its_traceback_over_the_protocol(server):
+    alice = ws(server, "tok-alice")
+    try:
+        pid = alice.run_program(source(), "raises")["pid"]
+        res = alice.wait_process(pid, timeout=120)
+        assert res["status"] == "failed"
+        view = next(p for p in alice.threads(include_done=True)["processes"] if p["pid"] == pid)
+        assert "Traceback" in view["traceback"] and "<lip raises>" in view["traceback"], view["traceback"]
+        assert "ValueError" in view["traceback"]
+    finally:
+        alice.close()

@@ -351,6 +351,9 @@ def process_view(proc, stops: dict) -> dict:
         s = stops.get((proc.pid, t["tid"]))
         t["stopped"] = None if s is None else {"stop_id": s.id, "reason": s.reason, "where": s.where}
     d["done"] = proc.done
+    err = getattr(proc, "error", None)
+    if proc.done and err is not None:  # a failed LIP's traceback travels with its view
+        d["traceback"] = getattr(err, "traceback_text", None) or str(err)
     return d
 
 

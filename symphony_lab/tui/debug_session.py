@@ -486,7 +486,7 @@ class DebuggerSession(Session):
                 if loc:
                     locations[key] = loc
             if p.get("status") in ("failed", "cancelled"):
-                tb = self._tracebacks.get(pid)
+                tb = self._tracebacks.get(pid) or p.get("traceback")
                 if tb is None and self._traceback_of is not None:
                     try:
                         tb = self._traceback_of(pid)
