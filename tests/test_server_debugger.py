@@ -144,34 +144,14 @@ def test_tui_session_against_symphony_serve(server):
     pytest.importorskip("textual")
     from symphony_lab.cli import build_parser, make_session
     from symphony_lab.tui import SymphonyLab
-    from tests.test_tui import screen_text, step_and_wait, wait_until
+    from tests.test_tui import remote_session_step_override_continue
 
     ns = build_parser().parse_args(["tui", "--server", server.url, "--token", "tok-alice", f"{LIP_FILE}:greedy",
                                     "The capital of France is", "max_tokens=6"])
     session = make_session(ns)
-    app = SymphonyLab(session)
-
-    async def drive() -> None:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry", timeout=120)
-            for i in range(3):
-                s = await step_and_wait(pilot, app, f"server step {i + 1}")
-                assert (s["where"], s["call"]) == ("after", "pred")
-            screen = screen_text(app)
-            assert "after pred (step)" in screen and "top-k" in screen
-            assert "def greedy" in screen  # the program pane shows the uploaded source
-            alt = app.focused_stop()["result"]["topk"][1]
-            await pilot.press("2", "down", "enter")
-            await wait_until(pilot, lambda: app.focused_stop()["result"]["chosen"]["by"] == "override", "override")
-            await pilot.press("c")
-            pid = app.focus_pt[0]
-            await wait_until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
-                             "the end", timeout=120)
-            res = session.request("wait_process", pid=pid, timeout=60)
-            assert res["status"] == "finished" and res["result"][2] == alt["token"]
-
     try:
-        asyncio.run(drive())
+        screen = asyncio.run(remote_session_step_override_continue(SymphonyLab(session), session, timeout=120))
+        assert "def greedy" in screen  # the program pane shows the uploaded source
     finally:
         session.close()
 

@@ -56,6 +56,30 @@ def history(app) -> list[dict]:
     return app.state.get("history", {}).get(f"{pid}.{tid}", {}).get("tokens", [])
 
 
+async def remote_session_step_override_continue(app, session, timeout: float = 90.0) -> str:
+    """Stop on entry, step three preds, override the third token with the runner-up from the
+    top-k table, continue to the end; checks the screen and the result. Returns the screen at
+    the third stop."""
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry", timeout)
+        for i in range(3):
+            s = await step_and_wait(pilot, app, f"remote step {i + 1}")
+            assert (s["where"], s["call"]) == ("after", "pred")
+        screen = screen_text(app)
+        assert "after pred (step)" in screen and "top-k" in screen
+        assert len(history(app)) == 3
+        alt = app.focused_stop()["result"]["topk"][1]
+        await pilot.press("2", "down", "enter")
+        await wait_until(pilot, lambda: app.focused_stop()["result"]["chosen"]["by"] == "override", "override")
+        await pilot.press("c")
+        pid = app.focus_pt[0]
+        await wait_until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
+                         "the end", timeout)
+        res = session.request("wait_process", pid=pid, timeout=60)
+        assert res["status"] == "finished" and res["result"][2] == alt["token"]
+        return screen
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -238,27 +262,8 @@ def test_same_session_over_the_debugger_websocket(engine):
                               title=f"server {server.url}", on_close=remote.close)
     app = SymphonyLab(session)
 
-    async def drive() -> None:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
-            for i in range(3):
-                s = await step_and_wait(pilot, app, f"remote step {i + 1}")
-                assert (s["where"], s["call"]) == ("after", "pred")
-            screen = screen_text(app)
-            assert "after pred (step)" in screen and "top-k" in screen
-            assert len(history(app)) == 3
-            alt = app.focused_stop()["result"]["topk"][1]
-            await pilot.press("2", "down", "enter")
-            await wait_until(pilot, lambda: app.focused_stop()["result"]["chosen"]["by"] == "override", "override")
-            await pilot.press("c")
-            pid = app.focus_pt[0]
-            await wait_until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
-                             "the end")
-            res = session.request("wait_process", pid=pid, timeout=30)
-            assert res["status"] == "finished" and res["result"][2] == alt["token"]
-
     try:
-        run(drive())
+        run(remote_session_step_override_continue(app, session))
     finally:
         session.close()
         server.close()
