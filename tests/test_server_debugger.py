@@ -65,7 +65,7 @@ def test_step_a_sandboxed_program_and_keep_users_apart(server):
         pid = r["pid"]
         assert r["sandboxed"] is True
         s = alice.wait_stopped(pid, timeout=120)
-        assert s["reason"] == "entry"
+        assert s["reason"] == "entry" and (s["file"], s["line"]) == ("<lip greedy>", 8)  # the def line, not the server's
         chosen = []
         for i in range(1, 4):
             alice.step(pid, 1)

@@ -122,6 +122,16 @@ def _positive(v, what: str):
     return v
 
 
+def _def_line(source: str, entry: str) -> int | None:
+    import ast
+
+    try:
+        return next((n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == entry),
+                    None)
+    except SyntaxError:
+        return None
+
+
 def launch_program(state: State, user: User, body: dict, where: str) -> ProcessRecord:
     """Launch a program from a checked `run` request; returns its record."""
     check_fields(body, RUN_FIELDS, where)
@@ -187,6 +197,7 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
                                        priority=priority, limits=eng_limits)
         else:
             proc = state.engine.launch(inprocess_lip, job, user=user.name, name=name, priority=priority, limits=eng_limits)
+        proc.entry_location = (f"<lip {name}>", _def_line(source, entry))  # for a debugger's stop on entry
         rec = ProcessRecord(proc, user.name, "program", bool(sandboxed), state.loop)
         state.registry.add(rec)
     sink.append(rec)

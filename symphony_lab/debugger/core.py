@@ -377,7 +377,7 @@ class Debugger:
         if self.stop_on_entry or pid in self._entry_pids:
             self._entry_pids.discard(pid)
             th = proc.threads[0]
-            file, line = ins.where_is(proc.fn)
+            file, line = ins.where_is(getattr(proc, "entry_location", None) or proc.fn)
             ev = Event("process_entry", now(), pid, th.tid, None, {"name": proc.name}, file=file, line=line, seq=0)
             self._stop(th, ev, "entry", ["entry"], [], None, None)
 

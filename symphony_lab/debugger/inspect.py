@@ -358,6 +358,10 @@ def process_view(proc, stops: dict) -> dict:
 
 
 def where_is(code_or_fn) -> tuple[str | None, int | None]:
+    """A function's file and first line; a (file, line) pair is taken as it is (a program the
+    server runs elsewhere, e.g. in a sandbox, says where its entry point is)."""
+    if isinstance(code_or_fn, tuple):
+        return code_or_fn
     code = getattr(code_or_fn, "__code__", None)
     if code is None:
         return None, None
