@@ -1,8 +1,22 @@
 """Host overhead of the LIP runtime per `pred`, with the model replaced by a stub.
 
-64 LIPs each make N single-token preds; the forward returns zeros at once, so what is left is
-the runtime: syscall dispatch, validation, scheduling, KV reservation, batch building and the
-thread hand-offs. Run with and without an event-bus subscriber.
+64 LIPs each make N single-token preds; the forward returns a slice of one preallocated zero
+tensor at once, so what is left is the runtime: syscall dispatch, validation, scheduling, KV
+reservation, batch building, completion and the thread hand-offs. Run with and without an
+event-bus subscriber.
+
+What the columns measure (issue 9, W5: <= 30 us host time per pred, <= 200 us per batch):
+- "µs per pred (wall)": wall-clock time of the whole run / preds.
+- "CPU µs per pred": CPU time of the whole process (every thread: LIPs, scheduler, kernel
+  time of the futex wake-ups) / preds, less the CPU spent inside the stub forward. The figure
+  the per-pred target is held to: on a shared machine wall time also counts other programs.
+- "scheduler host µs per batch": CPU time of the batch scheduler's own thread / batches, less
+  the forward: selecting, assembling (KV reservation, batch tensors), completing and waking a
+  batch, and its policy checks in between (`BatchLog.host_s`). The per-batch target is held
+  to this. Time the LIP threads spend while the scheduler waits is not in it.
+- "wall µs per batch": wall time / batches, i.e. everything (LIP Python included) between two
+  batches; shown for comparison with the old figure, which was this one.
+- "forward µs per batch": wall time inside the stub forward (it includes waits for the GIL).
 
     python -m bench.runtime_overhead [--quick]
 """
@@ -26,19 +40,28 @@ def _lip(sym, n: int) -> int:
 
 
 def measure(engine, n_lips: int, n_preds: int, subscribe: bool) -> dict:
+    """One run of `n_lips` LIPs x `n_preds` preds. Wall and CPU figures, see the module docstring."""
     unsubscribe = engine.bus.subscribe(lambda ev: None) if subscribe else None
     log = engine.runtime.batch.log
-    b0 = log.total_batches
-    t0 = time.perf_counter()
+    b0, h0, f0, fc0 = log.total_batches, log.host_s, log.forward_s, log.forward_cpu_s
+    t0, c0 = time.perf_counter(), time.process_time()
     procs = [engine.run(_lip, n_preds) for _ in range(n_lips)]
     for p in procs:
         p.result()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if unsubscribe:
         unsubscribe()
     batches = log.total_batches - b0
     preds = n_lips * n_preds
-    return {"us_per_pred": 1e6 * wall / preds, "us_per_batch": 1e6 * wall / batches, "mean_batch": preds / batches}
+    fwd_cpu = log.forward_cpu_s - fc0
+    return {
+        "us_per_pred": 1e6 * wall / preds,
+        "cpu_us_per_pred": 1e6 * (cpu - fwd_cpu) / preds,
+        "host_us_per_batch": 1e6 * (log.host_s - h0) / batches,
+        "wall_us_per_batch": 1e6 * wall / batches,
+        "forward_us_per_batch": 1e6 * (log.forward_s - f0) / batches,
+        "mean_batch": preds / batches,
+    }
 
 
 def main(argv=None) -> list[dict]:
@@ -50,8 +73,10 @@ def main(argv=None) -> list[dict]:
 
     eng = Engine(num_pages=1024)
     vocab = eng.config.vocab_size
-    eng.model.forward = lambda fb, k, v: torch.zeros(fb.output_rows.shape[0], vocab)
+    zeros = torch.zeros(256, vocab)  # the stub's logits: a slice of one buffer, no allocation per batch
+    eng.model.forward = lambda fb, k, v: zeros[: fb.output_rows.shape[0]]
     n_lips, n_preds = (16, 10) if args.quick else (64, 50)
+    measure(eng, n_lips, min(n_preds, 5), False)  # warm-up: thread start-up, allocator, first batches
     rows = []
     for sub in (False, True):
         runs = [measure(eng, n_lips, n_preds, sub) for _ in range(1 if args.quick else args.repeats)]
@@ -59,10 +84,13 @@ def main(argv=None) -> list[dict]:
         row["subscriber"] = sub
         rows.append(row)
     print(f"runtime overhead, stub forward, {n_lips} LIPs x {n_preds} preds (median of {len(runs)})")
-    print("| event subscriber | µs per pred | µs per batch | mean batch |")
-    print("|---|---|---|---|")
+    print("| event subscriber | µs per pred (wall) | CPU µs per pred | scheduler host µs per batch "
+          "| wall µs per batch | forward µs per batch | mean batch |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} | {r['us_per_batch']:.0f} | {r['mean_batch']:.1f} |")
+        print(f"| {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} | {r['cpu_us_per_pred']:.1f} "
+              f"| {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} | {r['forward_us_per_batch']:.0f} "
+              f"| {r['mean_batch']:.1f} |")
     eng.shutdown()
     cost = kernel_dispatch_cost(20_000 if args.quick else 200_000)
     print(f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "

@@ -8,6 +8,7 @@ file is ever left holding tokens whose K/V were not written.
 from __future__ import annotations
 
 import operator
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -19,6 +20,23 @@ from .model.batch import ForwardBatch, SeqInput
 from .model.dist import Dist
 from .model.llama import PagedLlama
 from .model.sampling import Sampler, sample_rows
+
+_perf = time.perf_counter
+_thread_time = time.thread_time
+
+
+def _context_slots(f, ps: int) -> list[int]:
+    """Every cache slot of file `f` in order: `KVFS.context_slots`, a page at a time (a C-level
+    range per page rather than arithmetic per token)."""
+    n = len(f.tokens)
+    out: list[int] = []
+    for p in f.pages:
+        b = p * ps
+        out.extend(range(b, b + ps))
+        if len(out) >= n:
+            break
+    del out[n:]
+    return out
 
 
 @dataclass(eq=False)
@@ -69,9 +87,15 @@ class Executor:
         self.kvfs = kvfs
         self.vocab = model.cfg.vocab_size
         self.max_pos = model.cfg.max_positions
+        # Time inside the model's forward (wall, and the calling thread's CPU): what the batch
+        # scheduler subtracts to report its own host cost.
+        self.forward_s = 0.0
+        self.forward_cpu_s = 0.0
 
     def prepare(self, c: PredCall) -> None:
         """Check one call's arguments against the model and its KV file; raise PredError/KVError."""
+        if self._prepare_plain(c):
+            return
         kvfs = self.kvfs
         with kvfs.lock:
             f = kvfs._writable(c.kv, "pred")
@@ -112,6 +136,30 @@ class Executor:
             raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
+
+    def _prepare_plain(self, c: PredCall) -> bool:
+        """The common call — a list of in-vocabulary ints continuing the file, last position out,
+        no sampler, no mask — checked in a few operations. False sends the call through the full
+        checks, which also word every error."""
+        ids = c.token_ids
+        if type(ids) is not list or not ids or c.positions is not None or c.sampler is not None or c.mask is not None:
+            return False
+        if type(c.outputs) is not str or c.outputs != "last":
+            return False
+        for t in ids:
+            if type(t) is not int:  # bools, numpy ints, ...: the full path
+                return False
+        if min(ids) < 0 or max(ids) >= self.vocab:
+            return False
+        kvfs = self.kvfs
+        with kvfs.lock:
+            f = kvfs._writable(c.kv, "pred")
+            start = f.next_position
+        n = len(ids)
+        if start + n > self.max_pos:
+            return False
+        c.tokens, c.pos, c.out_index, c.mask_tensor = list(ids), list(range(start, start + n)), [n - 1], None
+        return True
 
     def _continue_positions(self, c: PredCall) -> None:
         """Default positions continue the file as it is *now*: an earlier call of the same
@@ -164,26 +212,28 @@ class Executor:
 
     def _forward(self, calls: list[PredCall], idx: list[int], results: list) -> None:
         kvfs = self.kvfs
+        ps = kvfs.pool.page_size
         reserved: list[tuple[int, PredCall, Reservation]] = []
         # Eviction to make room for one member must never take another member's file.
         members = frozenset(c.kv.file.fid for c in calls)
-        for i, c in zip(idx, calls):
-            try:
-                with kvfs.lock:
+        with kvfs.lock:  # one hold for the whole batch (it is re-entrant: reserve takes it too)
+            for i, c in zip(idx, calls):
+                try:
                     if c.positions is None:
                         self._continue_positions(c)
                     reserved.append((i, c, kvfs.reserve(c.kv, c.tokens, c.pos, members)))
-            except SymphonyError as e:
-                results[i] = e
-        if not reserved:
-            return
-        with kvfs.lock:
-            seqs = [
-                SeqInput(c.tokens, c.pos, r.slots, kvfs.context_slots(c.kv.file), c.out_index) for _, c, r in reserved
-            ]
+                except SymphonyError as e:
+                    results[i] = e
+            if not reserved:
+                return
+            seqs = [SeqInput(c.tokens, c.pos, r.slots, _context_slots(c.kv.file, ps), c.out_index)
+                    for _, c, r in reserved]
         try:
             fb = ForwardBatch.build(seqs, self.model.device)
+            w0, c0 = _perf(), _thread_time()
             logits = self.model.forward(fb, self.kvfs.pool.k, self.kvfs.pool.v)
+            self.forward_cpu_s += _thread_time() - c0
+            self.forward_s += _perf() - w0
         except BaseException:
             for _, _, r in reserved:
                 kvfs.rollback(r)
@@ -191,6 +241,13 @@ class Executor:
         self._scatter(logits, fb.output_counts, reserved, results)
 
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list) -> None:
+        if all(c.outputs == "last" and c.mask_tensor is None and c.sampler is None for _, c, _ in reserved):
+            # The common decode batch: one row per call, nothing to mask or sample.
+            # (Row views by indexing: `unbind` would release the GIL, handing it to a LIP thread
+            # in the middle of the scheduler's batch.)
+            for k, (i, _, _) in enumerate(reserved):
+                results[i] = Dist(logits[k])
+            return
         start = 0
         rows_by_call = []
         for (i, c, _), n in zip(reserved, counts):

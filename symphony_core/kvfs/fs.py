@@ -160,7 +160,8 @@ class KVFS:
             old = f.length
             new_pages = -(-(old + len(tokens)) // ps) - len(f.pages)
             cow = old % ps != 0 and self.pool.refcount[f.pages[-1]] > 1
-            fresh = self._alloc(new_pages + int(cow), protect={f.fid, *protect})
+            need = new_pages + int(cow)  # most decode steps need none: no protect set to build then
+            fresh = self._alloc(need, protect={f.fid, *protect}) if need else []
             if cow:
                 dst = fresh.pop()
                 self.pool.copy_page(f.pages[-1], dst, old % ps)

@@ -2,7 +2,8 @@
 
 Here each call is traced (an enter and an exit event on the bus, with the LIP's own file and
 line) and here a debugger may hold it (`hook.before`) or rewrite its result (`hook.after`).
-With no subscriber and no hook, a syscall costs one check and a counter increment.
+With no subscriber and no hook, a syscall costs one check and a counter increment (plus the
+thread-state bookkeeping the schedulers read).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .events import Event, EventBus, now
 from .process import LIPThread
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_inside: dict[str, bool] = {}  # file name -> is it part of symphony_core (cached: a frame walk per traced call)
 
 
 class DebugHook(Protocol):
@@ -26,11 +28,16 @@ class DebugHook(Protocol):
 def caller_location() -> tuple[str | None, int | None]:
     """File and line of the innermost frame outside symphony_core: the LIP's own code."""
     f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    inside = _inside
+    while f is not None:
+        name = f.f_code.co_filename
+        ins = inside.get(name)
+        if ins is None:
+            ins = inside[name] = name.startswith(_PKG_DIR)
+        if not ins:
+            return name, f.f_lineno
         f = f.f_back
-    if f is None:
-        return None, None
-    return f.f_code.co_filename, f.f_lineno
+    return None, None
 
 
 class Kernel:
@@ -42,37 +49,45 @@ class Kernel:
     def syscall(self, th: LIPThread, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
         proc = th.proc
         with proc.lock:
-            proc.checkpoint()
+            if proc.kill_reason is not None:
+                raise proc.kill_reason
             th.state, th.current_call = "in_syscall", call
         th.seq += 1
         try:
-            hook = self.hook
-            if hook is None and not self.bus.active:
+            if self.hook is None and not self.bus.active:
                 return impl()
-            file, line = caller_location()
-            enter = Event("syscall_enter", now(), proc.pid, th.tid, call, args(), file=file, line=line, seq=th.seq)
-            self.bus.publish(enter)
-            if hook is not None:
-                hook.before(th, enter)
-                proc.checkpoint()
-            try:
-                result = impl()
-                if hook is not None:
-                    result = hook.after(th, enter, result)
-            except BaseException as e:
-                on_error = getattr(hook, "after_error", None)
-                if on_error is not None:
-                    on_error(th, enter, e)
-                self.bus.publish(
-                    Event("syscall_exit", now(), proc.pid, th.tid, call, error=f"{type(e).__name__}: {e}",
-                          file=file, line=line, seq=th.seq, duration=now() - enter.ts)
-                )
-                raise
-            self.bus.publish(
-                Event("syscall_exit", now(), proc.pid, th.tid, call, result=self.summarize_result(call, result),
-                      file=file, line=line, seq=th.seq, duration=now() - enter.ts)
-            )
-            return result
+            return self._traced(th, proc, call, impl, args)
         finally:
             with proc.lock:
                 th.state, th.current_call = "running", None
+
+    def _traced(self, th: LIPThread, proc, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
+        """The observed path: enter/exit events (when someone subscribes) and the debugger's hook."""
+        hook = self.hook
+        bus = self.bus
+        file, line = caller_location()
+        seq = th.seq
+        enter = Event("syscall_enter", now(), proc.pid, th.tid, call, args(), file=file, line=line, seq=seq)
+        if bus.active:
+            bus.publish(enter)
+        if hook is not None:
+            hook.before(th, enter)
+            proc.checkpoint()
+        try:
+            result = impl()
+            if hook is not None:
+                result = hook.after(th, enter, result)
+        except BaseException as e:
+            on_error = getattr(hook, "after_error", None)
+            if on_error is not None:
+                on_error(th, enter, e)
+            if bus.active:
+                t = now()
+                bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, error=f"{type(e).__name__}: {e}",
+                                  file=file, line=line, seq=seq, duration=t - enter.ts))
+            raise
+        if bus.active:
+            t = now()
+            bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, result=self.summarize_result(call, result),
+                              file=file, line=line, seq=seq, duration=t - enter.ts))
+        return result

@@ -4,6 +4,13 @@ One thread owns the model. LIP threads `submit` prepared calls and sleep; the sc
 a batch under a token budget — every waiting decode first, then prefill *chunks* with what is
 left — so a 2,000-token prompt is fed a slice at a time while others keep decoding. Whom to
 pick first is the process scheduler's word (priority, then the user's fair share).
+
+Host cost matters here: with a fast model the scheduler's own Python is the bottleneck. So a
+submit wakes the scheduler only when its policy could now say "fire" (the policy's
+`fire_threshold`), a finished call wakes its thread through a bare lock (`Signal`), and the
+queue is rebuilt once per batch rather than searched once per member. `log.host_s` adds up the
+scheduler thread's own CPU time outside the model's forward: what "host time per batch" means
+in bench/runtime_overhead.py.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from dataclasses import dataclass, field
+import time
 from typing import Callable
 
 import torch
@@ -26,29 +33,104 @@ from .records import BatchLog, BatchMember, BatchRecord
 
 logger = logging.getLogger(__name__)
 
+_allocate_lock = threading.Lock
+_tuple_new = tuple.__new__
+_thread_time = time.thread_time
 
-@dataclass(eq=False)
+
+class Signal:
+    """A one-shot event, set once by the scheduler and awaited by one LIP thread.
+
+    The contract of `threading.Event` (`set`, `is_set`, `wait(timeout) -> bool`) on one bare
+    lock, which costs a fraction of an Event's Condition to create, set and wait on.
+
+    Signals of one batch form a wake-up chain (`next`): the scheduler sets only the first, and
+    each woken thread `pass_on`s to the next before it runs any LIP code. Under the GIL the
+    threads run one at a time anyway; waking them all at once only makes 64 threads fight for
+    it (and for the scheduler's own next batch). A waiter that gives up `abandon`s its signal so
+    the chain never stops at it: whichever of `set` and `abandon` comes second passes on.
+    """
+
+    __slots__ = ("_lock", "_set", "next", "abandoned")
+
+    def __init__(self) -> None:
+        self._lock = _allocate_lock()
+        self._lock.acquire()
+        self._set = False
+        self.next: Signal | None = None
+        self.abandoned = False
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        try:
+            self._lock.release()
+        except RuntimeError:  # a concurrent set() released it first
+            pass
+        if self.abandoned:  # nobody will wake up to pass the chain on
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        """Set the next signal of the chain (once)."""
+        n = self.next
+        if n is not None:
+            self.next = None
+            n.set()
+
+    def abandon(self) -> None:
+        """The waiter leaves without waiting for the result (its process is being stopped)."""
+        self.abandoned = True
+        if self._set:
+            self.pass_on()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(True, -1 if timeout is None else timeout):
+            try:
+                self._lock.release()  # let any other waiter through too
+            except RuntimeError:
+                pass
+            return True
+        return self._set
+
+
 class PendingPred:
-    call: PredCall  # prepared (validated) by the caller
-    pid: int | None
-    tid: int | None
-    user: str
-    priority: int
-    start_len: int
-    submitted: float = field(default_factory=now)
-    done_tokens: int = 0
-    done_rows: int = 0
-    logits: list = field(default_factory=list)
-    picks: list = field(default_factory=list)
-    result: Dist | BaseException | None = None
-    finished: threading.Event = field(default_factory=threading.Event)
-    waiting_pages: bool = False
-    parked: bool = False
-    cancelled: bool = False  # its thread gave up (process killed); drop it at the next look
+    """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
+
+    __slots__ = ("call", "pid", "tid", "user", "priority", "start_len", "submitted", "done_tokens", "done_rows",
+                 "logits", "picks", "result", "finished", "waiting_pages", "parked", "cancelled")
+
+    def __init__(self, call: PredCall, pid: int | None, tid: int | None, user: str, priority: int, start_len: int,
+                 submitted: float | None = None) -> None:
+        self.call = call  # prepared (validated) by the caller
+        self.pid = pid
+        self.tid = tid
+        self.user = user
+        self.priority = priority
+        self.start_len = start_len
+        self.submitted = now() if submitted is None else submitted
+        self.done_tokens = 0
+        self.done_rows = 0
+        self.logits: list = []
+        self.picks: list = []
+        self.result: Dist | BaseException | None = None
+        self.finished = Signal()
+        self.waiting_pages = False
+        self.parked = False
+        self.cancelled = False  # its thread gave up (process killed); drop it at the next look
 
     @property
     def remaining(self) -> int:
         return len(self.call.tokens) - self.done_tokens
+
+    def __repr__(self) -> str:
+        return (f"PendingPred(pid={self.pid}, tid={self.tid}, file={self.call.kv.file.fid}, "
+                f"{self.done_tokens}/{len(self.call.tokens)} tokens)")
 
 
 class BatchScheduler:
@@ -83,8 +165,12 @@ class BatchScheduler:
         self.idle_since = 0.0
         self._queue: list[PendingPred] = []
         self._cv = threading.Condition()
+        # While the loop waits, a submit wakes it only once the queue holds this many calls: the
+        # policy cannot fire on fewer (0: wake on every submit, for policies that do not say).
+        self._notify_at = 0
         self._bids = itertools.count(1)
         self._stop = False
+        self._cpu_mark: float | None = None  # scheduler thread CPU clock at the end of the last batch
         self._thread = threading.Thread(target=self._loop, name="symphony-batch", daemon=True)
 
     def start(self) -> None:
@@ -93,8 +179,10 @@ class BatchScheduler:
     # --- LIP side ------------------------------------------------------------------------------
     def submit(self, p: PendingPred) -> None:
         with self._cv:
-            self._queue.append(p)
-            self._cv.notify()
+            q = self._queue
+            q.append(p)
+            if len(q) >= self._notify_at:
+                self._cv.notify()
 
     def wake(self) -> None:
         """Pages were freed or a thread changed state: look again."""
@@ -114,6 +202,7 @@ class BatchScheduler:
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
+        self._cpu_mark = _thread_time()
         while not self._stop:
             try:
                 self._iteration()
@@ -121,19 +210,34 @@ class BatchScheduler:
                 logger.exception("batch scheduler iteration failed")
 
     def _iteration(self) -> None:
+        policy = self.policy
         while True:
             if self.before_batch is not None:
                 self.before_batch()  # may resume parked processes, making their calls ready
             with self._cv:
                 if self._stop:
                     return
-                ready = [p for p in self._queue if not p.parked or p.cancelled]
+                queue = self._queue
+                ready, oldest = 0, None
+                for p in queue:
+                    if not p.parked or p.cancelled:
+                        ready += 1
+                        if oldest is None or p.submitted < oldest:
+                            oldest = p.submitted
+                t = now()
                 # A call queued while the model was busy has waited only since the model came free.
-                oldest = max(min((p.submitted for p in ready), default=now()), self.idle_since)
-                d = self.policy.decide(len(ready), self.runnable(), now() - oldest, self.last_forward)
+                oldest = max(t if oldest is None else oldest, self.idle_since)
+                runnable = self.runnable()
+                d = policy.decide(ready, runnable, t - oldest, self.last_forward)
                 if d.fire:
+                    self._notify_at = 0
                     break
+                threshold = getattr(policy, "fire_threshold", None)
+                # Parked calls sit in the queue without counting as ready: a submit compares the
+                # queue's length, so they are added to the threshold.
+                self._notify_at = 0 if threshold is None else threshold(runnable) + (len(queue) - ready)
                 self._cv.wait(d.wait if ready else 0.1)
+                self._notify_at = 0
         chosen = self._select()
         if not chosen:
             return
@@ -144,81 +248,117 @@ class BatchScheduler:
             self._stalled()
 
     def _select(self) -> list[PendingPred]:
+        dropped: list[PendingPred] = []
+        ready: list[PendingPred] = []
         with self._cv:
-            dropped = [p for p in self._queue if p.cancelled]
+            for p in self._queue:
+                if p.cancelled:
+                    dropped.append(p)
+                elif not p.parked:
+                    ready.append(p)
         for p in dropped:
             self.fail(p, SymphonyError("pred abandoned: its process was stopped"))
-        with self._cv:
-            ready = sorted((p for p in self._queue if not p.parked), key=self.rank)
+        rank = self.rank
+        # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
+        # on the pair is the same order as the stable sort by rank followed by decode-first.
+        ready.sort(key=lambda p: (len(p.call.tokens) - p.done_tokens > 1, rank(p)))
         chosen: list[PendingPred] = []
         files: set[int] = set()
         budget = self.token_budget
-        # Decodes first: they are latency-bound and cost one token each.
-        for p in sorted(ready, key=lambda p: p.remaining > 1):
-            if len(chosen) >= self.max_batch or budget <= 0:
+        max_batch = self.max_batch
+        for p in ready:
+            if len(chosen) >= max_batch or budget <= 0:
                 break
             fid = p.call.kv.file.fid
             if fid in files:
                 continue
             files.add(fid)
             chosen.append(p)
-            budget -= min(p.remaining, budget)
+            budget -= min(len(p.call.tokens) - p.done_tokens, budget)
         return chosen
 
     def _fire(self, chosen: list[PendingPred]) -> bool:
         budget = self.token_budget
         calls, spans = [], []
         for p in chosen:
-            n = min(p.remaining, max(budget, 1))
+            total = len(p.call.tokens)
+            a = p.done_tokens
+            n = min(total - a, max(budget, 1))
             budget -= n
-            a, b = p.done_tokens, p.done_tokens + n
-            calls.append(self._chunk_call(p, a, b))
+            b = a + n
+            calls.append(p.call if a == 0 and b == total else self._chunk_call(p, a, b))
             spans.append((a, b))
         with self._cv:
             depth = len(self._queue)
+        executor = self.executor
+        fwd_cpu0 = getattr(executor, "forward_cpu_s", 0.0)
         t0 = now()
         try:
             results = self.run_batch(calls)
         except Exception as e:  # the model itself failed: every member gets the error
             results = [SymphonyError(f"forward pass failed: {type(e).__name__}: {e}")] * len(calls)
         t1 = now()
+        fwd_cpu = getattr(executor, "forward_cpu_s", 0.0) - fwd_cpu0
         self.last_forward = t1 - t0
         self.idle_since = t1
         progressed = False
-        members, errors = [], 0
-        for p, c, (a, b), r in zip(chosen, calls, spans, results):
+        members: list[BatchMember] = []
+        finished: list[tuple[PendingPred, object]] = []
+        errors = 0
+        for p, (a, b), r in zip(chosen, spans, results):
             if isinstance(r, OutOfPages):
                 p.waiting_pages = True
                 continue
             p.waiting_pages = False
             progressed = True
-            members.append(BatchMember(p.pid, p.tid, p.user, p.call.kv.file.fid, b - a,
-                                       "decode" if len(p.call.tokens) == 1 else "prefill", (a, b, len(p.call.tokens))))
+            c = p.call
+            total = len(c.tokens)
+            members.append(_tuple_new(BatchMember, (p.pid, p.tid, p.user, c.kv.file.fid, b - a,
+                                                    "decode" if total == 1 else "prefill", (a, b, total))))
             if isinstance(r, BaseException):
                 errors += 1
                 if a > 0:  # undo the chunks already written: a failed pred changes nothing
                     self._truncate_quietly(p)
-                self._finish(p, r)
+                finished.append((p, r))
                 continue
             p.done_tokens = b
-            if a == 0 and p.remaining == 0:  # the whole call ran in one piece
-                self._finish(p, r)
+            if a == 0 and b == total:  # the whole call ran in one piece
+                finished.append((p, r))
                 continue
             rows = r.logits if r.logits.dim() == 2 else r.logits[None]
             if rows.shape[0]:
                 p.logits.append(rows)
                 if r.token is not None:
                     p.picks.extend(r.token if isinstance(r.token, list) else [r.token])
-            if p.remaining == 0:
-                self._finish(p, self._assemble(p))
+            if b == total:
+                finished.append((p, self._assemble(p)))
+        if finished:
+            self._finish_many(finished)
         if members:
             pool = self.kvfs.pool
-            rec = BatchRecord(next(self._bids), t0, t1, members, sum(m.tokens for m in members), depth,
+            rec = BatchRecord(next(self._bids), t0, t1, members, sum(m[4] for m in members), depth,
                               pool.used_pages, pool.n_pages, self.policy.name, errors)
+            self._account(rec, t1 - t0, fwd_cpu)
             self.log.add(rec)
             if self.bus.active:
-                self.bus.publish(Event("batch", t1, args=rec.to_dict(), duration=t1 - t0))
+                self.bus.publish(Event("batch", t1, args=rec.to_dict, duration=t1 - t0))
+        else:
+            self._account(None, t1 - t0, fwd_cpu)
         return progressed
+
+    def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float) -> None:
+        """Charge the scheduler thread's CPU time since the last batch, less the forward's, to
+        this batch: select, assemble, complete and wake, and the policy checks in between."""
+        t = _thread_time()
+        mark = self._cpu_mark if self._cpu_mark is not None else t
+        self._cpu_mark = t
+        host = max(0.0, (t - mark) - fwd_cpu)
+        log = self.log
+        log.host_s += host
+        log.forward_s += fwd_wall
+        log.forward_cpu_s += fwd_cpu
+        if rec is not None:
+            rec.host_s = host
 
     def _chunk_call(self, p: PendingPred, a: int, b: int) -> PredCall:
         c = p.call
@@ -245,12 +385,22 @@ class BatchScheduler:
             if not p.call.kv.closed and p.call.kv.file.length > p.start_len:
                 self.kvfs.rollback(Reservation(p.call.kv, p.start_len, []))
 
-    def _finish(self, p: PendingPred, result) -> None:
+    def _finish_many(self, done: list[tuple[PendingPred, object]]) -> None:
+        """Take finished calls off the queue (one pass for all of them) and wake their threads,
+        one after the other (see `Signal`)."""
+        gone = {p for p, _ in done}
         with self._cv:
-            if p in self._queue:
-                self._queue.remove(p)
-        p.result = result
-        p.finished.set()
+            self._queue = [q for q in self._queue if q not in gone]
+        prev = None
+        for p, result in done:
+            p.result = result
+            if prev is not None:
+                prev.next = p.finished
+            prev = p.finished
+        done[0][0].finished.set()  # the rest follow down the chain (Signal)
+
+    def _finish(self, p: PendingPred, result) -> None:
+        self._finish_many([(p, result)])
 
     def fail(self, p: PendingPred, error: BaseException) -> None:
         """End a queued call with an error (its process was killed, or it can never fit)."""

@@ -5,10 +5,15 @@ small batches when LIPs arrive one by one. `AdaptiveWatermark` (after Pie) waits
 until the queue holds most of the threads that could still join it: when a batch returns, its
 members wake up, run a little Python, and call `pred` again; firing on the first arrival would
 split them into many small batches.
+
+A policy may also say `fire_threshold(runnable)`: the fewest queued calls on which it would
+fire at once. The scheduler then sleeps through the submits below that number instead of
+waking for each one; a policy without it is asked again on every submit.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -23,6 +28,10 @@ class FireWhenIdle:
 
     def decide(self, queued: int, runnable: int, oldest_wait: float, last_forward: float) -> Decision:
         return Decision(queued > 0)
+
+    def fire_threshold(self, runnable: int) -> int:
+        """The fewest queued calls on which `decide` fires at once (the scheduler is woken then)."""
+        return 1
 
 
 @dataclass
@@ -49,6 +58,11 @@ class AdaptiveWatermark:
         if oldest_wait >= limit:
             return Decision(True)
         return Decision(False, limit - oldest_wait)
+
+    def fire_threshold(self, runnable: int) -> int:
+        """The fewest queued calls on which `decide` fires without waiting: while the queue is
+        shorter, the scheduler sleeps until the wait limit instead of re-deciding per submit."""
+        return max(1, math.ceil(self.fraction * runnable))
 
 
 POLICIES = {"fire-when-idle": FireWhenIdle, "adaptive-watermark": AdaptiveWatermark}

@@ -1,13 +1,18 @@
-"""What every fired batch leaves behind, for the live views, the debugger and the tests."""
+"""What every fired batch leaves behind, for the live views, the debugger and the tests.
+
+Records are written once per batch by the scheduler thread, so they are cheap to make: a
+member is a named tuple, and the dict form (`to_dict`, for events and views) is built only
+when someone asks for it.
+"""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass
-class BatchMember:
+class BatchMember(NamedTuple):
     pid: int | None
     tid: int | None
     user: str
@@ -16,28 +21,44 @@ class BatchMember:
     kind: str  # "decode" | "prefill"
     chunk: tuple[int, int, int]  # (start, end, total) of the call's tokens run here
 
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "tid": self.tid, "user": self.user, "file": self.file, "tokens": self.tokens,
+                "kind": self.kind, "chunk": self.chunk}
 
-@dataclass
+
 class BatchRecord:
-    bid: int
-    t_start: float
-    t_end: float
-    members: list[BatchMember]
-    tokens: int
-    queue_depth: int  # calls queued when it fired (members included)
-    pages_used: int
-    pages_total: int
-    policy: str
-    errors: int = 0
+    __slots__ = ("bid", "t_start", "t_end", "members", "tokens", "queue_depth", "pages_used", "pages_total",
+                 "policy", "errors", "host_s")
+
+    def __init__(self, bid: int, t_start: float, t_end: float, members: list[BatchMember], tokens: int,
+                 queue_depth: int, pages_used: int, pages_total: int, policy: str, errors: int = 0,
+                 host_s: float | None = None) -> None:
+        self.bid = bid
+        self.t_start = t_start
+        self.t_end = t_end
+        self.members = members
+        self.tokens = tokens
+        self.queue_depth = queue_depth  # calls queued when it fired (members included)
+        self.pages_used = pages_used
+        self.pages_total = pages_total
+        self.policy = policy
+        self.errors = errors
+        # The scheduler thread's own CPU seconds for this batch (select, assemble, complete, wake),
+        # the model's forward excluded; None when not measured.
+        self.host_s = host_s
 
     @property
     def size(self) -> int:
         return len(self.members)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["size"] = self.size
-        return d
+        return {"bid": self.bid, "t_start": self.t_start, "t_end": self.t_end,
+                "members": [m.to_dict() for m in self.members], "tokens": self.tokens,
+                "queue_depth": self.queue_depth, "pages_used": self.pages_used, "pages_total": self.pages_total,
+                "policy": self.policy, "errors": self.errors, "size": len(self.members)}
+
+    def __repr__(self) -> str:
+        return f"BatchRecord(bid={self.bid}, size={self.size}, tokens={self.tokens}, policy={self.policy!r})"
 
 
 @dataclass
@@ -49,6 +70,11 @@ class BatchLog:
     total_batches: int = 0
     total_tokens: int = 0
     total_members: int = 0
+    # The scheduler's own host cost, summed over every batch (see BatchScheduler: CPU seconds of
+    # its thread outside the forward pass, and the forward's own wall and CPU seconds).
+    host_s: float = 0.0
+    forward_s: float = 0.0
+    forward_cpu_s: float = 0.0
 
     def add(self, r: BatchRecord) -> None:
         self.records.append(r)
@@ -56,7 +82,7 @@ class BatchLog:
             self.records.popleft()
         self.total_batches += 1
         self.total_tokens += r.tokens
-        self.total_members += r.size
+        self.total_members += len(r.members)
 
     def since(self, bid: int) -> list[BatchRecord]:
         return [r for r in list(self.records) if r.bid > bid]
