@@ -26,17 +26,35 @@ _thread_time = time.thread_time
 
 
 def _context_slots(f, ps: int) -> list[int]:
-    """Every cache slot of file `f` in order: `KVFS.context_slots`, a page at a time (a C-level
-    range per page rather than arithmetic per token)."""
+    """Every cache slot of file `f` in order (`KVFS.context_slots`), kept up to date per file.
+
+    Decoding adds one token per step, so the list from the previous step is reused and grown
+    by one slot; it is rebuilt (a C-level range per page) when the file's pages changed (a new
+    page, copy-on-write, truncation, swap). The list is handed to `ForwardBatch.build`, which
+    copies it, and is cached on the file object, so it goes away with the file."""
     n = len(f.tokens)
-    out: list[int] = []
-    for p in f.pages:
+    pages = f.pages
+    cached = getattr(f, "_exec_slots", None)
+    if cached is not None and cached[0] == pages:
+        slots = cached[1]
+        m = len(slots)
+        if m < n:
+            slots.extend([pages[i // ps] * ps + i % ps for i in range(m, n)])
+        elif m > n:
+            del slots[n:]
+        return slots
+    slots = []
+    for p in pages:
         b = p * ps
-        out.extend(range(b, b + ps))
-        if len(out) >= n:
+        slots.extend(range(b, b + ps))
+        if len(slots) >= n:
             break
-    del out[n:]
-    return out
+    del slots[n:]
+    try:
+        f._exec_slots = (list(pages), slots)
+    except AttributeError:  # a file type without a __dict__: no cache, still correct
+        pass
+    return slots
 
 
 @dataclass(eq=False)

@@ -33,7 +33,11 @@ class ThreadHandle:
         self.tid = th.tid
 
     def join(self, timeout: float | None = None) -> Any:
-        return self._sym._call("join", lambda: self._th.join(timeout), lambda: {"tid": self._th.tid})
+        def impl() -> Any:
+            self._sym._rt.batch.wake()  # this thread stops being runnable: the batch policy may fire now
+            return self._th.join(timeout)
+
+        return self._sym._call("join", impl, lambda: {"tid": self._th.tid})
 
     @property
     def done(self) -> bool:
@@ -137,7 +141,13 @@ class Sym:
         return self._call("send", lambda: self._th.proc.outbox_put(obj), lambda: {"value": repr(obj)[:200]})
 
     def recv(self, timeout: float | None = None) -> Any:
-        return self._call("recv", lambda: self._th.proc.inbox_get(timeout), lambda: {"timeout": timeout})
+        def impl() -> Any:
+            # This thread stops being runnable: the batch policy, which sleeps until enough calls
+            # are queued (sched/batch.py), may fire now with the others.
+            self._rt.batch.wake()
+            return self._th.proc.inbox_get(timeout)
+
+        return self._call("recv", impl, lambda: {"timeout": timeout})
 
     # --- threads -------------------------------------------------------------------------------
     def spawn(self, fn: Callable, *args: Any, **kwargs: Any) -> ThreadHandle:

@@ -15,12 +15,25 @@ from dataclasses import dataclass
 import torch
 
 
+def _on_cpu(device) -> bool:
+    return device == "cpu" or getattr(device, "type", None) == "cpu"
+
+
 def _long(x: list[int], device) -> torch.Tensor:
-    """An int64 tensor from a list of ints: through a C array, ~3x faster than torch.tensor(list)."""
+    """An int64 tensor from a list of ints: through a C array, ~3x faster than torch.tensor(list)
+    (and, unlike torch.arange and friends, it never lets go of the GIL in the middle)."""
     if not x:
         return torch.empty(0, dtype=torch.long, device=device)
     t = torch.frombuffer(array("q", x), dtype=torch.long)
-    return t if torch.device(device).type == "cpu" else t.to(device)
+    return t if _on_cpu(device) else t.to(device)
+
+
+def _length_mask(lens: list[int], width: int, device) -> torch.Tensor:
+    """[B, 1, 1, width] bool: True on the first lens[b] slots of row b (built as bytes)."""
+    ones, zeros = b"\x01" * width, b"\x00" * width
+    buf = bytearray().join(ones[:n] + zeros[n:] for n in lens)
+    m = torch.frombuffer(buf, dtype=torch.bool).view(len(lens), 1, 1, width)
+    return m if _on_cpu(device) else m.to(device)
 
 
 @dataclass
@@ -92,8 +105,7 @@ def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device) -
             flat += [s.context_slots[0]] * (width - n)
     mask = None
     if min(lens) != width:
-        lengths = _long(lens, device)
-        mask = (torch.arange(width, device=device)[None, :] < lengths[:, None])[:, None, None, :]
+        mask = _length_mask(lens, width, device)
     in_order = starts == list(range(total))
     return AttentionGroup(
         rows=_long(starts, device),
