@@ -15,6 +15,11 @@ opens the bridge the JupyterLab sidebar talks to (see `symphony_lab.jupyter`).
 Edit `complete` in its cell, run the cell again, and press *Relaunch* in the widget (or call
 `run.relaunch()`): the new definition runs, the kernel keeps its engine and model.
 
+Record and replay: launch with `record=True` (or press *Record* in the widget while the LIP is
+stopped on entry); then *Step back* (`run.step_back()`) replays the recorded run into a new
+process that stops right after the previous `pred`, with the recorded distribution. The run
+(and its widget) follows the new process.
+
 Everything the widgets and the sidebar show is computed here on background threads and sent
 from there, so views keep updating while a cell is busy or a LIP is stopped.
 """
@@ -117,6 +122,10 @@ class LabRun:
         self.tokens: list[dict] = []
         self.messages: list[Any] = []
         self.launch_error: str | None = None
+        self._replay_overrides: set[tuple[int, int]] = set()  # (tid, k): the k-th pred of tid was overridden
+        # held from cancelling the run's process to binding its successor (relaunch, step back),
+        # so a cell waiting on `result()` sees the move and follows it
+        self._move_lock = threading.Lock()
         self._launched = threading.Event()
         self._widget = None
 
@@ -145,6 +154,7 @@ class LabRun:
         entry = self.stop_on_entry if stop_on_entry is None else stop_on_entry
         bps = self.breakpoints
         self.tokens, self.messages, self.launch_error = [], [], None
+        self._replay_overrides = set()
         r = dbg.launch(self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name,
                        **self.kwargs)
         pid = r["pid"]
@@ -170,11 +180,12 @@ class LabRun:
         kernel's namespace, so an edited and re-run cell takes effect."""
         if fn is None:
             fn = self.lab._current_definition(self.fn)
-        proc = self.process
-        if proc is not None and not proc.done:
-            proc.cancel("relaunched from Symphony Lab")
-            proc.wait(10)
-        return self._launch(fn, stop_on_entry)
+        with self._move_lock:
+            proc = self.process
+            if proc is not None and not proc.done:
+                proc.cancel("relaunched from Symphony Lab")
+                proc.wait(10)
+            return self._launch(fn, stop_on_entry)
 
     # --- state --------------------------------------------------------------------------------
     @property
@@ -202,13 +213,32 @@ class LabRun:
         return self.pid
 
     def result(self, timeout: float | None = None) -> Any:
-        """The LIP's return value (waits for it)."""
-        self.wait_launched(timeout)
-        return self.process.result(timeout)
+        """The LIP's return value (waits for it). If the run moves to a new process meanwhile (a
+        relaunch or a step back from the widget), waits for that one instead."""
+        return self._follow(lambda proc, t: proc.result(t), timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
+        return self._follow(lambda proc, t: proc.wait(t), timeout)
+
+    def _follow(self, fn: Callable, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.wait_launched(timeout)
-        return self.process.wait(timeout)
+        while True:
+            proc = self.process
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                out = fn(proc, left)
+            except Exception:
+                with self._move_lock:  # a move under way finishes first
+                    pass
+                if self.process is not proc:
+                    continue
+                raise
+            with self._move_lock:
+                pass
+            if self.process is not proc and not (deadline is not None and time.monotonic() >= deadline):
+                continue  # `wait` returned because the process was replaced
+            return out
 
     # --- debugger shortcuts (all go through the one protocol) ----------------------------------
     def _cmd(self, command: str, **arguments: Any) -> dict:
@@ -239,6 +269,17 @@ class LabRun:
         args: dict = {"token": token} if token is not None else {"text": text}
         return self._cmd("override", **args, **({"tid": tid} if tid else {}))
 
+    def start_recording(self) -> dict:
+        """Record this run's syscall results from now on (from its start when it is stopped on
+        entry: only such a recording can be replayed)."""
+        return self._cmd("record", enabled=True)
+
+    def step_back(self, steps: int = 1, tid: int | None = None, wait: bool = True, timeout: float = 60.0) -> dict:
+        """Replay the recorded run into a new process stopped right after the pred `steps` before
+        this stop; this run (and its widget) then follows the new process. With `wait`, return that stop."""
+        body = self._cmd("step_back", steps=steps, **({"tid": tid} if tid else {}))
+        return self.wait_stopped(timeout, body.get("tid")) if wait else body
+
     def stops(self) -> list[dict]:
         return [s for s in self.lab.debugger.stops()["stops"] if s["pid"] == self.pid]
 
@@ -249,9 +290,11 @@ class LabRun:
 class Lab:
     """The notebook's engine, debugger, sidebar bridge and widgets (one per kernel: `lab`)."""
 
-    def __init__(self, model: str | None = None, start: bool = True, **engine_kwargs: Any) -> None:
+    def __init__(self, model: str | None = None, start: bool = True, engine: Any = None, **engine_kwargs: Any) -> None:
+        """`engine`: use this already loaded `Engine` (not shut down by `shutdown()`) instead of loading one."""
         self.model = model or os.environ.get("SYMPHONY_LAB_MODEL") or None
         self.engine_kwargs = engine_kwargs
+        self._given_engine = engine
         self.engine = None
         self.debugger = None
         self.bridge = None
@@ -264,6 +307,9 @@ class Lab:
         self._dirty_pids: set[int] = set()
         self._global_dirty = True
         self._override_pending: set[tuple[int, int]] = set()
+        # held while a step back launches its replay and moves the run to the new pid; a new
+        # process waits on it before its first line (see _on_process_start)
+        self._rebind_lock = threading.Lock()
         self._started = False
         self._closed = False
         self.started_at = time.time()
@@ -287,10 +333,14 @@ class Lab:
 
                 self.bridge = KernelBridge(self.handle, self.kernel_id).start(
                     {"model": self.model, "started": self.started_at})
-            eng = Engine(self.model, **self.engine_kwargs) if self.model else Engine(**self.engine_kwargs)
+            if self._given_engine is not None:
+                eng = self._given_engine
+            else:
+                eng = Engine(self.model, **self.engine_kwargs) if self.model else Engine(**self.engine_kwargs)
             rt = eng.runtime
             if rt.kernel.hook is None:
                 rt.kernel.hook = self._tap  # the debugger chains to it
+            rt.on_process_start.insert(0, self._on_process_start)
             dbg = Debugger(eng)
             dbg.subscribe(self._on_event)
             self.engine, self.debugger = eng, dbg
@@ -384,10 +434,53 @@ class Lab:
                 resp.update(success=True, body=self._lab_command(cmd, args))
             except Exception as e:
                 resp.update(success=False, message=str(e) or type(e).__name__, error=type(e).__name__)
+        elif cmd == "step_back":
+            resp = self._step_back(req)
         else:
             resp = handle_command(self.debugger, req, allow_launch=False, allow_files=False)
+            if cmd == "record" and resp.get("success") and isinstance(args.get("pid"), int):
+                run = self._runs.get(args["pid"])
+                if run is not None and run.pid == args["pid"]:
+                    run.record = args.get("enabled", True) is not False  # a relaunch records too
         if cmd not in ("lab_view", "threads", "stops", "kv_tree", "timeline", "trace", "breakpoints"):
             self._dirty(args.get("pid") if isinstance(args.get("pid"), int) else None)
+        return resp
+
+    def _on_process_start(self, proc) -> None:
+        """Runs in a new process's main thread before its first line: a process launched by a
+        step back waits here until its run follows it (so none of its tokens are missed)."""
+        with self._rebind_lock:
+            pass
+
+    def _step_back(self, req: dict) -> dict:
+        """The debugger's `step_back` (replay the recorded run to an earlier pred in a new process);
+        the notebook run of `pid`, and its widget, move to the new process."""
+        from symphony_lab.debugger.protocol import handle_command
+
+        pid = req["arguments"].get("pid")
+        run = self._runs.get(pid) if isinstance(pid, int) else None
+        move = run._move_lock if run is not None and run.pid == pid else threading.Lock()
+        with move, self._rebind_lock:
+            resp = handle_command(self.debugger, req, allow_launch=False, allow_files=False)
+            body = resp.get("body") or {}
+            if not resp.get("success") or run is None or run.pid != pid or not isinstance(body.get("pid"), int):
+                return resp
+            new, tid, target = body["pid"], body.get("tid", 1), body.get("target_pred", 0)
+            # overridden preds that the replay hands back as recorded: keep showing them as overrides
+            seen: dict[int, int] = {}
+            keep = set(run._replay_overrides)
+            for t in run.tokens:
+                k = seen[t["tid"]] = seen.get(t["tid"], 0) + 1
+                if t["overridden"] and (t["tid"] != tid or k <= target):
+                    keep.add((t["tid"], k))
+            run._replay_overrides = {(t, k) for t, k in keep if t != tid or k <= target}
+            run.tokens, run.messages = [], []  # the replay runs from the start: they come again
+            self._tap.watch.discard(pid)
+            self._tap.watch.add(new)
+            run.pid = new
+            run.pids.append(new)
+            self._runs[new] = run
+        self._dirty(new)
         return resp
 
     def _lab_command(self, cmd: str, args: dict) -> dict:
@@ -455,6 +548,7 @@ class Lab:
                 error = str(e)
         mine = {run.pid}
         tl = dbg.timeline(limit=120)
+        record = self._record_view(run, proc, stops)
         return {
             **base,
             "status": "stopped" if stops else (pv.get("status") or "queued"),
@@ -466,9 +560,33 @@ class Lab:
             "error": error,
             "kv_tree": dbg.kv_tree(),
             "timeline": tl,
+            "record": record,
             "mine": sorted(mine),
             "ts": now(),
         }
+
+    def _record_view(self, run: LabRun, proc, stops: list[dict]) -> dict:
+        """Whether the run's process is recorded (and can be stepped back), or is a replay."""
+        from symphony_lab.debugger import DebuggerError
+
+        dbg = self.debugger
+        out: dict = {"recorded": False, "recording": False, "complete": False, "preds": 0, "replay_of": None,
+                     "diverged": 0, "can_step_back": False}
+        try:
+            rec = dbg.recording(run.pid)
+            out.update(recorded=True, complete=bool(rec["complete"]), preds=rec["preds"],
+                       recording=proc is not None and not proc.done)
+        except DebuggerError:
+            pass
+        try:
+            rs = dbg.replay_status(run.pid)
+            out.update(replay_of=rs.get("source_pid"), diverged=len(rs.get("diverged") or []))
+        except DebuggerError:
+            pass
+        if stops and out["recorded"] and out["complete"]:
+            first = sorted(stops, key=lambda s: (s["tid"], s["stop_id"]))[0]
+            out["can_step_back"] = (first.get("preds") or 0) >= 1
+        return out
 
     # --- events -----------------------------------------------------------------------------------
     def _dirty(self, pid: int | None) -> None:
@@ -484,6 +602,8 @@ class Lab:
         ev, body = msg.get("event"), msg.get("body") or {}
         pid = body.get("pid")
         run = self._runs.get(pid) if isinstance(pid, int) else None
+        if run is not None and run.pid != pid:
+            run = None  # a process the run has left (relaunched, stepped back)
         if ev == "syscall_exit" and body.get("call") == "pred":
             key = (pid, body.get("tid"), body.get("seq"))
             got = self._tap.pending.pop(key, None)
@@ -495,8 +615,12 @@ class Lab:
                     tok = res.get("argmax") if isinstance(res, dict) else None
                 if isinstance(tok, int):
                     tz = self.engine.tokenizer
-                    over = (pid, body.get("tid")) in self._override_pending
-                    self._override_pending.discard((pid, body.get("tid")))
+                    tid = body.get("tid")
+                    over = (pid, tid) in self._override_pending
+                    self._override_pending.discard((pid, tid))
+                    if run._replay_overrides:
+                        k = 1 + sum(1 for t in run.tokens if t["tid"] == tid)
+                        over = over or (tid, k) in run._replay_overrides
                     run.tokens.append({
                         "id": tok, "text": tz.token_text(tok), "p": float(probs[tok]), "tid": body.get("tid"),
                         "file": (body.get("args") or {}).get("file"), "overridden": over, "step": len(run.tokens),
@@ -560,8 +684,17 @@ class Lab:
             self.bridge.stop()
         if self.debugger is not None:
             self.debugger.detach()
-        if self.engine is not None:
-            self.engine.shutdown()
+        eng = self.engine
+        if eng is not None:
+            rt = eng.runtime
+            if rt.kernel.hook is self._tap:
+                rt.kernel.hook = None
+            try:
+                rt.on_process_start.remove(self._on_process_start)
+            except ValueError:
+                pass
+            if self._given_engine is None:
+                eng.shutdown()
 
 
 def _source_lines(file: str | None, line: int | None, context: int = 3) -> dict | None:

@@ -49,11 +49,19 @@ def shout(sym, prompt: str, max_tokens: int = 6) -> str:
 
 
 @pytest.fixture(scope="module")
-def lab():
-    lab = Lab(num_pages=512)
+def lab(engine):
+    """A Lab on the session's engine (no second model load); detached from it afterwards."""
+    lab = Lab(engine=engine)
     lab.wait(300)
     yield lab
+    for run in list(lab._runs.values()):
+        p = run.process
+        if p is not None and not p.done:
+            p.cancel("test over")
+            p.wait(10)
     lab.shutdown()
+    rt = engine.runtime
+    assert rt.kernel.hook is None and not rt.on_process_start, "the shared engine is left as it was"
 
 
 def wait_for(fn, timeout=30.0, what="condition"):
@@ -125,6 +133,89 @@ def test_widget_steps_overrides_and_updates_live(lab):
     assert 0.5 < first["p"] <= 1 and first["topk"][0]["text"] == " Paris"
     assert over[0]["p"] < first["p"], "an override shows how unlikely the model found it"
     assert v["timeline"]["batches"] and json.dumps(v)
+
+
+def _topk(stop: dict) -> list[tuple[int, float]]:
+    return [(t["token"], t["logit"]) for t in stop["result"]["topk"]]
+
+
+def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
+    """Record from the widget on entry, step three preds, then Step back twice: each replayed
+    stop shows the top-k the original run had at that pred, from the recorded logits."""
+    run = lab.run(complete, "The capital of France is", 6, stop_on_entry=True, display=False)
+    w = run.widget
+    spy = CommSpy(w)
+    pid = run.wait_launched()
+    wait_for(lambda: w.view.get("status") == "stopped" and w.view.get("record"), what="the entry stop")
+    assert w.view["record"]["recorded"] is False and w.view["record"]["can_step_back"] is False
+    assert spy.request("record", pid=pid, enabled=True)["success"]  # the widget's Record button
+    wait_for(lambda: w.view["record"]["recorded"] and w.view["record"]["complete"], what="the record indicator")
+    assert run.record, "a relaunch records too"
+    stops: list[dict] = []
+    for _ in range(3):
+        before = w.view["stops"][0]["stop_id"]
+        assert spy.request("step", pid=pid, tid=1)["success"]
+        wait_for(lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != before
+                 and w.view["stops"][0]["where"] == "after", what="the step's stop in the widget")
+        stops.append(w.view["stops"][0])
+    assert [s["preds"] for s in stops] == [1, 2, 3]
+    wait_for(lambda: w.view["record"]["can_step_back"], what="step back offered")
+    recorded = {e["seq"]: e for e in lab.debugger.recording(pid, entries=True)["entries"] if e["call"] == "pred"}
+    waited: dict = {}  # a cell blocked on run.result() (like the browser test's second cell) follows the run
+    waiter = threading.Thread(target=lambda: waited.update(text=run.result(120)))
+    waiter.start()
+
+    # the widget's Step back button: replay into a new process that stops after pred 2
+    resp = spy.request("step_back", pid=pid, tid=1, steps=1)
+    assert resp["success"], resp
+    new = resp["body"]["pid"]
+    assert new != pid and resp["body"]["target_pred"] == 2 and resp["body"]["from_pid"] == pid
+    wait_for(lambda: w.view.get("pid") == new and w.view.get("stops") and w.view["stops"][0]["where"] == "after",
+             what="the widget to follow the replay to its stop")
+    back = w.view["stops"][0]
+    assert back["preds"] == 2 and back["pid"] == new
+    assert _topk(back) == _topk(stops[1]), "the replayed stop shows the recorded top-k"
+    assert [t["text"] for t in back["result"]["topk"]] == [t["text"] for t in stops[1]["result"]["topk"]]
+    top5 = recorded[stops[1]["seq"]]["top5"]
+    assert [t for t, _ in top5] == [t["token"] for t in back["result"]["topk"][:5]]
+    assert [p for _, p in top5] == pytest.approx([t["p"] for t in back["result"]["topk"][:5]], abs=1e-5)
+    rv = w.view["record"]
+    assert rv["replay_of"] == pid and rv["recorded"] and rv["can_step_back"]
+    assert run.pid == new and run.pids[-2:] == [pid, new]
+    assert lab.engine.runtime.processes[pid].done, "the stepped-back process is cancelled"
+    assert [t["text"] for t in w.view["tokens"]] == [" Paris"], "the replay's token stream, up to the stop"
+
+    # again, from the replay: back to pred 1
+    before = back["stop_id"]
+    assert spy.request("step_back", pid=new, tid=1)["success"]
+    wait_for(lambda: w.view.get("pid") not in (pid, new) and w.view.get("stops")
+             and w.view["stops"][0]["where"] == "after" and w.view["stops"][0]["stop_id"] != before,
+             what="the second step back")
+    assert w.view["stops"][0]["preds"] == 1 and _topk(w.view["stops"][0]) == _topk(stops[0])
+    assert w.view["record"]["replay_of"] == pid, "a replay of a replay names the run first recorded"
+
+    # and on to the end: the same text as the recorded run would have produced
+    assert spy.request("continue", pid=run.pid)["success"]
+    wait_for(lambda: w.view.get("status") == "finished", what="the replayed run to finish")
+    assert w.view["result"] == run.result(0) and w.view["result"].startswith(" Paris")
+    assert [t["text"] for t in w.view["tokens"]][:3] == [" Paris", stops[1]["result"]["chosen"]["text"],
+                                                          stops[2]["result"]["chosen"]["text"]]
+    assert not lab.debugger.replay_status(run.pid)["diverged"]
+    waiter.join(30)
+    assert waited.get("text") == w.view["result"], waited
+
+
+def test_step_back_needs_a_recording(lab):
+    run = lab.run(complete, "Hi", 3, stop_on_entry=True, display=False)
+    spy = CommSpy(run.widget)
+    pid = run.wait_launched()
+    run.wait_stopped(30)
+    run.step()
+    resp = spy.request("step_back", pid=pid, tid=1)
+    assert resp["success"] is False and "no recording" in resp["message"], resp
+    assert run.pid == pid
+    run.continue_()
+    run.result(60)
 
 
 @pytest.mark.parametrize("content, says", [

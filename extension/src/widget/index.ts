@@ -1,9 +1,11 @@
 /**
  * The notebook widget (anywidget ESM, bundled into symphony_lab/widgets/static/widget.js).
  *
- * kind "run": one LIP run — controls (step, continue, pause, override, relaunch, cancel), the
- * stop (source line, input tokens, top-k with "use" buttons), the token stream coloured by
- * probability, the LIP's output, the KV fork tree and the scheduler timeline.
+ * kind "run": one LIP run — controls (step back, step, continue, pause, override, relaunch,
+ * cancel, record), the record / replay indicator, the stop (source line, input tokens, top-k
+ * with "use" buttons), the token stream coloured by probability, the LIP's output, the KV fork
+ * tree and the scheduler timeline. Step back replays the recorded run into a new process
+ * stopped after the previous pred; the widget follows the new pid.
  * kind "engine": the KV tree and the timeline of the whole engine.
  */
 
@@ -12,6 +14,7 @@ import { describeStop, primaryStop, statusBadge, stopDist, threadActions } from 
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
 import { escapeHtml, renderTokens, renderTopK, showText } from '../tokens';
 import { WidgetTransport } from '../transport';
+import { recordInfo } from './record';
 
 type Model = {
   get(name: string): any;
@@ -56,6 +59,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const kvDetails = h('div', 'sl-kv-details');
   const tlBox = h('div', 'sl-tl');
 
+  const bBack = button('◀ Step back', 'sl-step-back', 'replay the recorded run to the previous pred (a new process)');
   const bStep = button('Step', 'sl-step', 'run the stopped thread until its next pred returns');
   const bCont = button('Continue', 'sl-continue', 'resume the stopped thread');
   const bPause = button('Pause', 'sl-pause', 'stop every thread at its next system call');
@@ -66,6 +70,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   overrideInput.placeholder = 'token text, e.g. " Paris"';
   const bOverride = button('Override', 'sl-override', 'make the stopped pred choose this token');
   const transportTag = h('span', 'sl-transport');
+  const recTag = h('span', 'sl-rec');
+  const bRecord = button('● Record', 'sl-record', "record this run's syscall results (on entry: from its start, so it can be stepped back)");
 
   const section = (title: string, body: HTMLElement[], open = true): HTMLElement => {
     const d = document.createElement('details');
@@ -77,10 +83,13 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   if (kind === 'run') {
-    [bStep, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
+    [bBack, bStep, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
     controls.appendChild(h('span', 'sl-sep', '│'));
     controls.appendChild(overrideInput);
     controls.appendChild(bOverride);
+    controls.appendChild(h('span', 'sl-sep', '│'));
+    controls.appendChild(bRecord);
+    controls.appendChild(recTag);
     controls.appendChild(transportTag);
     root.append(head, controls, errorBox, stopBox);
     root.appendChild(section('Tokens', [tokensBox]));
@@ -135,6 +144,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   bStep.onclick = () => act('step', stopArgs());
+  bBack.onclick = () => act('step_back', { ...stopArgs(), steps: 1 });
+  bRecord.onclick = () => act('record', { pid: view().pid, enabled: true });
   bCont.onclick = () => act('continue', stopArgs());
   bPause.onclick = () => act('pause', { pid: view().pid });
   bRelaunch.onclick = () => act('relaunch', { pid: view().pid });
@@ -183,6 +194,15 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       bPause.disabled = busy || !a.pause;
       bOverride.disabled = busy || !stop;
       bRelaunch.disabled = busy || v.pid == null;
+      const live = v.pid != null && !['finished', 'failed', 'cancelled'].includes(status);
+      const rec = recordInfo(v.record, live, !!stop && stop.where === 'entry');
+      root.dataset.record = rec.state;
+      root.dataset.replayOf = v.record?.replay_of == null ? '' : String(v.record.replay_of);
+      recTag.textContent = rec.label;
+      recTag.title = rec.title;
+      recTag.className = `sl-rec sl-rec-${rec.state}`;
+      bRecord.disabled = busy || !rec.canRecord;
+      bBack.disabled = busy || !stop || !rec.canStepBack;
       bCancel.disabled = busy || v.pid == null || ['finished', 'failed', 'cancelled'].includes(status);
       if (v.launch_error) {
         showError(v.launch_error);
