@@ -61,7 +61,8 @@ def lab(engine):
             p.wait(10)
     lab.shutdown()
     rt = engine.runtime
-    assert rt.kernel.hook is None and not rt.on_process_start, "the shared engine is left as it was"
+    assert rt.kernel.hook is not lab._tap and rt.kernel.hook is not lab.debugger, "the shared engine's hook restored"
+    assert lab._on_process_start not in rt.on_process_start
 
 
 def wait_for(fn, timeout=30.0, what="condition"):
