@@ -57,6 +57,36 @@ def _context_slots(f, ps: int) -> list[int]:
     return slots
 
 
+_DIST_LOGITS = Dist.logits  # the base class's slot, under RowDist's property
+
+
+class RowDist(Dist):
+    """A `Dist` for one row of a batch's logits. The row view is taken when `.logits` is first
+    read — on the reading LIP's thread, not the scheduler's — so completing a batch makes no
+    tensor call per member, and a caller that only wants `.token` never makes one."""
+
+    __slots__ = ("_batch", "_row")
+
+    def __init__(self, batch: torch.Tensor, row: int, token: int | None = None) -> None:
+        self._batch = batch
+        self._row = row
+        self.token = token
+        self._probs = None
+
+    @property
+    def logits(self) -> torch.Tensor:  # type: ignore[override]
+        b = self._batch
+        if b is not None:
+            _DIST_LOGITS.__set__(self, b[self._row])
+            self._batch = None
+        return _DIST_LOGITS.__get__(self, RowDist)
+
+    @logits.setter
+    def logits(self, value: torch.Tensor) -> None:
+        self._batch = None
+        _DIST_LOGITS.__set__(self, value)
+
+
 @dataclass(eq=False)
 class PredCall:
     kv: KV
@@ -234,18 +264,28 @@ class Executor:
         reserved: list[tuple[int, PredCall, Reservation]] = []
         # Eviction to make room for one member must never take another member's file.
         members = frozenset(c.kv.file.fid for c in calls)
+        seqs: list[SeqInput] = []
+        reserve, max_pos = kvfs.reserve, self.max_pos
         with kvfs.lock:  # one hold for the whole batch (it is re-entrant: reserve takes it too)
             for i, c in zip(idx, calls):
+                f = c.kv.file
                 try:
-                    if c.positions is None:
-                        self._continue_positions(c)
-                    reserved.append((i, c, kvfs.reserve(c.kv, c.tokens, c.pos, members)))
+                    if c.positions is None:  # `_continue_positions`, inline for the common case
+                        fp, n = f.positions, len(c.tokens)
+                        start = fp[-1] + 1 if fp else 0
+                        if start + n > max_pos:
+                            self._continue_positions(c)  # raises the error
+                        c.pos = [start] if n == 1 else list(range(start, start + n))
+                    r = reserve(c.kv, c.tokens, c.pos, members)
                 except SymphonyError as e:
                     results[i] = e
+                    continue
+                reserved.append((i, c, r))
+                # Other members' reservations never touch this file's pages (eviction spares
+                # them), so its context can be read right after its own reservation.
+                seqs.append(SeqInput(c.tokens, c.pos, r.slots, _context_slots(f, ps), c.out_index))
             if not reserved:
                 return
-            seqs = [SeqInput(c.tokens, c.pos, r.slots, _context_slots(c.kv.file, ps), c.out_index)
-                    for _, c, r in reserved]
         try:
             fb = ForwardBatch.build(seqs, self.model.device)
             w0, c0 = _perf(), _thread_time()
@@ -261,10 +301,8 @@ class Executor:
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list) -> None:
         if all(c.outputs == "last" and c.mask_tensor is None and c.sampler is None for _, c, _ in reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
-            # (Row views by indexing: `unbind` would release the GIL, handing it to a LIP thread
-            # in the middle of the scheduler's batch.)
             for k, (i, _, _) in enumerate(reserved):
-                results[i] = Dist(logits[k])
+                results[i] = RowDist(logits, k)
             return
         start = 0
         rows_by_call = []

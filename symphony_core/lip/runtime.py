@@ -34,8 +34,11 @@ _NUMPY_ARGMAX = (torch.float32, torch.float64, torch.float16)
 def fast_argmax(logits: torch.Tensor) -> int:
     """`int(logits.argmax())` of a 1-D row, through numpy on CPU: torch's CPU argmax over a
     50k vocabulary takes ~60 us, numpy's ~4 us (same answer: the first maximum, NaN wins)."""
-    if logits.device.type == "cpu" and logits.dtype in _NUMPY_ARGMAX and not logits.requires_grad:
-        return int(logits.numpy().argmax())
+    if logits.is_cpu and logits.dtype in _NUMPY_ARGMAX and not logits.requires_grad:
+        try:
+            return int(logits.numpy().argmax())
+        except RuntimeError:  # a tensor numpy cannot view (e.g. a lazy negation bit)
+            pass
     return int(logits.argmax())
 
 
