@@ -145,8 +145,9 @@ class Server:
             except httpx.HTTPError:
                 pass
             if time.time() > deadline:
+                log = self.log()
                 self.stop()
-                raise RuntimeError(f"symphony serve not ready after {ready_timeout}s:\n{self.log()}")
+                raise RuntimeError(f"symphony serve not ready after {ready_timeout}s:\n{log}")
             time.sleep(0.25)
         self.health = httpx.get(self.url + "/health").json()
 
