@@ -30,14 +30,18 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     for title in ("(W1/W2)", "Shared prefix (W3)", "ReAct agents (W4)", "Graph of thought (W7)"):
         assert title in text, title
     assert re.search(r"llama\.cpp: skipped \(llama-cpp-python not installed|llama\.cpp decode tok/s", text)
-    # The budget is 2 minutes (measured 40-70 s on the shared 2-core dev machine); the bound
-    # here is looser so other load cannot fail it, but it still catches a workload run at full size.
-    assert took < 300, f"the quick benchmark suite took {took:.0f} s"
+    # The budget is 2 minutes: measured 40-70 s on the 2-core dev machine, but up to ~6 min
+    # while other jobs saturated it, so the time is reported, not asserted; what is asserted is
+    # that every workload really ran at its toy size (below).
+    print(f"quick benchmark suite: {took:.0f} s")
 
     numbers = json.loads((tmp_path / "results.json").read_text())
     assert set(WORKLOADS) - {"matmul", "profile"} <= set(numbers), sorted(numbers)
 
     w3 = numbers["shared_prefix"]
+    assert (w3["doc_tokens"], w3["questions"], w3["new"]) == (128, 4, 16)
+    assert (numbers["agents"]["agents"], numbers["agents"]["steps"]) == (2, 2)
+    assert numbers["decode"]["new"] == 8
     assert w3["ratio"] > 0 and w3["ours_s"] > 0 and w3["hf_s"] > 0
     assert 0 < w3["peak_pages"] and w3["pages_ratio"] <= 1.3, w3  # forks share the document's pages
     assert w3["peak_pages"] < w3["copies_pages"]
