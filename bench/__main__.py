@@ -26,6 +26,8 @@ WORKLOADS = {
     "shared_prefix": "bench.shared_prefix",
     "agents": "bench.agents",
     "graph_of_thought": "bench.graph_of_thought",
+    "runtime_overhead": "bench.runtime_overhead:suite",
+    "debugger_overhead": "bench.debugger_overhead:suite",
 }
 
 
@@ -49,8 +51,9 @@ def main(argv=None) -> None:
     numbers = {}
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", flush=True)
-        module = importlib.import_module(WORKLOADS[name])
-        sections.append(module.main(["--quick"] if args.quick else []))
+        modname, _, fname = WORKLOADS[name].partition(":")
+        module = importlib.import_module(modname)
+        sections.append(getattr(module, fname or "main")(["--quick"] if args.quick else []))
         if getattr(module, "last_results", None):
             numbers[name] = dict(module.last_results)
     out = args.out or (None if args.quick else Path(__file__).with_name("RESULTS.md"))
@@ -59,6 +62,9 @@ def main(argv=None) -> None:
         sections.append(_save_numbers_and_plots(numbers, out, quick=args.quick))
         stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
         head = f"# Benchmark results\n\nRun {stamp}, commit {_commit()}{' (quick sizes)' if args.quick else ''}.\n\n"
+        from .targets import targets_table
+
+        head += targets_table(numbers) + "\n\n"
         out.write_text(head + "\n\n".join(s for s in sections if s) + "\n")
         print(f"wrote {out}")
 

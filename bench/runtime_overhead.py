@@ -129,3 +129,26 @@ def kernel_dispatch_cost(n: int = 200_000) -> dict:
 
 if __name__ == "__main__":
     main()
+
+
+last_results: dict = {}
+
+
+def suite(argv=None) -> str:
+    """W5 for `python -m bench`: the table as markdown, the numbers in last_results."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rows = main(argv)
+    text = buf.getvalue()
+    print(text, end="")
+    last_results.clear()
+    last_results.update({"rows": rows})
+    return "### LIP runtime overhead, stub forward (W5)\n\n" + text.strip() + (
+        "\n\nCPU µs per pred: CPU time of the whole process (all threads) per pred, the stub forward's "
+        "excluded; scheduler host µs per batch: the scheduler thread's own CPU per batch (select, assemble, "
+        "complete, wake), forward excluded (see bench/runtime_overhead.py). Targets: ≤ 30 µs per pred, "
+        "≤ 200 µs per batch.")
+

@@ -1,0 +1,63 @@
+"""The issue's targets, checked against the numbers of one run: the table at the top of RESULTS.md.
+
+Each row says plainly whether the target was met; a workload that did not run says so.
+"""
+
+from __future__ import annotations
+
+
+def _row(rows: list[dict], key: str, value) -> dict | None:
+    return next((r for r in rows if r.get(key) == value), None)
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not run" if ok is None else ("met" if ok else "**missed**")
+
+
+def targets_table(n: dict) -> str:
+    out = ["## Targets (this run)", "", "| id | measured | target | verdict |", "|---|---|---|---|"]
+
+    def add(wid: str, measured: str, target: str, ok: bool | None) -> None:
+        out.append(f"| {wid} | {measured} | {target} | {_verdict(ok)} |")
+
+    dec = n.get("decode", {}).get("rows", [])
+    # W1 is the widest batch run (32 sequences in a full run), W2 the single stream
+    widest = max((r["batch"] for r in dec), default=None)
+    for wid, b, goal in (("W1", widest, 1.2), ("W2", 1, 1.0)):
+        r = _row(dec, "batch", b)
+        if r is None:
+            add(wid, "—", f"≥ {goal}× transformers tok/s", None)
+            continue
+        e2e, d = r["ours_e2e"] / r["hf_e2e"], r["ours_decode"] / r["hf_decode"]
+        add(wid, f"{e2e:.2f}× end to end, {d:.2f}× decode ({b} seq)", f"≥ {goal}× transformers tok/s", e2e >= goal)
+    w3 = n.get("shared_prefix")
+    add("W3", f"{w3['ratio']:.2f}×; KV pages {w3['pages_ratio']:.2f}× ideal" if w3 else "—",
+        "≥ 4× transformers; pages ≤ 1.3× ideal", None if not w3 else (w3["ratio"] >= 4 and w3["pages_ratio"] <= 1.3))
+    w4 = n.get("agents")
+    add("W4", f"{w4['ratio']:.2f}×" if w4 else "—", "≥ 2× the prompt-serving client loop",
+        None if not w4 else w4["ratio"] >= 2)
+    w5 = next((r for r in n.get("runtime_overhead", {}).get("rows", []) if not r.get("subscriber")), None)
+    add("W5", f"{w5['cpu_us_per_pred']:.0f} CPU µs/pred ({w5['us_per_pred']:.0f} wall), "
+              f"{w5['host_us_per_batch']:.0f} µs/batch" if w5 else "—",
+        "≤ 30 µs per pred, ≤ 200 µs per batch",
+        None if not w5 else (w5["cpu_us_per_pred"] <= 30 and w5["host_us_per_batch"] <= 200))
+    w6 = n.get("debugger_overhead")
+    ratio6 = w6["wall_on"] / w6["wall_off"] if w6 else None
+    add("W6", f"{ratio6:.3f}× throughput attached" if w6 else "—", "≤ 5% slower (≥ 0.95×)",
+        None if not w6 else ratio6 >= 0.95)
+    w7 = n.get("graph_of_thought")
+    out.append(f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |" if w7 else
+               "| W7 | — | report the ratio | not run |")
+    mm = n.get("matmul", {}).get("rows", [])
+    r32 = _row(dec, "batch", widest)
+    m32 = min(mm, key=lambda m: abs(m["rows"] - widest), default=None) if r32 else None
+    if r32 and m32:  # decode's model FLOP/s vs the machine's matmul FLOP/s at (nearly) the same rows
+        c = r32["ours_gflops"] / m32["gflops"]
+        add("C", f"{c:.2f} ({r32['ours_gflops']:.0f} ÷ {m32['gflops']:.0f} GFLOP/s at {widest} seq, matmul at "
+                 f"{m32['rows']} rows)", "≥ 0.75", c >= 0.75)
+    else:
+        add("C", "—", "≥ 0.75", None)
+    return "\n".join(out)
+
+
+__all__ = ["targets_table"]
