@@ -178,3 +178,113 @@ def test_flash_paged_glue(page):
     got = flash(q, k_cache, v_cache, plan)
     want = TorchSDPA()(q, k_cache, v_cache, TorchSDPA().plan(fb.groups))
     assert (got.float() - want.float()).abs().max().item() < 2e-2
+
+
+# --- shared-prefix ("cascade") decode groups ---------------------------------------------------
+
+
+def test_shared_prefix_grouping():
+    """Decodes whose contexts start with the same slots (forks of one file) form a shared-prefix
+    group; the prefix stops one slot short of the shortest context; others keep the plain path."""
+    from symphony_core.model import batch as B
+
+    def dec(ctx: list[int]) -> SeqInput:
+        return SeqInput([1], [len(ctx) - 1], [ctx[-1]], ctx, [0])
+
+    doc = list(range(1000, 1000 + 70))  # 70 slots: 4 full 16-slot pages and a partial one
+    forks = [dec(doc[:64] + list(range(5000 + 100 * i, 5000 + 100 * i + 6 + 3 * i))) for i in range(3)]
+    other = dec(list(range(9000, 9040)))
+    chunk = SeqInput([1] * 5, list(range(40, 45)), list(range(7000, 7005)), list(range(6960, 7005)), [4])
+    fb = ForwardBatch.build([forks[0], other, forks[1], chunk, forks[2]])
+    cascade = [g for g in fb.groups if g.prefix_slots is not None]
+    assert len(cascade) == 1 and cascade[0].prefix_len == 64 and cascade[0].n_seqs == 3
+    assert cascade[0].prefix_slots.tolist() == doc[:64] and cascade[0].mask is not None
+    assert sorted(torch.cat([g.rows for g in fb.groups]).tolist()) == list(range(fb.token_ids.shape[0]))
+    # Too short a shared prefix, or a single sequence: the plain decode group.
+    assert all(g.prefix_slots is None for g in ForwardBatch.build([dec(doc[:8] + [1]), dec(doc[:8] + [2])]).groups)
+    assert all(g.prefix_slots is None for g in ForwardBatch.build([forks[0], other]).groups)
+    # Identical contexts still leave every sequence one suffix slot.
+    same = ForwardBatch.build([dec(doc), dec(doc)]).groups
+    assert same[0].prefix_len == len(doc) - 1 and same[0].context_len == 1
+    assert B.CASCADE_MIN_PREFIX >= 1
+
+
+@pytest.mark.parametrize("doc_len", [64, 100, 241])
+def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len):
+    """Forks of one document (and forks of a fork) decoded in one batch beside an unrelated decode
+    and a prefill chunk: the shared-prefix path against transformers' full recompute, and against
+    the same step with the shared-prefix path turned off (run on twins: forks of every file)."""
+    from symphony_core.model import attention, batch
+
+    groups_seen = []
+    real = attention._cascade_group
+
+    def spy(q, k_cache, v_cache, g):
+        groups_seen.append(g.n_seqs)
+        return real(q, k_cache, v_cache, g)
+
+    monkeypatch.setattr(attention, "_cascade_group", spy)
+    vocab = engine.config.vocab_size
+    opened = []
+
+    def fork(kv):
+        f = engine.kv_fork(kv)
+        opened.append(f)
+        return f
+
+    try:
+        doc = _prompt(doc_len, 700 + doc_len, vocab)
+        root = kvs()
+        engine.pred(root, doc)
+        files = []
+        for i, extra in enumerate((0, 1, 3, 7, 20)):  # forks with suffixes of different lengths
+            kv, toks = fork(root), list(doc)
+            if extra:
+                more = _prompt(extra, 800 + i, vocab)
+                engine.pred(kv, more)
+                toks += more
+            files.append((kv, toks))
+        mid_kv, mid = files[3]
+        for i in range(2):  # forks of a fork
+            kv, more = fork(mid_kv), _prompt(2 + i, 850 + i, vocab)
+            engine.pred(kv, more)
+            files.append((kv, mid + more))
+        other, other_toks = kvs(), _prompt(90, 901, vocab)
+        engine.pred(other, other_toks)
+        chunk_base, chunk_prefix, chunk_new = kvs(), _prompt(30, 902, vocab), _prompt(11, 903, vocab)
+        engine.pred(chunk_base, chunk_prefix)
+        want_chunk = _reference(hf_model, chunk_prefix + chunk_new)[-len(chunk_new):]
+
+        def step(files, other, tokens):
+            calls = [PredCall(kv, [t]) for kv, t in zip(files, tokens)]
+            calls.insert(2, PredCall(other, [tokens[-1]]))
+            calls.insert(4, PredCall(fork(chunk_base), chunk_new, outputs="all"))
+            res = engine.pred_batch(calls)
+            return [r for i, r in enumerate(res) if i not in (2, 4)], res[2], res[4]
+
+        for s in range(2):  # two steps: suffixes grow, doc=241 fills its partial page
+            tokens = [(37 * s + 11 * j + 5) % vocab for j in range(len(files))]
+            twins, other_twin = [fork(kv) for kv, _ in files], fork(other)
+            groups_seen.clear()
+            got, got_other, got_chunk = step([kv for kv, _ in files], other, tokens)
+            assert set(groups_seen) == {len(files)}, "the forks did not take the shared-prefix path"
+            with monkeypatch.context() as m:
+                m.setattr(batch, "CASCADE_MIN_PREFIX", 1 << 30)
+                groups_seen.clear()
+                plain, plain_other, plain_chunk = step(twins, other_twin, tokens)
+                assert not groups_seen
+            for (kv, toks), t, r, p in zip(files, tokens, got, plain):
+                toks.append(t)
+                want = _reference(hf_model, toks)[-1]
+                what = f"shared-prefix decode, doc {doc_len}, context {len(toks)}, step {s}"
+                _close(r.logits, want, what)
+                _close(r.logits, p.logits, what + " vs the plain path")
+                assert int(r.logits.argmax()) == int(want.argmax()), what
+            other_toks.append(tokens[-1])
+            _close(got_other.logits, _reference(hf_model, other_toks)[-1], "unrelated decode beside forks")
+            _close(plain_other.logits, got_other.logits, "unrelated decode, plain path")
+            _close(got_chunk.logits, want_chunk, "prefill chunk beside forks")
+            _close(plain_chunk.logits, want_chunk, "prefill chunk, plain path")
+    finally:
+        for f in opened:
+            engine.kv_close(f)

@@ -12,6 +12,13 @@ length or gathering whole pages instead of slots gains nothing measurable; flex 
 and then runs no faster (0.41 vs 0.42 ms for 32 decodes over 160 slots; 5.5 vs 4.5 ms for a
 512-token causal prefill).
 
+Shared-prefix ("cascade") decode groups (CPU): when several single-token decodes start with the
+same slots — forks of one file share its pages — `batch.py` makes them a group of their own that
+carries the shared prefix's slots once and each sequence's suffix. The prefix K/V is gathered
+once per layer instead of once per fork, and all queries meet it in one matmul per KV head.
+Measured with 16 forks of a 1,024-token file at ~1,050 context, per layer: 5.0 ms for the
+padded SDPA path (gather 16 copies + SDPA) vs 0.8 ms (2 CPU threads, idle machine).
+
 `FlashPaged` (CUDA with flash-attn installed): `flash_attn_with_kvcache` reads K/V straight
 from the pool through a block table, no gather. flash-attn 2's paged KV needs blocks of a
 multiple of 256 tokens, so the pool is read as 256-slot blocks, and a group goes there only
@@ -27,8 +34,39 @@ import torch.nn.functional as F
 from .batch import AttentionGroup
 
 
+def _cascade_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
+    """Single-token decodes whose contexts share a prefix: the prefix K/V is gathered once and
+    scored against all B queries in one matmul per KV head ([B*G, D] x [D, P], G query heads per
+    KV head); each sequence's suffix is scored on its own. Both score blocks go through one
+    softmax (over prefix + suffix, so the merge is exact, as a log-sum-exp merge of the two
+    partial results would be) and are multiplied by their own V. Returns [B, H, D]."""
+    h, d = q.shape[1], q.shape[2]
+    kvh = k_cache.shape[1]
+    grp = h // kvh
+    b, p, s = g.n_seqs, g.prefix_len, g.context_len
+    qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, kvh, grp, d)
+    qp = qg.transpose(0, 1).reshape(kvh, b * grp, d)  # [KVH, B*G, D]
+    kp = k_cache.index_select(0, g.prefix_slots)  # [P, KVH, D]
+    vp = v_cache.index_select(0, g.prefix_slots)
+    ks = k_cache.index_select(0, g.context_slots).view(b, s, kvh, d)
+    vs = v_cache.index_select(0, g.context_slots).view(b, s, kvh, d)
+    scores = torch.empty(kvh, b * grp, p + s, dtype=q.dtype, device=q.device)
+    torch.bmm(qp, kp.permute(1, 2, 0), out=scores[:, :, :p])
+    suffix = torch.matmul(qg, ks.permute(0, 2, 3, 1))  # [B, KVH, G, S]
+    if g.mask is not None:  # [B, 1, 1, S]: padding past a sequence's own suffix
+        suffix.masked_fill_(~g.mask, float("-inf"))
+    scores[:, :, p:].view(kvh, b, grp, s).copy_(suffix.transpose(0, 1))
+    probs = torch.softmax(scores.mul_(d**-0.5), dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.bmm(probs[:, :, :p], vp.transpose(0, 1))  # [KVH, B*G, D]
+    out = out.view(kvh, b, grp, d).transpose(0, 1)
+    out = out + torch.matmul(probs[:, :, p:].reshape(kvh, b, grp, s).transpose(0, 1), vs.transpose(1, 2))
+    return out.reshape(b, h, d)
+
+
 def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
     """Attention for one group; returns [B*Q, H, D] in the group's row order."""
+    if g.prefix_slots is not None:
+        return _cascade_group(q, k_cache, v_cache, g)
     h, d = q.shape[1], q.shape[2]
     kvh = k_cache.shape[1]
     b, nq, length = g.n_seqs, g.n_query, g.context_len
@@ -65,6 +103,8 @@ FLASH_BLOCK = 256  # flash-attn 2's paged KV needs blocks of a multiple of 256 t
 
 def _block_table(g: AttentionGroup, block: int) -> torch.Tensor | None:
     """[B, blocks] int32 ids of 256-slot pool blocks, or None if a context is not block-aligned."""
+    if g.prefix_slots is not None:  # a shared-prefix group (built on CPU only) takes SDPA's path
+        return None
     ctx = g.context_slots.view(g.n_seqs, g.context_len)
     n_blocks = -(-g.context_len // block)
     width = n_blocks * block

@@ -3,8 +3,9 @@
 The model sees slots, never files: each sequence brings the slots its new tokens are written
 to and the slots of its whole context (prefix + new tokens, in cache order). Attention runs
 per *group*: all single-token decodes share one padded group; each multi-token chunk gets its
-own, so a long prefill pads nobody. Every index tensor is built here, once per batch, and
-reused by all layers.
+own, so a long prefill pads nobody. On CPU, decodes that share leading slots (forks of one
+file) get a shared-prefix group instead (see attention.py). Every index tensor is built here,
+once per batch, and reused by all layers.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class AttentionGroup:
     causal: bool  # square causal block with no prefix: let the kernel build the mask
     all_rows: bool  # rows are exactly 0..T-1 in order: read q and write the output in place
     lengths: list[int]  # true context length of each sequence (for paged kernels)
+    # Shared-prefix ("cascade") decode group: every sequence's context starts with the same
+    # prefix_len slots `prefix_slots` [P]; context_slots/context_len/mask then describe only
+    # each sequence's own suffix (the rest of its context), padded to context_len.
+    prefix_slots: torch.Tensor | None = None
+    prefix_len: int = 0
 
 
 @dataclass
@@ -86,6 +92,10 @@ class ForwardBatch:
         decodes = [i for i, s in enumerate(seqs) if len(s.token_ids) == 1]
         chunks = [i for i, s in enumerate(seqs) if len(s.token_ids) > 1]
         groups = []
+        if decodes and _on_cpu(device):
+            shared, decodes = _shared_prefixes(seqs, decodes)
+            for members, n in shared:
+                groups.append(_cascade_group([seqs[i] for i in members], [starts[i] for i in members], n, total, device))
         if decodes:
             groups.append(_decode_group([seqs[i] for i in decodes], [starts[i] for i in decodes], total, device))
         for i in chunks:
@@ -117,6 +127,79 @@ def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device) -
         causal=False,
         all_rows=in_order,
         lengths=lens,
+    )
+
+
+# A shared-prefix group needs this many sequences with this many common leading slots (one
+# 16-slot page at the default page size); below, the plain decode group is as fast.
+CASCADE_MIN_SEQS = 2
+CASCADE_MIN_PREFIX = 16
+
+
+def _common_prefix(a: list[int], b: list[int], n: int) -> int:
+    """Length of the common prefix of a[:n] and b[:n] (slice compares run in C: binary search)."""
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _shared_prefixes(seqs: list[SeqInput], decodes: list[int]) -> tuple[list[tuple[list[int], int]], list[int]]:
+    """Split single-token decodes into shared-prefix clusters ([members], prefix length) and the
+    rest. Sequences forked from one file share its leading pages, hence the same leading slots:
+    cluster by the first slot, then take the cluster's longest common slot prefix, kept at least
+    one slot short of every context so each sequence has a suffix (its own new token)."""
+    by_first: dict[int, list[int]] = {}
+    for i in decodes:
+        by_first.setdefault(seqs[i].context_slots[0], []).append(i)
+    shared, rest = [], []
+    for members in by_first.values():
+        n = 0
+        if len(members) >= CASCADE_MIN_SEQS:
+            ref = seqs[members[0]].context_slots
+            n = min(len(seqs[i].context_slots) for i in members) - 1
+            for i in members[1:]:
+                if n < CASCADE_MIN_PREFIX:
+                    break
+                n = _common_prefix(ref, seqs[i].context_slots, n)
+        if n >= CASCADE_MIN_PREFIX:
+            shared.append((members, n))
+        else:
+            rest.extend(members)
+    rest.sort()
+    return shared, rest
+
+
+def _cascade_group(seqs: list[SeqInput], starts: list[int], n_prefix: int, total: int, device) -> AttentionGroup:
+    lens = [len(s.context_slots) for s in seqs]
+    suffix = [n - n_prefix for n in lens]
+    width = max(suffix)
+    flat: list[int] = []
+    for s, n in zip(seqs, suffix):
+        flat += s.context_slots[n_prefix:]
+        if n < width:
+            flat += [s.context_slots[n_prefix]] * (width - n)
+    mask = None
+    if min(suffix) != width:
+        mask = _length_mask(suffix, width, device)
+    return AttentionGroup(
+        rows=_long(starts, device),
+        n_seqs=len(seqs),
+        n_query=1,
+        context_slots=_long(flat, device),
+        context_len=width,
+        mask=mask,
+        causal=False,
+        all_rows=starts == list(range(total)),
+        lengths=lens,
+        prefix_slots=_long(seqs[0].context_slots[:n_prefix], device),
+        prefix_len=n_prefix,
     )
 
 
