@@ -139,6 +139,11 @@ class SymphonyLab(App):
             self.session.start()
         except Exception as e:  # a bad program path or a dead server: say so, keep the UI
             self.call_from_thread(self.notice, f"could not start: {type(e).__name__}: {e}")
+        else:
+            # Focus the program this session launched, not whatever ran last on a shared engine.
+            launched = getattr(self.session, "pid", None)
+            if launched is not None:
+                self.call_from_thread(self._set_focus, (launched, None))
         self.call_from_thread(self.refresh_state)
 
     # --- state -------------------------------------------------------------------------------------
