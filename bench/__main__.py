@@ -3,8 +3,10 @@
 Each workload is a module with `main(argv) -> str` that accepts `--quick` and returns its
 results as markdown; a module may also leave its numbers in a module-level dict
 `last_results`. A full run writes the markdown, with the date, commit and machine, to
-bench/RESULTS.md, the numbers to bench/results.json (merged with the workloads it did not run)
-and PNG plots drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md.
+bench/RESULTS.md, the numbers and each workload's markdown to bench/results.json, and PNG plots
+drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md. `--only NAME` re-runs
+some workloads: RESULTS.md keeps the other workloads' sections from results.json, each marked
+with the date and commit of the run it came from.
 `--quick` (toy sizes, used by the test suite) writes nothing unless --out, and then writes the
 JSON and the plots beside that file.
 """
@@ -28,6 +30,7 @@ WORKLOADS = {
     "graph_of_thought": "bench.graph_of_thought",
     "runtime_overhead": "bench.runtime_overhead:suite",
     "debugger_overhead": "bench.debugger_overhead:suite",
+    "sandbox_latency": "bench.sandbox_latency",
 }
 
 
@@ -47,32 +50,42 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=None, help="where to write the results (default bench/RESULTS.md on full runs)")
     args = ap.parse_args(argv)
     names = args.only or list(WORKLOADS)
-    sections = []
+    sections: dict[str, str] = {}
     numbers = {}
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", flush=True)
         modname, _, fname = WORKLOADS[name].partition(":")
         module = importlib.import_module(modname)
-        sections.append(getattr(module, fname or "main")(["--quick"] if args.quick else []))
+        sections[name] = getattr(module, fname or "main")(["--quick"] if args.quick else [])
         if getattr(module, "last_results", None):
             numbers[name] = dict(module.last_results)
     out = args.out or (None if args.quick else Path(__file__).with_name("RESULTS.md"))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        sections.append(_save_numbers_and_plots(numbers, out, quick=args.quick))
-        stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        head = f"# Benchmark results\n\nRun {stamp}, commit {_commit()}{' (quick sizes)' if args.quick else ''}.\n\n"
-        from .targets import targets_table
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": _commit(), "quick": args.quick}
+    saved = _merge_saved(out.with_name("results.json"), numbers, sections, run)
+    from .targets import targets_table
 
-        head += targets_table(numbers) + "\n\n"
-        out.write_text(head + "\n\n".join(s for s in sections if s) + "\n")
-        print(f"wrote {out}")
+    head = (f"# Benchmark results\n\nRun {run['date'].replace('T', ' ')}, commit {run['commit']}"
+            f"{' (quick sizes)' if args.quick else ''}.\n\n" + targets_table(saved) + "\n\n")
+    body = []
+    for name in WORKLOADS:
+        sec = saved["_sections"].get(name)
+        if not sec or not sec["markdown"]:
+            continue
+        if name not in sections:  # kept from an earlier run
+            body.append(sec["markdown"] + f"\n\n_(from the run of {sec['date'].replace('T', ' ')}, commit {sec['commit']})_")
+        else:
+            body.append(sec["markdown"])
+    body.append(_plots(saved, out))
+    out.write_text(head + "\n\n".join(s for s in body if s) + "\n")
+    print(f"wrote {out}")
 
 
-def _save_numbers_and_plots(numbers: dict, out: Path, quick: bool) -> str:
-    """Write results.json beside `out` (keeping the entries of workloads not run this time) and
-    draw the plots into plots/ there; returns the markdown section that shows them."""
-    path = out.with_name("results.json")
+def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict) -> dict:
+    """results.json beside RESULTS.md: this run's numbers and markdown over those of the
+    workloads it did not run (each section keeps the date and commit of its own run)."""
     saved = {}
     if path.exists():
         try:
@@ -80,9 +93,17 @@ def _save_numbers_and_plots(numbers: dict, out: Path, quick: bool) -> str:
         except ValueError:
             saved = {}
     saved.update(numbers)
-    saved["_run"] = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": _commit(), "quick": quick}
+    saved.setdefault("_sections", {})
+    for name, md in sections.items():
+        saved["_sections"][name] = {"markdown": md, "date": run["date"], "commit": run["commit"]}
+    saved["_run"] = run
     path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
     print(f"wrote {path}")
+    return saved
+
+
+def _plots(saved: dict, out: Path) -> str:
+    """Draw the plots into plots/ beside `out`; the markdown section that shows them."""
     try:
         from .plots import make_plots
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -56,7 +55,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
 
     w7 = numbers["graph_of_thought"]
     assert w7["ratio"] > 0 and w7["ours_allocated"] < w7["independent_allocated"], w7
-    assert w7["agree"]["thoughts"] >= 1 and w7["agree"]["answers"] >= 0
+    assert w7["agree"]["thoughts"] >= 1, w7
 
     w5 = numbers["runtime_overhead"]["rows"]
     assert [r["subscriber"] for r in w5] == [False, True]
@@ -64,15 +63,28 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
                and r["mean_batch"] >= 1 for r in w5)
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
+    sb = numbers["sandbox_latency"]
+    assert sb["pred_ms_inprocess"] > 0 and sb["pred_ms_sandboxed"] > 0 and sb["syscall_roundtrip_us_sandboxed"] > 0
+    assert "Sandboxed LIP latency" in text
     # the targets table at the top judges every workload that ran (W5/W6 at toy size included)
     table = text.split("## Targets (this run)", 1)[1].split("\n\n", 2)[1]
     for wid in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "C"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {wid} |"))
         assert "not run" not in row, row
 
-    if importlib.util.find_spec("matplotlib") is not None:
-        pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-        assert pngs == ["decode_tokens_per_s.png", "kv_pages.png", "programs_vs_prompts.png"], pngs
-        assert all((tmp_path / "plots" / p).stat().st_size > 5000 for p in pngs)
-        assert "![programs_vs_prompts](plots/programs_vs_prompts.png)" in text
+    # the plots (matplotlib is in the [dev] extra)
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == ["decode_tokens_per_s.png", "kv_pages.png", "programs_vs_prompts.png"], pngs
+    assert all((tmp_path / "plots" / p).stat().st_size > 5000 for p in pngs)
+    assert "![programs_vs_prompts](plots/programs_vs_prompts.png)" in text
 
+    # Re-running one workload keeps the others' sections, each marked with the run it came from.
+    again = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "runtime_overhead", "--out", str(out)],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    text2 = out.read_text()
+    kept = json.loads((tmp_path / "results.json").read_text())["_sections"]
+    assert set(kept) == set(WORKLOADS) and "Shared prefix (W3)" in text2
+    assert text2.count("_(from the run of") == len([k for k, v in kept.items() if v["markdown"]]) - 1
+    w5_section = text2.split("### LIP runtime overhead", 1)[1].split("\n### ", 1)[0]
+    assert "_(from the run of" not in w5_section  # this one is new

@@ -85,7 +85,8 @@ def target(request, dbg, engine):
     from tests.server_harness import Server
 
     server = Server([], extra=["--plugin", "debugger", "--no-sandbox"])
-    remote = RemoteDebugger(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)
+    remote = Debugger(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)  # attach by URL
+    assert isinstance(remote, RemoteDebugger)
     with open(complete.__code__.co_filename) as f:
         source = f.read()
 
@@ -368,6 +369,12 @@ def test_kv_tree_pause_restart_and_protocol(dbg, engine):
     assert not bad["success"] and "colour" in bad["message"]
     assert not h("step", pid=10**6)["success"]
     assert not h("nonsense")["success"]
+    ids = engine.tokenize(" Paris")
+    assert h("token_texts", ids=ids)["body"]["texts"] == {str(i): engine.tokenizer.token_text(i) for i in ids}
+    for bad_ids, why in (([-1], "not token ids"), ([10**9], "not token ids"), (["3"], "not token ids"),
+                         ("3", "must be a list")):
+        r = h("token_texts", ids=bad_ids)
+        assert not r["success"] and why in r["message"], r
     q, unsub = dbg.event_queue()
     assert h("watch", view="timeline", interval=0.05)["success"] and h("watch", view="kv_tree", interval=0.05)["success"]
     bp = h("set_breakpoint", call="kv_fork", when="after", text_contains="road")["body"]

@@ -77,6 +77,9 @@ async def remote_session_step_override_continue(app, session, timeout: float = 9
                          "the end", timeout)
         res = session.request("wait_process", pid=pid, timeout=60)
         assert res["status"] == "finished" and res["result"][2] == alt["token"]
+        # Tokens generated after `c` were never at a stop: their text comes from `token_texts`.
+        await wait_until(pilot, lambda: len(history(app)) == len(res["result"]), "the whole history", timeout)
+        assert not [t for t in history(app) if "⟨" in (t.get("text") or "")], history(app)
         return screen
 
 

@@ -95,7 +95,7 @@ class ForwardBatch:
         if decodes and _on_cpu(device):
             shared, decodes = _shared_prefixes(seqs, decodes)
             for members, n in shared:
-                groups.append(_cascade_group([seqs[i] for i in members], [starts[i] for i in members], n, total, device))
+                groups.append(_decode_group([seqs[i] for i in members], [starts[i] for i in members], total, device, n))
         if decodes:
             groups.append(_decode_group([seqs[i] for i in decodes], [starts[i] for i in decodes], total, device))
         for i in chunks:
@@ -105,28 +105,30 @@ class ForwardBatch:
                    [len(s.output_index) for s in seqs])
 
 
-def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device) -> AttentionGroup:
+def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
+    """One query row per sequence over its context slots, padded to the longest. With `n_prefix`
+    (a shared-prefix group) the first n_prefix slots, the same for every member, are kept apart
+    as `prefix_slots` and the padded context holds only each sequence's own suffix."""
     lens = [len(s.context_slots) for s in seqs]
-    width = max(lens)
+    own = [n - n_prefix for n in lens]
+    width = max(own)
     flat: list[int] = []
-    for s, n in zip(seqs, lens):
-        flat += s.context_slots
+    for s, n in zip(seqs, own):
+        flat += s.context_slots[n_prefix:] if n_prefix else s.context_slots
         if n < width:
-            flat += [s.context_slots[0]] * (width - n)
-    mask = None
-    if min(lens) != width:
-        mask = _length_mask(lens, width, device)
-    in_order = starts == list(range(total))
+            flat += [s.context_slots[n_prefix]] * (width - n)
     return AttentionGroup(
         rows=_long(starts, device),
         n_seqs=len(seqs),
         n_query=1,
         context_slots=_long(flat, device),
         context_len=width,
-        mask=mask,
+        mask=_length_mask(own, width, device) if min(own) != width else None,
         causal=False,
-        all_rows=in_order,
+        all_rows=starts == list(range(total)),
         lengths=lens,
+        prefix_slots=_long(seqs[0].context_slots[:n_prefix], device) if n_prefix else None,
+        prefix_len=n_prefix,
     )
 
 
@@ -174,33 +176,6 @@ def _shared_prefixes(seqs: list[SeqInput], decodes: list[int]) -> tuple[list[tup
             rest.extend(members)
     rest.sort()
     return shared, rest
-
-
-def _cascade_group(seqs: list[SeqInput], starts: list[int], n_prefix: int, total: int, device) -> AttentionGroup:
-    lens = [len(s.context_slots) for s in seqs]
-    suffix = [n - n_prefix for n in lens]
-    width = max(suffix)
-    flat: list[int] = []
-    for s, n in zip(seqs, suffix):
-        flat += s.context_slots[n_prefix:]
-        if n < width:
-            flat += [s.context_slots[n_prefix]] * (width - n)
-    mask = None
-    if min(suffix) != width:
-        mask = _length_mask(suffix, width, device)
-    return AttentionGroup(
-        rows=_long(starts, device),
-        n_seqs=len(seqs),
-        n_query=1,
-        context_slots=_long(flat, device),
-        context_len=width,
-        mask=mask,
-        causal=False,
-        all_rows=starts == list(range(total)),
-        lengths=lens,
-        prefix_slots=_long(seqs[0].context_slots[:n_prefix], device),
-        prefix_len=n_prefix,
-    )
 
 
 def _chunk_group(s: SeqInput, start: int, total: int, device) -> AttentionGroup:

@@ -154,6 +154,16 @@ def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None
 class Debugger:
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
 
+    def __new__(cls, engine=None, **kwargs):
+        """`Debugger(engine)` attaches in-process; `Debugger("ws://host:port/v1/debug", token=...)`
+        attaches to a debugger served over WebSocket (a `RemoteDebugger`: the same command
+        methods, the same JSON bodies, failures raised as `DebuggerError`)."""
+        if isinstance(engine, str):
+            from .transport import RemoteDebugger
+
+            return RemoteDebugger(engine, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, engine, *, stop_on_entry: bool = False, record: bool = False, stop_scope: str = "thread",
                  topk: int = 10, trace_events: int = 200_000, max_recordings: int = 64) -> None:
         if stop_scope not in ("thread", "process"):
@@ -635,6 +645,16 @@ class Debugger:
     def stack(self, pid: int | None = None, tid: int | None = None) -> dict:
         s = self._find_stop(pid, tid)
         return {"pid": s.pid, "tid": s.tid, "frames": s.frames, "file": s.file, "line": s.line}
+
+    def token_texts(self, ids: list) -> dict:
+        """The printed text of each token id (for front-ends without the tokenizer, e.g. over WebSocket)."""
+        vocab = self.engine.config.vocab_size
+        if not isinstance(ids, list) or len(ids) > 4096:
+            raise DebuggerError("token_texts: ids must be a list of at most 4096 token ids")
+        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise DebuggerError(f"token_texts: not token ids of this model (0..{vocab - 1}): {bad[:5]}")
+        return {"texts": {str(t): self.tokenizer.token_text(t) for t in dict.fromkeys(ids)}}
 
     def tokens(self, pid: int | None = None, tid: int | None = None) -> dict:
         s = self._find_stop(pid, tid)

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "stops": "stops",
     "stack": "stack",
     "tokens": "tokens",
+    "token_texts": "token_texts",
     "kv": "kv",
     "dist": "dist",
     "override": "override",

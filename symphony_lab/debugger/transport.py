@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
+from .core import DebuggerError
 from .protocol import COMMANDS, EVENTS
 from .scope import FullAccess
 
@@ -225,7 +226,7 @@ def starlette_route(debugger, path: str = "/v1/debug", *, authenticate: Callable
     return WebSocketRoute(path, endpoint)
 
 
-class RemoteError(Exception):
+class RemoteError(DebuggerError):
     """A command failed on the server; `.error` names the server-side exception type."""
 
     def __init__(self, message: str, error: str | None = None) -> None:

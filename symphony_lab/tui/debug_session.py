@@ -274,15 +274,22 @@ class DebuggerSession(Session):
                 self._replaying.add(pid)
         elif name == "process_exit":
             self._exits[pid] = {"status": (b.get("args") or {}).get("status"), "error": b.get("error")}
-            if b.get("error") and self._traceback_of is not None:
-                try:
-                    tb = self._traceback_of(pid)
-                except Exception:
-                    tb = None
-                if tb:
-                    self._tracebacks[pid] = tb
+            if b.get("error"):
+                self._fetch_traceback(pid)
         elif name == "replay_diverged":
             self._diverged.append(b)
+
+    def _fetch_traceback(self, pid: int) -> str | None:
+        """A failed process's traceback from the `traceback_of` helper, kept once found."""
+        if self._traceback_of is None:
+            return None
+        try:
+            tb = self._traceback_of(pid)
+        except Exception:
+            return None
+        if tb:
+            self._tracebacks[pid] = tb
+        return tb
 
     def _stop_seq(self, b: dict) -> int | None:
         sid = b.get("stop_id")
@@ -370,6 +377,26 @@ class DebuggerSession(Session):
             pass
 
     # --- the snapshot ---------------------------------------------------------------------------
+    def _fetch_texts(self, procs: list[dict]) -> None:
+        """Over the protocol (no local tokenizer), ask once per snapshot for the text of every
+        token the shown threads fed or picked that no stop has named yet."""
+        if self._token_text is not None or not self._remote:
+            return
+        want: set[int] = set()
+        for p in procs:
+            for t in p.get("threads", []):
+                for rec in self._preds.get((p["pid"], t["tid"]), {}).values():
+                    want.update(rec["tokens"])
+                    want.update(x for x in (rec.get("token"), rec.get("argmax")) if isinstance(x, int))
+        missing = sorted(x for x in want - set(self._texts) if isinstance(x, int))[:4096]
+        if not missing:
+            return
+        try:
+            texts = self.request("token_texts", ids=missing)["texts"]
+        except SessionError:  # an older debugger without the command: ids stay shown as ⟨id⟩
+            return
+        self._texts.update((int(k), v) for k, v in texts.items())
+
     def text_of(self, tok: int) -> str:
         t = self._texts.get(tok)
         if t is None and self._token_text is not None:
@@ -476,6 +503,7 @@ class DebuggerSession(Session):
                 continue
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
             shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
+        self._fetch_texts(procs)
         history, locations, tracebacks = {}, {}, {}
         for p in procs:
             pid = p["pid"]
@@ -486,14 +514,7 @@ class DebuggerSession(Session):
                 if loc:
                     locations[key] = loc
             if p.get("status") in ("failed", "cancelled"):
-                tb = self._tracebacks.get(pid) or p.get("traceback")
-                if tb is None and self._traceback_of is not None:
-                    try:
-                        tb = self._traceback_of(pid)
-                    except Exception:
-                        tb = None
-                    if tb:
-                        self._tracebacks[pid] = tb
+                tb = self._tracebacks.get(pid) or p.get("traceback") or self._fetch_traceback(pid)
                 tracebacks[pid] = tb or p.get("error") or ""
         pending = (pend or {}).get("pending")
         return {
