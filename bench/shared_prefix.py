@@ -226,9 +226,10 @@ def table(r: dict) -> str:
         f"decoding: ours {r['ours_s'] - r['ours_prefill_s']:.2f} s, transformers {r['hf_s'] - r['hf_prefill_s']:.2f} s.",
         f"- One of our decode steps here ({r['questions']} forks, {r['prefix_tokens']}+ tokens of context each) takes "
         f"{prof['wall_ms']:.0f} ms: " + ", ".join(f"{k} {v:.0f}%" for k, v in prof.items() if k != "wall_ms")
-        + " of the operator time (torch.profiler). Every fork gathers its own copy of the shared prefix's K/V "
-        "and attends over it separately; an attention that reads the shared pages once for all forks (cascade / "
-        "shared-prefix attention) is what would shrink the gather and attention shares.",
+        + " of the operator time (torch.profiler). The forks decode as one shared-prefix (cascade) group: the "
+        "prefix's K/V is gathered once per layer and every fork's query meets it in one matmul per KV head "
+        "(symphony_core/model/attention.py), so its score and value products count as matmul here (its softmax "
+        "as other ops) and the gather share stays small.",
         f"- Answers identical to transformers token for token: **{r['same']}/{r['questions']}** "
         f"(first 8 tokens identical: {r['same_first8']}/{r['questions']}); fp32 sums in a different order can "
         "flip a near-tie and the two continuations then part.",
