@@ -19,7 +19,8 @@ from typing import Any
 COMMANDS = frozenset({
     "initialize", "detach", "launch", "restart", "continue", "step", "pause", "set_stop_on_entry",
     "set_breakpoint", "remove_breakpoint", "enable_breakpoint", "clear_breakpoints", "breakpoints", "threads",
-    "stops", "stack", "tokens", "kv", "dist", "override", "edit_dist", "verify_kv", "kv_tree", "timeline", "trace",
+    "stops", "stack", "tokens", "token_texts", "kv", "dist", "override", "edit_dist", "verify_kv", "kv_tree",
+    "timeline", "trace",
     "watch", "unwatch", "record", "recording", "save_recording", "replay", "replay_status", "step_back",
     "scheduler_step_mode", "pending_batch", "wait_batch_pending", "step_batch", "wait_stopped", "wait_process",
 })
