@@ -204,7 +204,8 @@ def build_root(spec: SandboxSpec, conf: Confinement) -> None:
         if spec.uid is not None:
             opts += f",uid={spec.uid},gid={spec.uid}"
         mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
-        os.symlink("/scratch", root + "/tmp")
+        if not os.path.lexists(root + "/tmp"):  # /tmp already holds read-only paths when the runtime lives there
+            os.symlink("/scratch", root + "/tmp")
         proc_ok = False
         if conf.pidns:
             try:
