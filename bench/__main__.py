@@ -7,7 +7,8 @@ bench/RESULTS.md, the numbers and each workload's markdown to bench/results.json
 drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md. `--only NAME` re-runs
 some workloads: RESULTS.md keeps the other workloads' sections from results.json, each marked
 with the date and commit of the run it came from.
-`--quick` (toy sizes, used by the test suite) writes nothing unless --out, and then writes the
+`--render` runs nothing and rewrites RESULTS.md from results.json. `--quick` (toy sizes, used by
+the test suite) writes nothing unless --out, and then writes the
 JSON and the plots beside that file.
 """
 
@@ -48,8 +49,9 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="every workload at toy size (seconds, for the tests)")
     ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run just these workloads")
     ap.add_argument("--out", type=Path, default=None, help="where to write the results (default bench/RESULTS.md on full runs)")
+    ap.add_argument("--render", action="store_true", help="run nothing: rewrite RESULTS.md from results.json")
     args = ap.parse_args(argv)
-    names = args.only or list(WORKLOADS)
+    names = [] if args.render else (args.only or list(WORKLOADS))
     sections: dict[str, str] = {}
     numbers = {}
     for i, name in enumerate(names, 1):
@@ -63,18 +65,24 @@ def main(argv=None) -> None:
     if out is None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
-    run = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "commit": _commit(), "quick": args.quick}
-    saved = _merge_saved(out.with_name("results.json"), numbers, sections, run)
-    from .targets import targets_table
+    stamp = datetime.datetime.now()
+    run = {"date": stamp.isoformat(timespec="minutes"), "id": stamp.isoformat(timespec="microseconds"),
+           "commit": _commit(), "quick": args.quick}
+    saved = _merge_saved(out.with_name("results.json"), numbers, sections, run if names else None)
+    run = saved["_run"]
+    from .targets import missed_notes, targets_table
 
     head = (f"# Benchmark results\n\nRun {run['date'].replace('T', ' ')}, commit {run['commit']}"
-            f"{' (quick sizes)' if args.quick else ''}.\n\n" + targets_table(saved) + "\n\n")
+            f"{' (quick sizes)' if run.get('quick') else ''}.\n\n" + targets_table(saved) + "\n\n")
+    notes = missed_notes(saved)
+    if notes:
+        head += notes + "\n\n"
     body = []
     for name in WORKLOADS:
         sec = saved["_sections"].get(name)
         if not sec or not sec["markdown"]:
             continue
-        if name not in sections:  # kept from an earlier run
+        if _run_key(sec) != _run_key(run):  # kept from an earlier run
             body.append(sec["markdown"] + f"\n\n_(from the run of {sec['date'].replace('T', ' ')}, commit {sec['commit']})_")
         else:
             body.append(sec["markdown"])
@@ -83,9 +91,10 @@ def main(argv=None) -> None:
     print(f"wrote {out}")
 
 
-def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict) -> dict:
+def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict | None) -> dict:
     """results.json beside RESULTS.md: this run's numbers and markdown over those of the
-    workloads it did not run (each section keeps the date and commit of its own run)."""
+    workloads it did not run (each section keeps the date and commit of its own run).
+    `run` None (--render): nothing ran, the file's last run stays the one named."""
     saved = {}
     if path.exists():
         try:
@@ -95,11 +104,16 @@ def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict)
     saved.update(numbers)
     saved.setdefault("_sections", {})
     for name, md in sections.items():
-        saved["_sections"][name] = {"markdown": md, "date": run["date"], "commit": run["commit"]}
-    saved["_run"] = run
+        saved["_sections"][name] = {"markdown": md, "date": run["date"], "id": run["id"], "commit": run["commit"]}
+    if run is not None:
+        saved["_run"] = run
     path.write_text(json.dumps(saved, indent=1, default=str) + "\n")
     print(f"wrote {path}")
     return saved
+
+
+def _run_key(r: dict):
+    return r.get("id") or (r.get("date"), r.get("commit"))
 
 
 def _plots(saved: dict, out: Path) -> str:

@@ -88,3 +88,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert text2.count("_(from the run of") == len([k for k, v in kept.items() if v["markdown"]]) - 1
     w5_section = text2.split("### LIP runtime overhead", 1)[1].split("\n### ", 1)[0]
     assert "_(from the run of" not in w5_section  # this one is new
+
+    # --render runs nothing and writes the same report from results.json.
+    again = subprocess.run([sys.executable, "-m", "bench", "--render", "--out", str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert out.read_text() == text2
