@@ -6,10 +6,9 @@ results as markdown; a module may also leave its numbers in a module-level dict
 bench/RESULTS.md, the numbers and each workload's markdown to bench/results.json, and PNG plots
 drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md. `--only NAME` re-runs
 some workloads: RESULTS.md keeps the other workloads' sections from results.json, each marked
-with the date and commit of the run it came from.
-`--render` runs nothing and rewrites RESULTS.md from results.json. `--quick` (toy sizes, used by
-the test suite) writes nothing unless --out, and then writes the
-JSON and the plots beside that file.
+with the date and commit of the run it came from. `--render` runs nothing and rewrites RESULTS.md
+from results.json. `--quick` (toy sizes, used by the test suite) writes nothing unless --out, and
+then writes the JSON and the plots beside that file.
 """
 
 from __future__ import annotations

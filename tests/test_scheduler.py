@@ -16,8 +16,7 @@ def test_64_concurrent_completions_batch_well(engine):
     outs = [p.result(timeout=300) for p in procs]
     assert all(len(o) == 16 for o in outs)
     recs = engine.runtime.batch.log.since(start)
-    decode_only = [r for r in recs if all(m.kind == "decode" for m in r.members)]
-    mean = sum(r.size for r in decode_only) / len(decode_only)
+    mean = sum(r.size for r in recs) / len(recs)  # every recorded batch, prefills included
     assert mean >= 40, [r.size for r in recs]
     # Every decode step of every LIP is in exactly one batch.
     assert sum(1 for r in recs for m in r.members if m.kind == "decode") == 64 * 15
