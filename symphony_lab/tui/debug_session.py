@@ -139,6 +139,7 @@ class DebuggerSession(Session):
         self._follow_bps: dict[int, int] = {}  # pid -> its one-shot follow breakpoint
         self._line_bps: dict[int, tuple[str | None, int, str]] = {}  # bp id -> (file, line, call)
         self._texts: dict[int, str] = {}
+        self._unnamed: set[int] = set()  # token ids seen in events whose text is not known yet
         self._rec_top: dict[int, dict[tuple[int, int], list]] = {}  # pid -> (tid, seq) -> top5
         self._rec_seen: dict[int, tuple[int, float]] = {}
         self._exits: dict[int, dict] = {}
@@ -252,6 +253,8 @@ class DebuggerSession(Session):
                 a = b.get("args") or {}
                 self._preds[key][b.get("seq", 0)] = {"seq": b.get("seq", 0), "tokens": list(a.get("tokens") or []),
                                                      "n": a.get("n_tokens", 0), "file": a.get("file")}
+                with self._lock:
+                    self._unnamed.update(a.get("tokens") or ())
             elif call == "spawn" and key in self._stepping and key not in self._follow:
                 self._follow.add(key)
                 self._react(lambda: self._set_follow_bp(pid))
@@ -260,6 +263,8 @@ class DebuggerSession(Session):
             r = b.get("result")
             if rec is not None and isinstance(r, dict):
                 rec["argmax"], rec["token"] = r.get("argmax"), r.get("token")
+                with self._lock:
+                    self._unnamed.update(x for x in (rec["argmax"], rec["token"]) if isinstance(x, int))
             if rec is not None and b.get("error"):
                 rec["error"] = b.get("error")
         elif name == "stopped":
@@ -377,25 +382,20 @@ class DebuggerSession(Session):
             pass
 
     # --- the snapshot ---------------------------------------------------------------------------
-    def _fetch_texts(self, procs: list[dict]) -> None:
-        """Over the protocol (no local tokenizer), ask once per snapshot for the text of every
-        token the shown threads fed or picked that no stop has named yet."""
-        if self._token_text is not None or not self._remote:
+    def _fetch_texts(self) -> None:
+        """Over the protocol (no local tokenizer), ask once per snapshot for the text of the
+        tokens that events named since the last snapshot and no stop has named yet."""
+        if self._token_text is not None or not self._remote or not self._unnamed:
             return
-        want: set[int] = set()
-        for p in procs:
-            for t in p.get("threads", []):
-                for rec in self._preds.get((p["pid"], t["tid"]), {}).values():
-                    want.update(rec["tokens"])
-                    want.update(x for x in (rec.get("token"), rec.get("argmax")) if isinstance(x, int))
-        missing = sorted(x for x in want - set(self._texts) if isinstance(x, int))[:4096]
-        if not missing:
-            return
-        try:
-            texts = self.request("token_texts", ids=missing)["texts"]
-        except SessionError:  # an older debugger without the command: ids stay shown as ⟨id⟩
-            return
-        self._texts.update((int(k), v) for k, v in texts.items())
+        with self._lock:  # events add to the set on the connection's reader thread
+            ids, self._unnamed = self._unnamed, set()
+        missing = sorted(i for i in ids if isinstance(i, int) and i not in self._texts)
+        for start in range(0, len(missing), 4096):
+            try:
+                texts = self.request("token_texts", ids=missing[start:start + 4096])["texts"]
+            except SessionError:  # an older debugger without the command: ids stay shown as ⟨id⟩
+                return
+            self._texts.update((int(k), v) for k, v in texts.items())
 
     def text_of(self, tok: int) -> str:
         t = self._texts.get(tok)
@@ -503,7 +503,7 @@ class DebuggerSession(Session):
                 continue
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
             shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
-        self._fetch_texts(procs)
+        self._fetch_texts()
         history, locations, tracebacks = {}, {}, {}
         for p in procs:
             pid = p["pid"]
