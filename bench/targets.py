@@ -10,6 +10,17 @@ def _row(rows: list[dict], key: str, value) -> dict | None:
     return next((r for r in rows if r.get(key) == value), None)
 
 
+def _c_pair(n: dict) -> tuple[int, dict, dict] | None:
+    """Target C's inputs: the widest decode row and the matmul row nearest its batch size
+    (decode's model FLOP/s against the machine's matmul FLOP/s at about the same rows)."""
+    dec = n.get("decode", {}).get("rows", [])
+    mm = n.get("matmul", {}).get("rows", [])
+    widest = max((r["batch"] for r in dec), default=None)
+    row = _row(dec, "batch", widest)
+    m = min(mm, key=lambda m: abs(m["rows"] - widest), default=None) if row else None
+    return (widest, row, m) if row and m else None
+
+
 def _verdict(ok: bool | None) -> str:
     return "not run" if ok is None else ("met" if ok else "**missed**")
 
@@ -48,10 +59,9 @@ def targets_table(n: dict) -> str:
     w7 = n.get("graph_of_thought")
     out.append(f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |" if w7 else
                "| W7 | — | report the ratio | not run |")
-    mm = n.get("matmul", {}).get("rows", [])
-    r32 = _row(dec, "batch", widest)
-    m32 = min(mm, key=lambda m: abs(m["rows"] - widest), default=None) if r32 else None
-    if r32 and m32:  # decode's model FLOP/s vs the machine's matmul FLOP/s at (nearly) the same rows
+    pair = _c_pair(n)
+    if pair:
+        widest, r32, m32 = pair
         c = r32["ours_gflops"] / m32["gflops"]
         add("C", f"{c:.2f} ({r32['ours_gflops']:.0f} ÷ {m32['gflops']:.0f} GFLOP/s at {widest} seq, matmul at "
                  f"{m32['rows']} rows)", "≥ 0.75", c >= 0.75)
@@ -89,12 +99,9 @@ def missed_notes(n: dict) -> str:
             "competes with torch's two matmul threads. What would settle it: more pairs on an idle machine; what "
             "would cut the known part: capture trace events off the LIP threads (a queue drained by the "
             "debugger) instead of formatting them inline.")
-    dec = n.get("decode", {}).get("rows", [])
-    mm = n.get("matmul", {}).get("rows", [])
-    widest = max((r["batch"] for r in dec), default=None)
-    r32 = _row(dec, "batch", widest)
-    m32 = min(mm, key=lambda m: abs(m["rows"] - widest), default=None) if r32 else None
-    if r32 and m32 and r32["ours_gflops"] / m32["gflops"] < 0.75:
+    pair = _c_pair(n)
+    if pair and pair[1]["ours_gflops"] / pair[2]["gflops"] < 0.75:
+        widest, r32, m32 = pair
         out.append(
             f"- **C** ({r32['ours_gflops'] / m32['gflops']:.2f}): at {widest} sequences a decode step reaches "
             f"{r32['ours_gflops']:.0f} model GFLOP/s against {m32['gflops']:.0f} for the same matmuls alone. The "
