@@ -265,6 +265,39 @@ def test_temperature_sampling_follows_the_probabilities(engine):
 # --- the Dist API ------------------------------------------------------------------------------------
 
 
+def test_batch_argmax_is_taken_once_and_never_goes_stale(engine, story):
+    """A decode batch's argmax is taken once for all rows; a Dist whose logits are replaced or
+    written into later gives the argmax of what it holds now."""
+    kvs = [engine.kv_create() for _ in range(3)]
+    try:
+        res = engine.pred_batch([PredCall(kv, story[i : i + 4]) for i, kv in enumerate(kvs)])
+        assert all(isinstance(d, Dist) and d._argmax is not None for d in res), "no batch argmax was handed over"
+        for d in res:
+            assert d.argmax() == int(torch.argmax(d.logits))
+        a, b, c = res
+        # The engine's logits are read-only outside inference mode (torch refuses the write).
+        assert a.logits.is_inference() and not torch.is_inference_mode_enabled()
+        forced = torch.zeros(engine.config.vocab_size)
+        forced[7] = 1.0
+        b.logits = forced  # a new tensor replaces the row
+        assert b.argmax() == 7
+        assert float(b.probs[7]) == pytest.approx(float(torch.softmax(forced, -1)[7]))
+        forced[7], forced[9] = 0.0, 2.0  # a write into a tensor the LIP owns
+        assert b.argmax() == 9 and float(b.probs[9]) == pytest.approx(float(torch.softmax(forced, -1)[9]))
+        mine = Dist(c.logits.clone())
+        top = mine.argmax()
+        assert top == c.argmax()
+        mine.logits[top] = float("-inf")
+        assert mine.argmax() == int(torch.argmax(mine.logits)) != top
+        rows = Dist(torch.stack([a.logits, mine.logits]))
+        assert rows.argmax() == [a.argmax(), mine.argmax()]
+        rows.argmax().append(0)  # the caller's copy, not the memo
+        assert rows.argmax() == [a.argmax(), mine.argmax()]
+    finally:
+        for kv in kvs:
+            engine.kv_close(kv)
+
+
 def test_dist_api_for_all_outputs(engine, story):
     ids = story[:12]
     kv, kv2, kv3 = engine.kv_create(), engine.kv_create(), engine.kv_create()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
 from ..errors import SymphonyError
 from ..executor import PredCall
 from ..kvfs import KV
@@ -28,25 +26,11 @@ if TYPE_CHECKING:
     from ..engine import Engine
 
 
-_NUMPY_ARGMAX = (torch.float32, torch.float64, torch.float16)
-
-
-def fast_argmax(logits: torch.Tensor) -> int:
-    """`int(logits.argmax())` of a 1-D row, through numpy on CPU: torch's CPU argmax over a
-    50k vocabulary takes ~60 us, numpy's ~4 us (same answer: the first maximum, NaN wins)."""
-    if logits.is_cpu and logits.dtype in _NUMPY_ARGMAX and not logits.requires_grad:
-        try:
-            return int(logits.numpy().argmax())
-        except RuntimeError:  # a tensor numpy cannot view (e.g. a lazy negation bit)
-            pass
-    return int(logits.argmax())
-
-
 def summarize_result(call: str, result: Any) -> Any:
     """A small, JSON-friendly picture of a syscall's result for the event stream."""
     if isinstance(result, Dist):  # argmax only: a softmax over the vocabulary per event costs too much
         if result.logits.dim() == 1:
-            return {"argmax": fast_argmax(result.logits), "token": result.token}
+            return {"argmax": result.argmax(), "token": result.token}
         return {"positions": len(result), "token": result.token}
     if isinstance(result, KV):
         return {"kv": result.describe(), "file": result.file.fid, "kv_len": result.len}
