@@ -13,6 +13,11 @@ other threads and processes keep running and batching (non-stop mode) unless
 
 Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
 documented JSON commands onto these methods one to one; see docs/protocol.md.
+
+This file holds attaching, the kernel hook, stops, execution control, breakpoints, inspection
+and the event stream. The other commands are parts of the same class, one concept a file:
+overrides.py (force / ban / bias), replaying.py (record, replay, step back),
+scheduler_step.py (one batch per command) and views.py (KV tree, timeline, trace, watch).
 """
 
 from __future__ import annotations
@@ -28,19 +33,18 @@ from typing import Any, Callable
 
 import torch
 
-from symphony_core.errors import SymphonyError
 from symphony_core.kvfs import KV
 from symphony_core.lip.events import Event, now
 from symphony_core.model.dist import Dist
 
 from . import inspect as ins
 from .breakpoints import Breakpoint
-from .record import SUBSTITUTED, Recording, entry_from, resolve_fn, same_inputs
-from .trace import chrome_trace
-
-
-class DebuggerError(SymphonyError):
-    """A debugger command that cannot be carried out (no such stop, bad override, ...)."""
+from .errors import DebuggerError
+from .overrides import Overrides, edit_dist
+from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
+from .replaying import RecordReplay
+from .scheduler_step import SchedulerStepMode
+from .views import Views
 
 
 @dataclass(eq=False)
@@ -82,76 +86,7 @@ class Stop:
         return f if isinstance(f, int) else None
 
 
-@dataclass
-class ReplayState:
-    rec: Recording
-    verify: bool = True
-    live_threads: set = field(default_factory=set)
-    diverged: list = field(default_factory=list)
-    substituted: int = 0
-    max_logit_diff: float = 0.0
-    done: bool = False
-
-    def status(self) -> dict:
-        return {"source_pid": self.rec.source_pid, "substituted": self.substituted, "diverged": self.diverged,
-                "live_threads": sorted(self.live_threads), "max_logit_diff": self.max_logit_diff, "done": self.done}
-
-
-def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None, bias: dict | None = None,
-              position: int = -1, token_only: bool = False) -> Dist:
-    """A new Dist with the edit applied to one position (the last by default).
-
-    `force=t`: every other token gets -inf, so argmax, any sampler and the engine's pick all
-    give t. `ban`: those tokens get -inf (an engine pick among them is replaced by the most
-    likely token left). `bias`: added to the logits of those tokens. `token_only`: keep the
-    logits and replace only the engine's pick (`Dist.token`) with `force`.
-    """
-    vocab = d.vocab_size
-    for t in ([force] if force is not None else []) + list(ban or []) + [int(k) for k in (bias or {})]:
-        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
-            raise DebuggerError(f"token {t!r} is outside the vocabulary [0, {vocab})")
-    logits = d.logits.clone()
-    multi = logits.dim() == 2
-    if multi and not -logits.shape[0] <= position < logits.shape[0]:
-        raise DebuggerError(f"position {position} outside this Dist's {logits.shape[0]} positions")
-    row = logits[position] if multi else logits
-    token = list(d.token) if isinstance(d.token, list) else d.token
-    cur = (token[position] if isinstance(token, list) else token) if token is not None else None
-    if token_only:
-        if force is None:
-            raise DebuggerError("token_only needs force=<token>")
-        if cur is None:
-            raise DebuggerError("this pred did not sample in the engine (no Dist.token); override the "
-                                "distribution instead (token_only=False)")
-        cur = force
-    else:
-        if bias:
-            for t, b in bias.items():
-                row[int(t)] += float(b)
-        if ban:
-            row[torch.as_tensor(list(ban), dtype=torch.long)] = float("-inf")
-            if not bool(torch.isfinite(row).any()):
-                raise DebuggerError("the ban leaves no token with a finite logit")
-        if force is not None:
-            if ban and force in ban:
-                raise DebuggerError(f"token {force} is both forced and banned")
-            keep = float(row[force])
-            row.fill_(float("-inf"))
-            row[force] = keep if keep != float("-inf") else 0.0
-        if cur is not None:
-            if force is not None:
-                cur = force
-            elif not bool(torch.isfinite(row[cur])):
-                cur = int(row.argmax())
-    if token is not None:
-        if isinstance(token, list):
-            token[position] = cur
-        else:
-            token = cur
-    return Dist(logits, token)
-
-
-class Debugger:
+class Debugger(Overrides, RecordReplay, SchedulerStepMode, Views):
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
 
     def __new__(cls, engine=None, **kwargs):
@@ -174,7 +109,6 @@ class Debugger:
         self.stop_on_entry = stop_on_entry
         self.stop_scope = stop_scope
         self.topk = topk
-        self.max_recordings = max_recordings
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
         self._stop_ids = itertools.count(1)
@@ -185,28 +119,14 @@ class Debugger:
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
         self._edits: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
         self._entry_pids: set[int] = set()
-        self._record_all = record
-        self._recordings: dict[int, Recording] = {}
-        self._recording_pids: set[int] = set()
-        self._replays: dict[int, ReplayState] = {}
-        self._replays_done: dict[int, dict] = {}  # pid -> final replay status (no logits kept)
+        self._init_record_replay(record, max_recordings)
         self._launch_lock = threading.Lock()
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
         self._subs: list[tuple[Callable[[dict], None], frozenset | None]] = []
         self._evseq = itertools.count(1)
-        # scheduler step mode
-        self._gate_cv = threading.Condition()
-        self._gate_on = False
-        self._gate_ids = itertools.count(1)
-        self._gate_pending: dict | None = None
-        self._gate_released = 0
-        self._last_batch: dict | None = None
-        self._prev_gate = None
-        # live views
-        self._watch: dict[str, float] = {}
-        self._dirty: set[str] = set()
-        self._view_thread: threading.Thread | None = None
+        self._init_step_mode()
+        self._init_views()
         self._attached = False
         self.attach()
 
@@ -683,23 +603,6 @@ class Debugger:
         return {"pid": s.pid, "tid": s.tid, **ins.dist_view(s.result, self.tokenizer, k or self.topk, position,
                                                             chosen=s.overridden)}
 
-    def kv_tree(self, with_text: bool = True) -> dict:
-        return ins.kv_tree(self.runtime, self.tokenizer, self._known_files, with_text)
-
-    def timeline(self, since: int = 0, limit: int = 500) -> dict:
-        return ins.timeline(self.runtime, since, limit)
-
-    def trace(self, path: str | None = None) -> dict:
-        """The run since attach as a Chrome trace (dict); also written to `path` if given."""
-        names = {pid: p.name for pid, p in list(self.runtime.processes.items())}
-        tr = chrome_trace(list(self._trace), names, now())
-        if path is not None:
-            import json
-
-            with open(path, "w") as f:
-                json.dump(tr, f)
-        return tr
-
     def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:
         """Check a KV file against a fresh recompute of its tokens (call it while the file's owner
         is stopped): the K/V of every slot, and the logits after one more token fed to a fork vs
@@ -736,231 +639,6 @@ class Debugger:
         return {"file": fid, "tokens": len(tokens), "probe": probe, "max_abs_diff_logits": dl, "max_abs_diff_k": dk,
                 "max_abs_diff_v": dv, "argmax_equal": int(a.argmax()) == int(b.argmax()),
                 "consistent": dl <= atol and dk <= atol and dv <= atol and int(a.argmax()) == int(b.argmax())}
-
-    # ============================================================================ overrides
-    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
-                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
-        """Make the stopped thread's `pred` result choose `token` (or the one token of `text`).
-
-        At a stop after the pred: the Dist the LIP is about to receive is replaced. At a stop
-        before a pred: the edit is applied when that pred returns.
-        """
-        if (token is None) == (text is None):
-            raise DebuggerError("override needs exactly one of token= or text=")
-        if text is not None:
-            ids = self.tokenizer.tokenize(text)
-            if len(ids) != 1:
-                pieces = [self.tokenizer.token_text(t) for t in ids]
-                raise DebuggerError(f"override text {text!r} is {len(ids)} tokens {pieces}; give one token")
-            token = ids[0]
-        return self._edit(pid, tid, {"force": int(token), "token_only": token_only, "position": position})
-
-    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
-                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
-        """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
-        if ban is None and force is None and not bias:
-            raise DebuggerError("edit_dist needs ban=, force= or bias=")
-        return self._edit(pid, tid, {"force": force, "ban": list(ban) if ban else None,
-                                     "bias": {int(k): float(v) for k, v in (bias or {}).items()} or None,
-                                     "position": position})
-
-    def _edit(self, pid, tid, edit: dict) -> dict:
-        s = self._find_stop(pid, tid)
-        if s.where == "after":
-            if not isinstance(s.result, Dist):
-                raise DebuggerError(f"{s.call} returned no distribution to edit")
-            s.result = edit_dist(s.result, **edit)
-            if edit.get("force") is not None:
-                s.overridden = edit["force"]
-            s.edits.append(edit)
-            s._info = None
-            info = self.stop_info(s)
-            self._emit("overridden", {"pid": s.pid, "tid": s.tid, "stop_id": s.id, "edit": edit,
-                                      "result": info["result"]})
-            return {"applied": True, "stop": info}
-        if s.where == "before" and s.call == "pred":
-            with self._lock:
-                self._edits[s.thread] = (s.seq, edit)
-            s.edits.append(edit)
-            return {"applied": False, "pending": True, "edit": edit}
-        raise DebuggerError(f"nothing to override at a stop {s.where} {s.call or 'entry'}; step to a pred")
-
-    # ============================================================================ record / replay
-    def _new_recording(self, proc, complete: bool) -> Recording:
-        rec = Recording.of(proc, complete)
-        with self._lock:
-            self._recordings[proc.pid] = rec
-            self._recording_pids.add(proc.pid)
-            old = [p for p in self._recordings if p not in self._recording_pids]
-            for p in old[: max(0, len(self._recordings) - self.max_recordings)]:
-                del self._recordings[p]
-        return rec
-
-    def record(self, pid: int | None = None, enabled: bool = True) -> dict:
-        """Record syscall results: of every process launched from now on (pid None), or of `pid`."""
-        if pid is None:
-            self._record_all = bool(enabled)
-            return {"record_all": self._record_all}
-        proc = self.process(pid)
-        if enabled:
-            started = any(t.seq > 0 for t in proc.threads)
-            self._new_recording(proc, complete=not started)
-        else:
-            self._recording_pids.discard(pid)
-        return {"pid": pid, "recording": enabled}
-
-    def recording(self, pid: int, entries: bool = False) -> dict:
-        rec = self._recordings.get(pid)
-        if rec is None:
-            raise DebuggerError(f"no recording of process {pid} (record it first)")
-        return rec.summary(with_entries=entries)
-
-    def get_recording(self, pid: int) -> Recording:
-        """The `Recording` object (in-process: save it, replay it later)."""
-        rec = self._recordings.get(pid)
-        if rec is None:
-            raise DebuggerError(f"no recording of process {pid} (record it first)")
-        return rec
-
-    def save_recording(self, pid: int, path: str) -> dict:
-        self.get_recording(pid).save(path)
-        return {"pid": pid, "path": path}
-
-    def replay(self, source: int | Recording | str, stop_at: int | None = None, tid: int = 1,
-               stop_on_entry: bool | None = None, verify: bool = True, record: bool = True) -> dict:
-        """Run a recorded process again, handing it the recorded syscall results.
-
-        `source`: a pid whose run was recorded, a `Recording`, or a path saved by
-        `save_recording`. `stop_at=k` stops thread `tid` right after its k-th `pred` returns
-        (0: on entry). Past the end of the recording (or after a divergence) the run goes live.
-        """
-        if isinstance(source, Recording):
-            rec = source
-        elif isinstance(source, str):
-            rec = Recording.load(source)
-        else:
-            rec = self.get_recording(source)
-        if rec.fn is None:
-            raise DebuggerError("this recording's LIP function is not available in this process")
-        if not rec.complete:
-            raise DebuggerError(f"the recording of process {rec.source_pid} started mid-run: it cannot be replayed")
-        if stop_at is not None and stop_at < 0:
-            raise DebuggerError(f"stop_at must be >= 0, got {stop_at}")
-
-        def setup(proc) -> None:
-            with self._lock:
-                self._replays[proc.pid] = ReplayState(rec, verify)
-            for m in rec.received():
-                proc.send(m)
-            if stop_at:
-                self.set_breakpoint("pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True)
-            if record:
-                self._new_recording(proc, complete=True)
-
-        proc = self._launch(rec.fn, rec.args, rec.kwargs, user=rec.user, name=rec.name, priority=rec.priority,
-                            limits=rec.limits, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
-        return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
-
-    def replay_status(self, pid: int) -> dict:
-        rs = self._replays.get(pid)
-        st = rs.status() if rs is not None else self._replays_done.get(pid)
-        if st is None:
-            raise DebuggerError(f"process {pid} is not a replay")
-        return {"pid": pid, **st}
-
-    def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
-        """Go back `steps` preds: replay the recorded run into a new process that stops right after
-        thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
-        s = self._find_stop(pid, tid)
-        rec = self.get_recording(pid)
-        rs = self._replays.get(pid)
-        if rs is not None:  # a replay: what it has run so far, then the rest of its source
-            rec = rs.rec.merged(rec)
-        done = s.thread.preds
-        target = done - steps if (s.where == "after" and s.call == "pred") else done - steps + 1
-        if target < 0 or steps < 1:
-            raise DebuggerError(f"cannot step back {steps} pred(s) from pred {done} of {pid}.{tid}")
-        proc = self.process(pid)
-        proc.cancel("replaced by a step back")
-        proc.wait(10)
-        r = self.replay(rec, stop_at=target, tid=tid)
-        return {**r, "from_pid": pid, "target_pred": target}
-
-    # ============================================================================ scheduler step mode
-    def scheduler_step_mode(self, enabled: bool = True) -> dict:
-        """In step mode the batch scheduler fires one batch per `step_batch`; before each, the
-        batch it is about to fire is shown (`pending_batch`, event "batch_pending")."""
-        batch = self.runtime.batch
-        with self._gate_cv:
-            if enabled and not self._gate_on:
-                self._prev_gate = batch.gate
-                batch.gate = self._gate
-                self._gate_on = True
-            elif not enabled and self._gate_on:
-                if batch.gate == self._gate:
-                    batch.gate = self._prev_gate
-                self._gate_on = False
-                self._gate_cv.notify_all()
-        return {"scheduler_step_mode": self._gate_on}
-
-    def _gate(self, chosen: list) -> None:
-        batch = self.runtime.batch
-        prev = self._prev_gate
-        if prev is not None:
-            prev(chosen)
-        gid = next(self._gate_ids)
-        queued = batch.queued()
-        info = {"gate_id": gid, "members": ins.batch_plan(chosen, batch.token_budget),
-                "queue": [ins.pending_view(p) for p in queued], "queue_depth": len(queued),
-                "pages_used": batch.kvfs.pool.used_pages, "batches_so_far": batch.log.total_batches}
-        with self._gate_cv:
-            if not self._gate_on:
-                return
-            self._gate_pending = info
-            self._gate_cv.notify_all()
-        self._emit("batch_pending", info)
-        with self._gate_cv:
-            while self._gate_on and self._attached and self._gate_released < gid:
-                self._gate_cv.wait(0.1)
-            self._gate_pending = None
-
-    def pending_batch(self) -> dict:
-        with self._gate_cv:
-            return {"pending": self._gate_pending, "scheduler_step_mode": self._gate_on}
-
-    def wait_batch_pending(self, timeout: float = 30.0) -> dict:
-        deadline = time.monotonic() + timeout
-        with self._gate_cv:
-            while self._gate_pending is None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._gate_on:
-                    return {"pending": None, "scheduler_step_mode": self._gate_on}
-                self._gate_cv.wait(min(left, 0.1))
-            return {"pending": self._gate_pending, "scheduler_step_mode": True}
-
-    def step_batch(self, wait: bool = True, timeout: float = 30.0) -> dict:
-        """Fire the batch that is waiting at the gate (waits up to `timeout` for one to arrive);
-        with `wait`, return its record once it has run."""
-        if not self._gate_on:
-            raise DebuggerError("scheduler step mode is off (scheduler_step_mode(True) first)")
-        info = self.wait_batch_pending(timeout)["pending"]
-        if info is None:
-            return {"fired": None, "shown": None}
-        with self._gate_cv:
-            before = info["batches_so_far"]
-            self._gate_released = max(self._gate_released, info["gate_id"])
-            self._gate_cv.notify_all()
-            if not wait:
-                return {"fired": None, "shown": info}
-            deadline = time.monotonic() + timeout
-
-            def fired() -> bool:
-                return self._last_batch is not None and self._last_batch["bid"] > before
-
-            while not fired() and time.monotonic() < deadline:
-                self._gate_cv.wait(0.05)
-            rec = self._last_batch if fired() else None
-        return {"fired": rec, "shown": info}
 
     # ============================================================================ waiting helpers
     def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
@@ -1072,42 +750,6 @@ class Debugger:
                 self._cv.notify_all()
         if self._subs:
             self._emit(kind, ev.to_dict)
-
-    # ============================================================================ live views
-    def watch(self, view: str, interval: float = 0.25) -> dict:
-        """Stream a view ("kv_tree" or "timeline") as "view" events, at most every `interval` s."""
-        if view not in ("kv_tree", "timeline"):
-            raise DebuggerError(f"unknown view {view!r} (kv_tree, timeline)")
-        with self._lock:
-            self._watch[view] = max(0.02, float(interval))
-            self._dirty.add(view)
-            if self._view_thread is None or not self._view_thread.is_alive():
-                self._view_thread = threading.Thread(target=self._view_loop, name="symphony-lab-views", daemon=True)
-                self._view_thread.start()
-        return {"watching": sorted(self._watch)}
-
-    def unwatch(self, view: str | None = None) -> dict:
-        with self._lock:
-            if view is None:
-                self._watch.clear()
-            else:
-                self._watch.pop(view, None)
-        return {"watching": sorted(self._watch)}
-
-    def _view_loop(self) -> None:
-        last: dict[str, float] = {}
-        while self._attached and self._watch:
-            t = time.monotonic()
-            for view, every in list(self._watch.items()):
-                if view in self._dirty and t - last.get(view, 0.0) >= every:
-                    self._dirty.discard(view)
-                    last[view] = t
-                    try:
-                        data = self.kv_tree() if view == "kv_tree" else self.timeline(limit=100)
-                        self._emit("view", {"view": view, "data": data})
-                    except Exception:
-                        pass
-            time.sleep(0.02)
 
     # ============================================================================ protocol
     def handle_command(self, msg: dict) -> dict:

@@ -1,0 +1,145 @@
+"""Record and replay: a process's syscall results kept as a `Recording`, and a new process that
+is handed them back (so a sampled run comes out the same) and may stop at any earlier `pred` —
+which is what a step back is.
+
+The `RecordReplay` part of `Debugger` holds the recordings and replays; the kernel hook
+(`Debugger.before` / `after`) records each result and substitutes the recorded ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import DebuggerError
+from .record import Recording
+
+
+@dataclass
+class ReplayState:
+    rec: Recording
+    verify: bool = True
+    live_threads: set = field(default_factory=set)
+    diverged: list = field(default_factory=list)
+    substituted: int = 0
+    max_logit_diff: float = 0.0
+    done: bool = False
+
+    def status(self) -> dict:
+        return {"source_pid": self.rec.source_pid, "substituted": self.substituted, "diverged": self.diverged,
+                "live_threads": sorted(self.live_threads), "max_logit_diff": self.max_logit_diff, "done": self.done}
+
+
+class RecordReplay:
+    """The record / replay commands of `Debugger` (state: `_recordings`, `_recording_pids`,
+    `_record_all`, `_replays`, `_replays_done`; set up in `_init_record_replay`)."""
+
+    def _init_record_replay(self, record: bool, max_recordings: int) -> None:
+        self._record_all = record
+        self.max_recordings = max_recordings
+        self._recordings: dict[int, Recording] = {}
+        self._recording_pids: set[int] = set()
+        self._replays: dict[int, ReplayState] = {}
+        self._replays_done: dict[int, dict] = {}  # pid -> final replay status (no logits kept)
+
+    def _new_recording(self, proc, complete: bool) -> Recording:
+        rec = Recording.of(proc, complete)
+        with self._lock:
+            self._recordings[proc.pid] = rec
+            self._recording_pids.add(proc.pid)
+            old = [p for p in self._recordings if p not in self._recording_pids]
+            for p in old[: max(0, len(self._recordings) - self.max_recordings)]:
+                del self._recordings[p]
+        return rec
+
+    def record(self, pid: int | None = None, enabled: bool = True) -> dict:
+        """Record syscall results: of every process launched from now on (pid None), or of `pid`."""
+        if pid is None:
+            self._record_all = bool(enabled)
+            return {"record_all": self._record_all}
+        proc = self.process(pid)
+        if enabled:
+            started = any(t.seq > 0 for t in proc.threads)
+            self._new_recording(proc, complete=not started)
+        else:
+            self._recording_pids.discard(pid)
+        return {"pid": pid, "recording": enabled}
+
+    def recording(self, pid: int, entries: bool = False) -> dict:
+        rec = self._recordings.get(pid)
+        if rec is None:
+            raise DebuggerError(f"no recording of process {pid} (record it first)")
+        return rec.summary(with_entries=entries)
+
+    def get_recording(self, pid: int) -> Recording:
+        """The `Recording` object (in-process: save it, replay it later)."""
+        rec = self._recordings.get(pid)
+        if rec is None:
+            raise DebuggerError(f"no recording of process {pid} (record it first)")
+        return rec
+
+    def save_recording(self, pid: int, path: str) -> dict:
+        self.get_recording(pid).save(path)
+        return {"pid": pid, "path": path}
+
+    def replay(self, source: int | Recording | str, stop_at: int | None = None, tid: int = 1,
+               stop_on_entry: bool | None = None, verify: bool = True, record: bool = True) -> dict:
+        """Run a recorded process again, handing it the recorded syscall results.
+
+        `source`: a pid whose run was recorded, a `Recording`, or a path saved by
+        `save_recording`. `stop_at=k` stops thread `tid` right after its k-th `pred` returns
+        (0: on entry). Past the end of the recording (or after a divergence) the run goes live.
+        """
+        if isinstance(source, Recording):
+            rec = source
+        elif isinstance(source, str):
+            rec = Recording.load(source)
+        else:
+            rec = self.get_recording(source)
+        if rec.fn is None:
+            raise DebuggerError("this recording's LIP function is not available in this process")
+        if not rec.complete:
+            raise DebuggerError(f"the recording of process {rec.source_pid} started mid-run: it cannot be replayed")
+        if stop_at is not None and stop_at < 0:
+            raise DebuggerError(f"stop_at must be >= 0, got {stop_at}")
+
+        def setup(proc) -> None:
+            with self._lock:
+                self._replays[proc.pid] = ReplayState(rec, verify)
+            for m in rec.received():
+                proc.send(m)
+            if stop_at:
+                self.set_breakpoint("pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True)
+            if record:
+                self._new_recording(proc, complete=True)
+
+        proc = self._launch(rec.fn, rec.args, rec.kwargs, user=rec.user, name=rec.name, priority=rec.priority,
+                            limits=rec.limits, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
+        return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
+
+    def replay_status(self, pid: int) -> dict:
+        rs = self._replays.get(pid)
+        st = rs.status() if rs is not None else self._replays_done.get(pid)
+        if st is None:
+            raise DebuggerError(f"process {pid} is not a replay")
+        return {"pid": pid, **st}
+
+    def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
+        """Go back `steps` preds: replay the recorded run into a new process that stops right after
+        thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
+        s = self._find_stop(pid, tid)
+        rec = self.get_recording(pid)
+        rs = self._replays.get(pid)
+        if rs is not None:  # a replay: what it has run so far, then the rest of its source
+            rec = rs.rec.merged(rec)
+        done = s.thread.preds
+        target = done - steps if (s.where == "after" and s.call == "pred") else done - steps + 1
+        if target < 0 or steps < 1:
+            raise DebuggerError(f"cannot step back {steps} pred(s) from pred {done} of {pid}.{tid}")
+        proc = self.process(pid)
+        proc.cancel("replaced by a step back")
+        proc.wait(10)
+        r = self.replay(rec, stop_at=target, tid=tid)
+        return {**r, "from_pid": pid, "target_pred": target}
+
+
+__all__ = ["RecordReplay", "ReplayState"]
