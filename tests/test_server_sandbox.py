@@ -26,7 +26,7 @@ def sandbox(engine):
 
 
 def _run(engine, mgr, entry, *args, sandboxed=True, user="tester"):
-    from symphony_core.server.sandbox import SandboxJob, inprocess_lip, sandboxed_lip
+    from symphony_core.server.sandbox_twin import SandboxJob, inprocess_lip, sandboxed_lip
 
     job = SandboxJob(SOURCE, entry, list(args), {}, entry, mgr.spec_for({}))
     if sandboxed:

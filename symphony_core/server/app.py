@@ -28,7 +28,8 @@ from ..errors import KVError, KVNotFound, KVPermissionError, SymphonyError
 from ..lip.process import Limits
 from .metrics import render_metrics
 from .records import ProcessRecord, Registry
-from .sandbox import SandboxJob, SandboxManager, check_list_prefix, inprocess_lip, sandboxed_lip
+from .sandbox import SandboxManager
+from .sandbox_twin import SandboxJob, check_list_prefix, inprocess_lip, sandboxed_lip
 from .users import QuotaExceeded, QuotaKeeper, User, Users
 from .validate import BadRequest, check_fields, jtype, parse_json, read_json
 
