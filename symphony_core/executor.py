@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -63,9 +63,8 @@ _DIST_LOGITS = Dist.logits  # the base class's slot, under RowDist's property
 class RowDist(Dist):
     """A `Dist` for one row of a batch's logits. The row view is taken when `.logits` is first
     read — on the reading LIP's thread, not the scheduler's — so completing a batch makes no
-    tensor call per member, and a caller that only wants `.token` never makes one. The batch's
-    argmax is taken once for all rows (one vectorised call instead of one per LIP, and free for
-    the event stream's summary of every pred)."""
+    tensor call per member, and a caller that only wants `.token` never makes one. When the
+    executor took the batch's argmax for all rows at once, each row is handed its own."""
 
     __slots__ = ("_batch", "_row")
 
@@ -146,6 +145,10 @@ class Executor:
         # scheduler subtracts to report its own host cost.
         self.forward_s = 0.0
         self.forward_cpu_s = 0.0
+        # True while the event stream summarises every pred by its argmax (someone subscribes):
+        # then a decode batch takes the argmax of all its rows in one call here, instead of one
+        # per LIP thread. Unobserved, nobody may want it (a sampling LIP), so nothing is taken.
+        self.rows_argmax_wanted: Callable[[], bool] = lambda: False
 
     def prepare(self, c: PredCall) -> None:
         """Check one call's arguments against the model and its KV file; raise PredError/KVError."""
@@ -308,9 +311,9 @@ class Executor:
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list) -> None:
         if all(c.outputs == "last" and c.mask_tensor is None and c.sampler is None for _, c, _ in reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
-            best = fast_argmax(logits)
+            best = fast_argmax(logits) if self.rows_argmax_wanted() else None
             for k, (i, _, _) in enumerate(reserved):
-                results[i] = RowDist(logits, k, argmax=best[k])
+                results[i] = RowDist(logits, k, argmax=None if best is None else best[k])
             return
         start = 0
         rows_by_call = []

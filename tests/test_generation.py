@@ -266,13 +266,20 @@ def test_temperature_sampling_follows_the_probabilities(engine):
 
 
 def test_batch_argmax_is_taken_once_and_never_goes_stale(engine, story):
-    """A decode batch's argmax is taken once for all rows; a Dist whose logits are replaced or
-    written into later gives the argmax of what it holds now."""
-    kvs = [engine.kv_create() for _ in range(3)]
+    """While someone watches the event stream (which names each pred's argmax), a decode batch's
+    argmax is taken once for all rows; unwatched, none is taken. A Dist whose logits are
+    replaced or written into later gives the argmax of what it holds now."""
+    kvs = [engine.kv_create() for _ in range(6)]
     try:
-        res = engine.pred_batch([PredCall(kv, story[i : i + 4]) for i, kv in enumerate(kvs)])
+        quiet = engine.pred_batch([PredCall(kv, story[i : i + 4]) for i, kv in enumerate(kvs[3:])])
+        assert all(d._argmax is None for d in quiet), "an unobserved batch took an argmax nobody asked for"
+        unsubscribe = engine.runtime.bus.subscribe(lambda ev: None)
+        try:
+            res = engine.pred_batch([PredCall(kv, story[i : i + 4]) for i, kv in enumerate(kvs[:3])])
+        finally:
+            unsubscribe()
         assert all(isinstance(d, Dist) and d._argmax is not None for d in res), "no batch argmax was handed over"
-        for d in res:
+        for d in res + quiet:
             assert d.argmax() == int(torch.argmax(d.logits))
         a, b, c = res
         # The engine's logits are read-only outside inference mode (torch refuses the write).

@@ -48,6 +48,7 @@ class Runtime:
         self.bus = EventBus()
         self.kernel = Kernel(self.bus)
         self.kernel.summarize_result = summarize_result
+        engine.executor.rows_argmax_wanted = lambda: self.bus.active  # pred summaries name the argmax
         self.processes: dict[int, Process] = {}
         self._live: set[LIPThread] = set()
         self._live_lock = threading.Lock()
