@@ -4,9 +4,11 @@ An attached `symphony_lab.debugger.Debugger` sits in the kernel's dispatch point
 / `hook.after` on every syscall), subscribes to the event bus (so every syscall builds its
 events, which the debugger keeps for the trace) and watches process starts. With no breakpoint,
 stepping, pause, recording or replay in force, the hook returns after one check; the events
-cost what building them costs (a `pred`'s exit summary names its argmax, which the engine takes
-once per batch for every row: per LIP, in the LIP's thread, it cost ~60 us a pred here). The
-issue's target: throughput drops by at most 5%.
+cost what building them costs. A `pred`'s exit summary names its argmax: the engine takes it
+once per batch for every row while someone observes, and the LIP's own `.argmax()` reuses it
+(taken per row in the LIP threads, the summary's numpy argmax measured ~60 us of thread CPU per
+pred in this workload, over cold rows, and the LIP's torch argmax another ~55 us). The issue's
+target: throughput drops by at most 5%.
 
 Runs alternate (off, on, off, on, ...) so drift in a shared machine hits both sides alike; the
 figure is the ratio of the medians. `--stub` replaces the model's forward with zeros, which

@@ -269,6 +269,7 @@ def test_batch_argmax_is_taken_once_and_never_goes_stale(engine, story):
     """While someone watches the event stream (which names each pred's argmax), a decode batch's
     argmax is taken once for all rows; unwatched, none is taken. A Dist whose logits are
     replaced or written into later gives the argmax of what it holds now."""
+    assert not engine.runtime.bus.active, "an earlier test left an event-bus subscriber attached"
     kvs = [engine.kv_create() for _ in range(6)]
     try:
         quiet = engine.pred_batch([PredCall(kv, story[i : i + 4]) for i, kv in enumerate(kvs[3:])])

@@ -25,17 +25,21 @@ def fast_argmax(logits: torch.Tensor) -> int | list[int]:
 
 
 def version_of(t: torch.Tensor) -> int:
-    """How many in-place writes `t` (or a view sharing its storage) has seen. Inference tensors
-    keep no count, but nothing outside `torch.inference_mode` may write into them."""
+    """How many in-place torch writes `t` (or a view sharing its storage) has seen; -1 for an
+    inference tensor, which keeps no count (torch refuses its writes outside `inference_mode`).
+    Writes that bypass torch's autograd bookkeeping (`.data`, `.numpy()`) are not counted."""
     return -1 if t.is_inference() else t._version
 
 
 class Dist:
     """Logits for one position (`.logits` is [V]) or several (`[n, V]`; index to get one).
 
-    The engine's logits are inference tensors, which torch refuses to write outside
-    `torch.inference_mode`: to change a distribution, clone it (`Dist(d.logits.clone())`) or
-    assign new logits. `probs` and `argmax()` are computed once and kept until the logits change.
+    Treat `.logits` as read-only: to change a distribution, build a new one
+    (`Dist(d.logits.clone())`, then edit) or assign new logits. `probs` and `argmax()` are
+    computed once and kept while `.logits` is the same tensor and torch has counted no in-place
+    write to it; a write through `.numpy()` or `.data` goes uncounted and leaves them stale.
+    (A decode batch's logits are inference tensors: torch refuses writes to them outside
+    `torch.inference_mode`.)
     """
 
     __slots__ = ("logits", "token", "_probs", "_argmax")
