@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ..model import Dist, Sampler
+from ..model.dist import fast_argmax
 from ..model.sampling import sample_rows
 
 # A logits processor: (logits [V], tokens so far) -> new logits [V]. Pure functions keep replay exact.
@@ -27,7 +28,7 @@ LogitsProcessor = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
 
 def greedy(dist: Dist) -> int:
     """The most likely token of a one-position Dist."""
-    return int(dist.logits.argmax(-1)) if dist.logits.dim() == 1 else int(dist[-1].logits.argmax())
+    return dist.argmax() if dist.logits.dim() == 1 else dist[-1].argmax()
 
 
 def log_softmax(dist_or_logits) -> torch.Tensor:
@@ -113,7 +114,7 @@ class Sampling:
         logits = dist.logits if dist.logits.dim() == 1 else dist[-1].logits
         logits = self.process(logits, history)
         if self.is_greedy:
-            return int(logits.argmax())
+            return fast_argmax(logits)
         return sample_rows(logits[None].float().cpu(), [self._sampler])[0]
 
 

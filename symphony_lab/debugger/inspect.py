@@ -176,7 +176,7 @@ def dist_view(d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int |
     top = row.topk(k)
     if chosen is None:
         tok = row.token if row.token is not None and not isinstance(row.token, list) else None
-        chosen, chosen_by = (tok, "engine") if tok is not None else (int(row.logits.argmax()), "argmax")
+        chosen, chosen_by = (tok, "engine") if tok is not None else (row.argmax(), "argmax")
     else:
         chosen_by = "override"
     probs = row.probs
