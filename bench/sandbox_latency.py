@@ -42,8 +42,9 @@ def measure(preds: int, rounds: int) -> dict:
     import torch
 
     from symphony_core import Engine
-    from symphony_core.server.sandbox import SandboxManager
-    from symphony_core.server.sandbox_twin import SandboxJob, inprocess_lip, sandboxed_lip
+    from symphony_core.sandbox.pool import SandboxManager
+    from symphony_core.sandbox.job import SandboxJob
+    from symphony_core.sandbox.twin import inprocess_lip, sandboxed_lip
 
     torch.set_num_threads(2)
     eng = Engine(num_pages=256)

@@ -16,7 +16,7 @@ SOURCE = open(LIPS).read()
 
 @pytest.fixture(scope="module")
 def sandbox(engine):
-    from symphony_core.server.sandbox import SandboxManager
+    from symphony_core.sandbox.pool import SandboxManager
 
     mgr = SandboxManager(engine, max_workers=4)
     mgr.start()
@@ -26,7 +26,8 @@ def sandbox(engine):
 
 
 def _run(engine, mgr, entry, *args, sandboxed=True, user="tester"):
-    from symphony_core.server.sandbox_twin import SandboxJob, inprocess_lip, sandboxed_lip
+    from symphony_core.sandbox.job import SandboxJob
+    from symphony_core.sandbox.twin import inprocess_lip, sandboxed_lip
 
     job = SandboxJob(SOURCE, entry, list(args), {}, entry, mgr.spec_for({}))
     if sandboxed:

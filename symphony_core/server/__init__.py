@@ -1,5 +1,6 @@
 """Serving programs over the network: HTTP + WebSocket API, OpenAI-compatible endpoints, users
-and quotas, and sandboxed workers for programs received over the network.
+and quotas. Programs received over the network run in the sandbox (symphony_core/sandbox/),
+which this package uses and which never imports it.
 
 `symphony serve` (serve.py) is the entry point; `create_app` builds the ASGI app around an
 `Engine`. Nothing here is imported by the engine itself.

@@ -16,7 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .auth import authenticate
 from .builtin_lips import chat_complete, complete_text
+from .launch import launch_builtin
 from .validate import BadRequest, check_fields, read_json
 
 _NUM = (int, float)
@@ -96,8 +98,6 @@ def _messages(msgs: list) -> list[dict]:
 
 
 def openai_routes(state) -> list:
-    from .app import authenticate, launch_builtin
-
     eng = state.engine
 
     def model_names() -> set[str]:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from .auth import token_of
+from .launch import launch_program
+
 GROUP = "symphony.server_plugins"
 
 
@@ -28,19 +31,15 @@ class PluginError(Exception):
 @dataclass
 class PluginContext:
     engine: Any
-    state: Any  # symphony_core.server.app.State
+    state: Any  # symphony_core.server.state.State
 
     def authenticate(self, conn) -> Any:
         """The `User` a request or WebSocket carries a token for (None: no or unknown token)."""
-        from .app import token_of
-
         return self.state.users.authenticate(token_of(conn.headers, conn.query_params))
 
     def launch_program(self, user, body: dict, where: str = "run"):
         """Launch a program through the server's own path (quotas, sandbox, limits) as `user`;
         returns the process record (`.proc` is the engine's Process)."""
-        from .app import launch_program
-
         return launch_program(self.state, user, body, where)
 
 

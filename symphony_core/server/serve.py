@@ -36,10 +36,11 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
     import uvicorn
 
     from ..engine import Engine
-    from .app import ServerConfig, create_app
-    from .confine import SandboxSpec
+    from ..sandbox.confine import SandboxSpec
+    from ..sandbox.pool import SandboxManager
+    from .app import create_app
     from .plugins import PluginError, load_plugin
-    from .sandbox import SandboxManager
+    from .state import ServerConfig
     from .users import Users, load_users
 
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),

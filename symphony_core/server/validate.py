@@ -6,6 +6,10 @@ import json
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ..errors import KVNotFound, KVPermissionError, SymphonyError
+from .users import QuotaExceeded
 
 
 class BadRequest(Exception):
@@ -17,6 +21,21 @@ class BadRequest(Exception):
 
     def body(self) -> dict:
         return {"error": {"type": self.type, "message": self.message, "param": self.param, "code": self.status}}
+
+
+def error_response(status: int, message: str, type: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"type": type, "message": message, "param": param, "code": status}}, status_code=status)
+
+
+def symphony_status(e: SymphonyError) -> int:
+    """The HTTP status of an engine error raised by a client's request."""
+    if isinstance(e, KVPermissionError):
+        return 403
+    if isinstance(e, KVNotFound):
+        return 404
+    if isinstance(e, QuotaExceeded):
+        return 429
+    return 400
 
 
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",

@@ -27,7 +27,7 @@ def _stub_packages() -> None:
     if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
         sys.path.pop(0)
     for name, path in (("symphony_core", _PKG), ("symphony_core.model", f"{_PKG}/model"),
-                       ("symphony_core.lip", f"{_PKG}/lip"), ("symphony_core.server", _HERE)):
+                       ("symphony_core.lip", f"{_PKG}/lip"), ("symphony_core.sandbox", _HERE)):
         m = types.ModuleType(name)
         m.__path__ = [path]
         m.__package__ = name
@@ -51,7 +51,7 @@ import torch  # noqa: E402,F401  (loaded once here, shared copy-on-write by ever
 from symphony_core import errors as _errors  # noqa: E402
 from symphony_core.model import dist as _dist  # noqa: E402,F401
 from symphony_core.model import sampling as _sampling  # noqa: E402
-from symphony_core.server import confine, worker  # noqa: E402
+from symphony_core.sandbox import confine, worker  # noqa: E402
 
 sys.modules["symphony_core.model"].Dist = _dist.Dist  # what `from symphony_core.model import …` needs
 sys.modules["symphony_core.model"].Sampler = _sampling.Sampler
@@ -68,8 +68,8 @@ EXIT_CPU = 152
 # What a sandboxed LIP may import from symphony_core; everything else is the engine's.
 _ALLOWED = ("symphony_core", "symphony_core.errors", "symphony_core.model", "symphony_core.model.dist",
             "symphony_core.model.sampling", "symphony_core.lip", "symphony_core.lip.process",
-            "symphony_core.lip.events", "symphony_core.lib", "symphony_core.server",
-            "symphony_core.server.worker", "symphony_core.server.protocol", "symphony_core.programs")
+            "symphony_core.lip.events", "symphony_core.lib", "symphony_core.sandbox",
+            "symphony_core.sandbox.worker", "symphony_core.sandbox.protocol", "symphony_core.programs")
 
 
 def _set_name(name: str) -> None:
@@ -107,7 +107,7 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
     pkg.__getattr__ = _missing
     sys.modules["symphony_core.model"].__getattr__ = lambda name: _missing(f"model.{name}")
     for name in list(sys.modules):
-        if name.startswith("symphony_core.") and name not in _ALLOWED and name != "symphony_core.server.confine":
+        if name.startswith("symphony_core.") and name not in _ALLOWED and name != "symphony_core.sandbox.confine":
             sys.modules.pop(name, None)
     sys.meta_path.insert(0, _EngineBlocker)
 
@@ -175,7 +175,7 @@ def _monitor(sock_fd: int, shm_fd: int, msg: dict, status_w: int, ctl_fd: int, s
             import traceback
 
             try:
-                from symphony_core.server.protocol import send_frame
+                from symphony_core.sandbox.protocol import send_frame
 
                 send_frame(socket.socket(fileno=sock_fd), {"op": "exit", "err": {
                     "type": "SandboxSetupError", "msg": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}})

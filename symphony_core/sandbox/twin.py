@@ -11,35 +11,19 @@ trusted user's program inside the engine instead, with no worker.
 
 from __future__ import annotations
 
+import linecache
 import queue
 import types
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
-from ..kvfs import KV
 from ..lip.process import Cancelled, LIPError
 from ..model.sampling import Sampler
-from .confine import SandboxSpec
-
-if TYPE_CHECKING:
-    from .sandbox import SandboxManager, Worker
-
-
-@dataclass
-class SandboxJob:
-    """One program to run in a worker."""
-
-    source: str
-    entry: str
-    args: list
-    kwargs: dict
-    name: str
-    spec: SandboxSpec
-    before_pred: Callable[[str, int], None] = lambda user, n: None
-    on_stdout: Callable[[str, str], None] = lambda stream, text: None
+from .job import SandboxJob
+from .pool import SandboxManager
+from .worker_link import Worker, kv_handle_info
 
 
 def _proc(sym):
@@ -66,10 +50,6 @@ def _at(loc: Any, fn: Callable[[], Any]) -> Any:
     return t(fn)
 
 
-def kv_handle_info(kv: KV, hid: int) -> dict:
-    return {"h": hid, "len": kv.len, "path": kv.path, "mode": kv.mode}
-
-
 def check_list_prefix(user: str, prefix: str | None) -> None:
     """Listing another user's private directory is refused (not silently empty)."""
     if isinstance(prefix, str) and prefix.startswith("/users/"):
@@ -80,7 +60,7 @@ def check_list_prefix(user: str, prefix: str | None) -> None:
         raise KVError(f"kv_list prefix must be a string, got {type(prefix).__name__}")
 
 
-def _sampler(w: "Worker", spec: Any) -> Sampler | str | None:
+def _sampler(w: Worker, spec: Any) -> Sampler | str | None:
     if spec is None or isinstance(spec, str):
         return spec
     if not isinstance(spec, dict):
@@ -120,7 +100,7 @@ def _mask(spec: Any, payload: bytes) -> Any:
     raise TypeError("mask must be a bool tensor or a list of token ids")
 
 
-def _op_pred(sym, w: "Worker", a: dict, payload: bytes):
+def _op_pred(sym, w: Worker, a: dict, payload: bytes):
     kv = w.kv(a.get("h"))
     toks = a.get("tokens")
     w.job.before_pred(sym.user, len(toks) if isinstance(toks, list) else 1)
@@ -240,7 +220,7 @@ OPS: dict[str, Callable] = {name[4:]: fn for name, fn in globals().items() if na
 _SAFE_ERRORS = (SymphonyError, TimeoutError, ValueError, TypeError, IndexError, KeyError, RuntimeError)
 
 
-def _serve(sym, w: "Worker", wtid: int) -> None:
+def _serve(sym, w: Worker, wtid: int) -> None:
     """Execute the requests of worker thread `wtid` on this in-engine thread's `sym`."""
     q = w.queues[wtid]
     proc = _proc(sym)
@@ -277,11 +257,11 @@ def _serve(sym, w: "Worker", wtid: int) -> None:
         w.send(reply, data)
 
 
-def _thread_twin(sym, w: "Worker", wtid: int) -> None:
+def _thread_twin(sym, w: Worker, wtid: int) -> None:
     _serve(sym, w, wtid)
 
 
-def sandboxed_lip(sym, mgr: "SandboxManager", job: SandboxJob) -> Any:
+def sandboxed_lip(sym, mgr: SandboxManager, job: SandboxJob) -> Any:
     """The in-engine process of a sandboxed program: start a worker, serve it, return its result."""
     proc = _proc(sym)
     th = sym._th
@@ -320,8 +300,6 @@ def inprocess_lip(sym, job: SandboxJob) -> Any:
     """A trusted program, run inside the engine process (no sandbox): for trusted users only."""
     module = types.ModuleType("__lip__")
     filename = f"<lip {job.name}>"
-    import linecache
-
     linecache.cache[filename] = (len(job.source), None, job.source.splitlines(True), filename)
     module.__file__ = filename
     exec(compile(job.source, filename, "exec"), module.__dict__)
@@ -331,4 +309,4 @@ def inprocess_lip(sym, job: SandboxJob) -> Any:
     return fn(sym, *job.args, **job.kwargs)
 
 
-__all__ = ["OPS", "SandboxJob", "check_list_prefix", "inprocess_lip", "kv_handle_info", "sandboxed_lip"]
+__all__ = ["OPS", "check_list_prefix", "inprocess_lip", "sandboxed_lip"]

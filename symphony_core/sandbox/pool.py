@@ -1,9 +1,10 @@
-"""Server side of sandboxed programs: the worker pool.
+"""The sandbox's worker pool: starts the zygote, hands out workers, carries their messages.
 
 A program received over the network runs in a confined worker process (see `zygote.py`,
 `confine.py`, `worker.py`). Inside the engine it is an ordinary LIP process, `sandboxed_lip`
-(sandbox_twin.py), whose threads execute on their real `sym` the syscalls the worker's threads
-send. This file starts, tracks and stops the workers and carries their messages.
+(twin.py), whose threads execute on their real `sym` the syscalls the worker's threads
+send. This file starts, tracks and stops the workers (worker_link.py is the server's end of
+one) and carries their messages.
 
 One I/O thread serves every worker socket and the zygote's control socket; requests are
 routed to the in-engine thread of the worker thread that sent them.
@@ -11,7 +12,6 @@ routed to the in-engine thread of the worker thread that sent them.
 
 from __future__ import annotations
 
-import collections
 import fcntl
 import itertools
 import json
@@ -20,121 +20,23 @@ import mmap
 import os
 import queue
 import selectors
-import signal
 import socket
 import subprocess
 import sys
 import threading
-from typing import Any
 
-import torch
-
-from ..errors import KVError, SymphonyError
-from ..kvfs import KV
+from ..errors import SymphonyError
 from ..lip.process import LIPError
 from .confine import SandboxSpec, runtime_paths
-from .protocol import FrameReader, ProtocolError, encode
-from .sandbox_twin import SandboxJob, kv_handle_info
+from .job import SandboxJob
+from .protocol import ProtocolError
+from .worker_link import N_SLOTS, SandboxError, Worker
 
 log = logging.getLogger("symphony.sandbox")
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
-N_SLOTS = 4
 MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
 MAX_STDOUT = 256 << 10
-
-
-class SandboxError(SymphonyError):
-    """The sandbox could not run a program (no worker, a worker that died, a protocol violation)."""
-
-
-# --- workers and the manager ------------------------------------------------------------------------
-
-
-class Worker:
-    """The server's view of one sandboxed worker process."""
-
-    def __init__(self, wid: int, job: SandboxJob, sock: socket.socket, shm: mmap.mmap, slot_floats: int, slot: int) -> None:
-        self.wid, self.job, self.sock, self.shm, self.slot = wid, job, sock, shm, slot
-        self.slot_floats, self.n_slots = slot_floats, N_SLOTS
-        self.slot_views = [torch.frombuffer(shm, dtype=torch.float32, count=slot_floats, offset=k * slot_floats * 4)
-                           for k in range(N_SLOTS)]
-        self.queues: dict[int, queue.Queue] = {0: queue.Queue()}
-        self.reader = FrameReader(max_header=4 << 20, max_payload=16 << 20)
-        self.pid: int | None = None
-        self.spawned = threading.Event()
-        self.spawn_error: str | None = None
-        self.dead = threading.Event()
-        self.death: dict | None = None
-        self.eof = False
-        self.violation: str | None = None
-        self.exit_frame: dict | None = None
-        self.handles: dict[int, KV] = {}
-        self.closed_order: collections.deque[int] = collections.deque()
-        self.threads: dict[int, Any] = {}
-        self.samplers: dict = {}
-        self.ended: set[int] = set()
-        self.proc = None  # the in-engine Process, once the program started
-        self.stdout_bytes = 0
-        self._hids = itertools.count(1)
-        self._wtids = itertools.count(1)
-        self._wlock = threading.Lock()
-        self.released = False
-
-    # handles, threads
-    def kv(self, hid: Any) -> KV:
-        kv = self.handles.get(hid) if isinstance(hid, int) and not isinstance(hid, bool) else None
-        if kv is None:
-            raise KVError(f"no KV handle {hid!r} in this process (handles are per process)")
-        return kv
-
-    def close_handle(self, hid: int) -> None:
-        """Closed handles stay nameable for a while, so a use after close gets the engine's own
-        'closed handle' error; the oldest are forgotten past a bound."""
-        kv = self.handles.get(hid)
-        if kv is not None and kv.closed:
-            self.closed_order.append(hid)
-            while len(self.closed_order) > 1024:
-                self.handles.pop(self.closed_order.popleft(), None)
-
-    def add_kv(self, kv: KV) -> dict:
-        hid = next(self._hids)
-        self.handles[hid] = kv
-        return kv_handle_info(kv, hid)
-
-    def new_thread(self) -> int:
-        wtid = next(self._wtids)
-        self.queues[wtid] = queue.Queue()
-        return wtid
-
-    # I/O
-    def send(self, header: dict, payload: bytes = b"") -> None:
-        data = encode(header, payload)
-        with self._wlock:
-            try:
-                self.sock.sendall(data)
-            except (OSError, ValueError) as e:
-                if not self.eof and not self.dead.is_set():
-                    raise SandboxError(f"sandbox worker unreachable: {e}") from None
-
-    def push_all(self, item) -> None:
-        for q in list(self.queues.values()):
-            q.put(item)
-
-    def death_message(self) -> str:
-        if self.violation:
-            return f"sandbox worker stopped: protocol violation ({self.violation})"
-        self.dead.wait(2.0)  # the zygote's report of how it ended follows the end of its socket
-        d = self.death or {}
-        cpu, sig, code = d.get("cpu"), d.get("signal"), d.get("code")
-        lim = self.job.spec.cpu_seconds
-        if code == 152 or (sig in (signal.SIGXCPU, signal.SIGKILL) and cpu is not None and cpu >= lim - 0.5):
-            return f"sandbox worker killed: CPU time limit of {lim} s exceeded"
-        if sig:
-            return f"sandbox worker killed by signal {signal.Signals(sig).name}"
-        if code is not None:
-            return f"sandbox worker exited with code {code} before the program finished"
-        return "sandbox worker ended unexpectedly"
 
 
 class SandboxManager:

@@ -1,0 +1,27 @@
+"""What the server hands the sandbox for one program: its source, entry point, arguments,
+confinement and the two callbacks the server keeps (the quota check before each pred, and
+where its `print` output goes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .confine import SandboxSpec
+
+
+@dataclass
+class SandboxJob:
+    """One program to run in a worker."""
+
+    source: str
+    entry: str
+    args: list
+    kwargs: dict
+    name: str
+    spec: SandboxSpec
+    before_pred: Callable[[str, int], None] = lambda user, n: None
+    on_stdout: Callable[[str, str], None] = lambda stream, text: None
+
+
+__all__ = ["SandboxJob"]

@@ -1,0 +1,53 @@
+"""What the server holds while it runs: its configuration, the uploaded programs, the process
+records, the quotas, the sandbox. Every route, the launch path and the plugins share one `State`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..sandbox.pool import SandboxManager
+from .records import Registry
+from .users import QuotaKeeper, Users
+
+
+@dataclass
+class ServerConfig:
+    max_body: int = 1 << 20  # bytes of one HTTP body or WebSocket message
+    max_source: int = 512 << 10  # bytes of one program
+    max_programs_per_user: int = 256
+    sandbox: bool = True  # False: run every program in-process (development only)
+    default_wall_time: float = 600.0  # seconds a program may run, unless it asks for less
+    max_threads: int = 16  # LIP threads per program
+    max_workers: int = 32  # sandboxed workers alive at once (more programs wait for one)
+    sandbox_defaults: dict = field(default_factory=dict)  # SandboxSpec fields: cpu_seconds, memory_mb, ...
+
+
+@dataclass
+class Program:
+    id: str
+    user: str
+    source: str
+    entry: str | None
+    name: str
+    created: float
+
+
+class State:
+    def __init__(self, engine, users: Users, config: ServerConfig, sandbox: SandboxManager | None) -> None:
+        self.engine = engine
+        self.users = users
+        self.config = config
+        self.sandbox = sandbox
+        self.quotas = QuotaKeeper(engine, users)
+        self.registry = Registry()
+        self.programs: dict[str, dict[str, Program]] = {}
+        self.launch_lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.started = time.time()
+        self.metrics_state: dict = {}
+
+
+__all__ = ["Program", "ServerConfig", "State"]
