@@ -331,6 +331,7 @@ def test_malformed_requests_get_clear_4xx(server):
             "over the limit")
         err(c.post("/v1/programs", json={"source": "#" * (600 << 10)}), 413, "program source")
         err(c.post("/v1/processes", content=b"{}", headers={"content-type": "image/png"}), 415, "application/json")
+        err(c.post("/v1/processes", content=b"{}", headers={"content-type": "text/plain"}), 415, "application/json")
         err(c.get("/v1/processes/abc"), 422, "integer")
         err(c.get("/v1/processes/999999"), 404, "no process")
         pid = c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "args": ["Hi", 1]}).json()["pid"]
@@ -346,12 +347,17 @@ def test_malformed_requests_get_clear_4xx(server):
             "temperature")
         err(c.post("/v1/completions", json={"model": "smollm2", "prompt": "a", "max_tokens": 0}), 400, "max_tokens")
         err(c.post("/v1/completions", json={"model": "smollm2", "prompt": "a", "best_of": 3}), 422, "best_of")
-    # a program that fails at runtime is not a 4xx: its error comes back as its result
-    from symphony_core.client import RemoteLIPError
+    # a program that cannot run is refused at submission (400), over HTTP and the WebSocket alike
+    from symphony_core.client import ServerError
 
-    with pytest.raises(RemoteLIPError, match="SyntaxError"):
+    with http(server) as c:
+        err(c.post("/v1/processes", json={"source": "def f(sym:\n", "entry": "f"}), 400, "syntax error at line 1")
+        err(c.post("/v1/processes", json={"source": SOURCE, "entry": "nope"}), 400, "no top-level function 'nope'")
+        err(c.post("/v1/programs", json={"source": "def f(sym:\n"}), 400, "syntax error")
+    with pytest.raises(ServerError, match="syntax error") as e:
         client(server).launch(None, source="def f(sym:\n", entry="f").result(60)
-    with pytest.raises(RemoteLIPError, match="defines no function 'nope'"):
+    assert e.value.status == 400
+    with pytest.raises(ServerError, match="defines no top-level function 'nope'"):
         client(server).launch(None, source=SOURCE, entry="nope").result(60)
 
 

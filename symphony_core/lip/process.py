@@ -124,6 +124,10 @@ class Process:
         """Deliver `obj` to the LIP's `sym.recv()`."""
         self._inbox.put(obj)
 
+    def unread(self) -> int:
+        """Messages sent to the LIP that it has not `recv`d yet."""
+        return self._inbox.qsize()
+
     def result(self, timeout: float | None = None) -> Any:
         """The LIP's return value; raises LIPError (with the traceback) if it failed."""
         if not self._done.wait(timeout):
@@ -187,6 +191,7 @@ class Process:
         else:
             self._result = result
             self.status = "finished"
+        self._inbox = queue.Queue()  # what it never recv'd is nobody's now: let it go
         self._outbox.put(DONE)
         self._done.set()
 

@@ -8,6 +8,7 @@ closed (so unnamed pages return to the pool) and the engine carries on.
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,6 +22,8 @@ from .events import Event, EventBus, now
 from .kernel import Kernel
 from .process import Cancelled, Limits, LIPThread, Process
 from .syscalls import Sym
+
+KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -49,7 +52,8 @@ class Runtime:
         self.kernel = Kernel(self.bus)
         self.kernel.summarize_result = summarize_result
         engine.executor.rows_argmax_wanted = lambda: self.bus.active  # pred summaries name the argmax
-        self.processes: dict[int, Process] = {}
+        self.processes: dict[int, Process] = {}  # live ones, and the last KEEP_FINISHED finished ones
+        self._finished: collections.deque[int] = collections.deque()
         self._live: set[LIPThread] = set()
         self._live_lock = threading.Lock()
         self.procs = ProcessScheduler(engine.kvfs, max_running=max_running)
@@ -140,6 +144,9 @@ class Runtime:
                     pass
         proc.handles.clear()
         proc.finish(result, error)
+        self._finished.append(proc.pid)
+        while len(self._finished) > KEEP_FINISHED:
+            self.processes.pop(self._finished.popleft(), None)
         self.procs.exited(proc)
         self.batch.wake()
         if self.bus.active:
@@ -179,6 +186,12 @@ class Runtime:
         self.kvfs.close(kv)
         th.proc.handles.discard(kv)
         self.batch.wake()
+
+    def reap(self, pid: int) -> None:
+        """Forget a finished process now (its owner, e.g. the server, has dropped it)."""
+        p = self.processes.get(pid)
+        if p is not None and p.done:
+            self.processes.pop(pid, None)
 
     def freeing(self, fn: Callable, *args) -> Any:
         r = fn(*args)

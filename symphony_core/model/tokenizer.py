@@ -47,7 +47,14 @@ class Tokenizer:
         return self.fast.encode(text, add_special_tokens=False).ids
 
     def detokenize(self, ids) -> str:
-        return self.fast.decode([int(i) for i in ids], skip_special_tokens=False)
+        try:
+            ids = [int(i) for i in ids]
+        except (TypeError, ValueError):
+            raise PredError(f"detokenize expects a list of token ids (ints), got {ids!r:.80}") from None
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise PredError(f"detokenize: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})")
+        return self.fast.decode(ids, skip_special_tokens=False)
 
     def token_text(self, tok: int) -> str:
         """One token as it would print, for views that show tokens one by one."""

@@ -22,6 +22,7 @@ class SandboxJob:
     spec: SandboxSpec
     before_pred: Callable[[str, int], None] = lambda user, n: None
     on_stdout: Callable[[str, str], None] = lambda stream, text: None
+    max_message_bytes: int | None = None  # one `sym.send`, as JSON
 
 
 __all__ = ["SandboxJob"]

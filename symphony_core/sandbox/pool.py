@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 from ..errors import SymphonyError
 from ..lip.process import LIPError
@@ -35,6 +36,7 @@ from .worker_link import N_SLOTS, SandboxError, Worker
 log = logging.getLogger("symphony.sandbox")
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+MAX_RESTARTS_PER_MINUTE = 5
 MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
 MAX_STDOUT = 256 << 10
 
@@ -66,26 +68,56 @@ class SandboxManager:
         self._stop = False
         self.zygote: subprocess.Popen | None = None
         self.zygote_pid: int | None = None
+        self.restarts = 0
+        self.failed: str | None = None  # why the sandbox was given up on
+        self._restart_times: list[float] = []
         self._ready = threading.Event()
         self._io = threading.Thread(target=self._io_loop, name="symphony-sandbox-io", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the zygote (call from the main thread: it dies with the thread that forked it)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/scratch", "TMPDIR": "/scratch",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONNOUSERSITE": "1", **({"SYMPHONY_SANDBOX_DEBUG": "1"} if os.environ.get("SYMPHONY_SANDBOX_DEBUG") else {})}
-        self.zygote = subprocess.Popen([sys.executable, "-I", ZYGOTE, str(theirs.fileno()), str(os.getpid())],
-                                       pass_fds=[theirs.fileno()], env=env, start_new_session=True,
-                                       stdin=subprocess.DEVNULL)
-        theirs.close()
-        self._ctl = ours
-        self._sel.register(ours, selectors.EVENT_READ, "ctl")
+        """Start the zygote (call from the main thread: it dies with the thread that forked it).
+        If it dies later, the I/O thread starts another (see `_on_ctl`)."""
+        self._launch_zygote()
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._io.start()
         if not self._ready.wait(60):
             raise SandboxError("the sandbox zygote did not start within 60 s")
+
+    def _launch_zygote(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/scratch", "TMPDIR": "/scratch",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONNOUSERSITE": "1", **({"SYMPHONY_SANDBOX_DEBUG": "1"} if os.environ.get("SYMPHONY_SANDBOX_DEBUG") else {})}
+        self._ready.clear()
+        self.zygote = subprocess.Popen([sys.executable, "-I", ZYGOTE, str(theirs.fileno()), str(os.getpid())],
+                                       pass_fds=[theirs.fileno()], env=env, start_new_session=True,
+                                       stdin=subprocess.DEVNULL)
+        theirs.close()
+        with self._ctl_lock:
+            self._ctl = ours
+        self._sel.register(ours, selectors.EVENT_READ, "ctl")
+
+    def _restart_zygote(self) -> None:
+        """The zygote died under a running server: start another, unless it keeps dying."""
+        now = time.monotonic()
+        self._restart_times = [t for t in self._restart_times if now - t < 60] + [now]
+        try:
+            self.zygote.wait(5)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+        if len(self._restart_times) > MAX_RESTARTS_PER_MINUTE:
+            self.failed = f"its zygote died {len(self._restart_times)} times within a minute"
+            log.error("sandbox: not restarting the zygote again (%s)", self.failed)
+            return
+        self.restarts += 1
+        log.warning("sandbox: restarting the zygote (restart %d)", self.restarts)
+        self._launch_zygote()
+
+    def healthy(self) -> bool:
+        """The zygote is up and answering (False while it restarts, or if it was given up on)."""
+        z = self.zygote
+        return self.failed is None and self._ready.is_set() and z is not None and z.poll() is None
 
     def probe(self) -> dict:
         """Run an empty worker once and learn what this machine enforces."""
@@ -143,9 +175,19 @@ class SandboxManager:
             self._free_slot(slot)
             raise
 
+    def _wait_healthy(self, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while not self.healthy():
+            if self._stop:
+                raise SandboxError("the sandbox is shutting down")
+            if self.failed is not None:
+                raise SandboxError(f"the sandbox is not running: {self.failed}")
+            if time.monotonic() > end:
+                raise SandboxError(f"the sandbox zygote did not come back within {timeout:g} s")
+            self._ready.wait(0.1)
+
     def _spawn(self, job: SandboxJob, slot: int) -> Worker:
-        if self.zygote is None or self.zygote.poll() is not None:
-            raise SandboxError("the sandbox is not running (its zygote process is gone)")
+        self._wait_healthy()
         wid = next(self._ids)
         spec = job.spec
         if os.geteuid() == 0:
@@ -267,6 +309,7 @@ class SandboxManager:
             if not self._stop:
                 log.error("sandbox zygote exited")
             self._sel.unregister(self._ctl)
+            self._ready.clear()
             for w in list(self._by_id.values()):
                 w.death = {"note": "zygote gone"}
                 w.dead.set()
@@ -274,6 +317,9 @@ class SandboxManager:
                 w.push_all(("dead", {}, b""))
                 if w.released:
                     self._forget(w)
+            self._ctl.close()
+            if not self._stop:
+                self._restart_zygote()
             return
         msg = json.loads(data)
         op = msg.get("op")

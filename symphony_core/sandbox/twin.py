@@ -11,6 +11,7 @@ trusted user's program inside the engine instead, with no worker.
 
 from __future__ import annotations
 
+import json
 import linecache
 import queue
 import types
@@ -19,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
-from ..lip.process import Cancelled, LIPError
+from ..lip.process import Cancelled, LimitExceeded, LIPError
 from ..model.sampling import Sampler
 from .job import SandboxJob
 from .pool import SandboxManager
@@ -186,7 +187,13 @@ def _op_chat_template(sym, w, a, p):
 
 
 def _op_send(sym, w, a, p):
-    return sym.send(a.get("v")), b""
+    v, limit = a.get("v"), w.job.max_message_bytes
+    if limit is not None:
+        n = len(json.dumps(v))
+        if n > limit:
+            raise LimitExceeded(f"send: a message of {n / (1 << 20):.1f} MiB; a message may be at most "
+                                f"{limit / (1 << 20):.1f} MiB")
+    return sym.send(v), b""
 
 
 def _op_recv(sym, w, a, p):

@@ -25,7 +25,7 @@ from ..errors import KVError, SymphonyError
 from ..sandbox.pool import SandboxManager
 from ..sandbox.twin import check_list_prefix
 from .auth import authenticate, owned_record
-from .launch import IDENT, launch_program
+from .launch import IDENT, check_program, launch_program
 from .metrics import render_metrics
 from .openai_api import openai_routes
 from .plugins import mount
@@ -58,14 +58,17 @@ def build_routes(state: State) -> list:
 
     async def health(request: Request) -> Response:
         eng = state.engine
+        sbx = state.sandbox
+        degraded = sbx is not None and not sbx.healthy()
         return JSONResponse({
-            "status": "ok", "model": eng.model_name, "device": str(eng.device), "uptime_s": round(time.time() - state.started, 1),
+            "status": "draining" if state.draining else "degraded" if degraded else "ok", "model": eng.model_name, "device": str(eng.device), "uptime_s": round(time.time() - state.started, 1),
             "auth": not state.users.open, "sandbox": None if state.sandbox is None else {
                 "workers": state.sandbox.live_workers(), "max_workers": state.sandbox.max_workers,
-                "zygote_pid": state.sandbox.zygote_pid, **(state.sandbox.confinement or {})},
+                "zygote_pid": state.sandbox.zygote_pid, "zygote_restarts": state.sandbox.restarts, **(state.sandbox.confinement or {})},
         })
 
     async def metrics(request: Request) -> Response:
+        state.registry.prune()
         return PlainTextResponse(render_metrics(state), media_type="text/plain; version=0.0.4")
 
     async def whoami(request: Request) -> Response:
@@ -85,6 +88,7 @@ def build_routes(state: State) -> list:
         entry = body.get("entry")
         if entry is not None and not IDENT.match(entry):
             raise BadRequest(422, f"upload: 'entry' must be an identifier, got {entry!r}", param="entry")
+        check_program(src, entry, "upload")
         pid = hashlib.sha256(src.encode()).hexdigest()[:16]
         mine = state.programs.setdefault(u.name, {})
         if pid not in mine and len(mine) >= cfg.max_programs_per_user:
@@ -139,7 +143,7 @@ def build_routes(state: State) -> list:
         if rec.proc.done:
             raise BadRequest(409, f"process {rec.pid} has ended ({rec.proc.status}); it reads no more messages",
                              type="conflict")
-        rec.proc.send(body["data"])
+        state.registry.post(rec, body["data"])
         return JSONResponse({"ok": True})
 
     async def get_result(request: Request) -> Response:
@@ -147,8 +151,11 @@ def build_routes(state: State) -> list:
         rec = owned_record(state, u, request.path_params["pid"])
         wait = _float_param(request, "wait", 0.0, 300.0)
         end = time.monotonic() + wait
-        while not rec.done and time.monotonic() < end:
+        while not rec.done and time.monotonic() < end and not state.drained:
             await rec.changed(end - time.monotonic())
+        if state.drained and not rec.done:
+            raise BadRequest(503, f"the server is shutting down: process {rec.pid} did not finish within the "
+                                  f"{cfg.drain_s:g} s drain and is cancelled", type="unavailable")
         return JSONResponse(rec.outcome())
 
     async def cancel(request: Request) -> Response:

@@ -124,7 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
                  sandbox=not args.no_sandbox, max_workers=args.max_workers, cpu_seconds=args.cpu_seconds,
                  memory_mb=args.memory_mb, num_pages=args.num_pages, kv_cache_gb=args.kv_cache_gb,
                  threads=args.threads, max_body=args.max_body, wall_time=args.wall_time, log_level=args.log_level,
-                 plugins=args.plugin or [])
+                 plugins=args.plugin or [], keep_finished_s=args.keep_finished, drain_s=args.drain)
 
 
 def add_server_commands(sub) -> None:
@@ -144,6 +144,10 @@ def add_server_commands(sub) -> None:
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
+    s.add_argument("--keep-finished", type=float, default=600.0, metavar="SECONDS",
+                   help="how long a finished process's result and messages are kept for late readers")
+    s.add_argument("--drain", type=float, default=5.0, metavar="SECONDS",
+                   help="on SIGTERM, how long running processes get to finish before they are cancelled")
     s.add_argument("--log-level", default="info")
     s.add_argument("--plugin", action="append", metavar="NAME",
                    help="mount a server plugin: an installed one by name (e.g. 'debugger', the Symphony Lab "

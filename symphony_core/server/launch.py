@@ -11,7 +11,7 @@ from ..lip.process import Limits
 from ..sandbox.confine import SandboxSpec
 from ..sandbox.job import SandboxJob
 from ..sandbox.twin import inprocess_lip, sandboxed_lip
-from .records import ProcessRecord
+from .records import MAX_MESSAGE_BYTES, ProcessRecord
 from .state import State
 from .users import User
 from .validate import BadRequest, check_fields
@@ -34,16 +34,43 @@ def _positive(v, what: str):
     return v
 
 
-def _def_line(source: str, entry: str) -> int | None:
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        else:  # assignments, and defs under a top-level if/try/with
+            for sub in ast.walk(n):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+                elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(sub.name)
+    return names
+
+
+def check_program(source: str, entry: str | None, where: str) -> int | None:
+    """A program that cannot run is refused at submission (400): a syntax error, or no top-level
+    `entry`. Returns the line of `def entry` (for a debugger's stop on entry)."""
     try:
-        return next((n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == entry),
-                    None)
-    except SyntaxError:
+        tree = ast.parse(source, filename="<program>")
+    except SyntaxError as e:
+        raise BadRequest(400, f"{where}: the program has a syntax error at line {e.lineno}: {e.msg}",
+                         param="source") from None
+    except ValueError as e:  # NUL bytes
+        raise BadRequest(400, f"{where}: the program cannot be compiled: {e}", param="source") from None
+    if entry is None:
         return None
+    if entry not in _top_level_names(tree):
+        raise BadRequest(400, f"{where}: the program defines no top-level function {entry!r}", param="entry")
+    return next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == entry), None)
 
 
 def launch_program(state: State, user: User, body: dict, where: str) -> ProcessRecord:
     """Launch a program from a checked `run` request; returns its record."""
+    if state.draining:
+        raise BadRequest(503, "the server is shutting down; it starts no new processes", type="unavailable")
     check_fields(body, RUN_FIELDS, where)
     limits = check_fields(body.get("limits", {}), _LIMIT_FIELDS, f"{where}: limits")
     if "program" in body:
@@ -65,6 +92,7 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
     if not entry or not IDENT.match(entry):
         raise BadRequest(422, f"{where}: 'entry' must name the program's LIP function (an identifier), got {entry!r}",
                          param="entry")
+    def_line = check_program(source, entry, where)
     name = str(name or entry)[:80]
     sandboxed = body.get("sandbox", state.config.sandbox)
     if not sandboxed and not user.trusted and state.config.sandbox:
@@ -97,7 +125,8 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         spec = state.sandbox.spec_for(over)
     else:
         spec = SandboxSpec()
-    job = SandboxJob(source, entry, args, kwargs, name, spec, before_pred=state.quotas.before_pred, on_stdout=on_stdout)
+    job = SandboxJob(source, entry, args, kwargs, name, spec, before_pred=state.quotas.before_pred, on_stdout=on_stdout,
+                     max_message_bytes=MAX_MESSAGE_BYTES)
     with state.launch_lock:
         state.quotas.check_launch(user, state.registry.live(user.name))
         if sandboxed:
@@ -105,8 +134,8 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
                                        priority=priority, limits=eng_limits)
         else:
             proc = state.engine.launch(inprocess_lip, job, user=user.name, name=name, priority=priority, limits=eng_limits)
-        proc.entry_location = (f"<lip {name}>", _def_line(source, entry))  # for a debugger's stop on entry
-        rec = ProcessRecord(proc, user.name, "program", bool(sandboxed), state.loop)
+        proc.entry_location = (f"<lip {name}>", def_line)  # for a debugger's stop on entry
+        rec = ProcessRecord(proc, user.name, "program", bool(sandboxed), state.loop, state.registry.usage)
         state.registry.add(rec)
     sink.append(rec)
     for s, t in pending_output:
@@ -116,6 +145,8 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
 
 def launch_builtin(state: State, user: User, fn, kwargs: dict, name: str) -> ProcessRecord:
     """Run one of the server's own LIPs (in-process) as `user`."""
+    if state.draining:
+        raise BadRequest(503, "the server is shutting down; it starts no new processes", type="unavailable")
     limits = Limits(max_threads=4, max_wall_time=state.config.default_wall_time, max_pages=user.max_pages)
     with state.launch_lock:
         state.quotas.check_launch(user, state.registry.live(user.name))
@@ -127,4 +158,4 @@ def launch_builtin(state: State, user: User, fn, kwargs: dict, name: str) -> Pro
     return rec
 
 
-__all__ = ["IDENT", "RUN_FIELDS", "launch_builtin", "launch_program"]
+__all__ = ["IDENT", "RUN_FIELDS", "check_program", "launch_builtin", "launch_program"]

@@ -40,6 +40,21 @@ def _bad(msg: str, param: str | None = None) -> BadRequest:
     return BadRequest(400, msg, param=param)
 
 
+def completion_error(err: dict) -> tuple[int, dict]:
+    """The HTTP status and OpenAI error body of a completion whose LIP failed: the client's
+    mistakes and quotas are 4xx (a prompt past the context 400, a quota 429), the rest 500."""
+    etype, msg = err.get("type"), err.get("message", "")
+    if etype == "PredError" and "past the model's context" in msg:
+        status, typ, code = 400, "invalid_request_error", "context_length_exceeded"
+    elif etype in ("LimitExceeded", "QuotaExceeded", "OutOfPages"):
+        status, typ, code = 429, "insufficient_quota" if "quota" in msg else "rate_limit_exceeded", etype
+    elif etype in ("PredError", "KVError", "ValueError", "TypeError"):
+        status, typ, code = 400, "invalid_request_error", etype
+    else:
+        status, typ, code = 500, "server_error", None
+    return status, {"error": {"message": msg, "type": typ, "param": None, "code": code}}
+
+
 def _common(body: dict, model_names: set[str], default_max: int) -> dict:
     if body["model"] not in model_names:
         raise BadRequest(404, f"model {body['model']!r} is not served here; available: {sorted(model_names)}",
@@ -144,6 +159,22 @@ def openai_routes(state) -> list:
             return {"id": cid, "object": "text_completion", "created": created, "model": model,
                     "choices": [{"index": 0, "text": delta_text or "", "finish_reason": finish, "logprobs": None}]}
 
+        async def until(first_message: bool) -> None:
+            try:
+                while not rec.done and not (first_message and rec.messages_since(0)[1]):
+                    await rec.changed(5.0)
+            except BaseException:
+                if not rec.proc.done:
+                    rec.proc.cancel("the client went away")
+                raise
+
+        # a prompt past the context or a quota fails before the first piece: answer it with a 4xx, not a 200
+        await until(first_message=bool(body.get("stream")))
+        out = rec.outcome() if rec.done else {}
+        if "error" in out:
+            status, err_body = completion_error(out["error"])
+            return JSONResponse(err_body, status_code=status)
+
         if body.get("stream"):
             async def events():
                 i = 0
@@ -165,8 +196,7 @@ def openai_routes(state) -> list:
                         if done:
                             out = rec.outcome()
                             if "error" in out:
-                                err = {"error": {"message": out["error"]["message"], "type": "server_error", "code": 500}}
-                                yield f"data: {json.dumps(err)}\n\n"
+                                yield f"data: {json.dumps(completion_error(out['error'])[1])}\n\n"
                             yield "data: [DONE]\n\n"
                             finished = True
                             return
@@ -178,16 +208,11 @@ def openai_routes(state) -> list:
             return StreamingResponse(events(), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-        try:
-            while not rec.done:
-                await rec.changed(5.0)
-        finally:
-            if not rec.proc.done:
-                rec.proc.cancel("the client went away")
+        await until(first_message=False)
         out = rec.outcome()
         if "error" in out:
-            return JSONResponse({"error": {"message": out["error"]["message"], "type": "server_error", "param": None,
-                                           "code": 500}}, status_code=500)
+            status, err_body = completion_error(out["error"])
+            return JSONResponse(err_body, status_code=status)
         res = out["result"]
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": res["text"]},

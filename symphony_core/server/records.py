@@ -2,39 +2,79 @@
 
 A drain thread per process moves what the LIP `send`s into the record, where any number of
 HTTP pollers and WebSocket streams read it by index; asyncio waiters are woken through their
-event loop. Finished records are kept a while for late `result` calls, then dropped.
+event loop. Finished records are kept a while for late `result` calls, then dropped (and the
+runtime forgets the process).
+
+Message memory is bounded both ways. Out (what a LIP sends): one message at most
+MAX_MESSAGE_BYTES; a process keeps at most MAX_KEPT_BYTES, of which messages already handed
+to a reader are dropped first; a user's records together at most MAX_USER_KEPT_BYTES, of which
+finished processes' messages are dropped first. In (what clients post): at most
+MAX_UNREAD_IN messages / MAX_UNREAD_IN_BYTES a process has not `recv`d yet, MAX_USER_UNREAD_BYTES
+per user. Past a bound the sending process stops with a `LimitExceeded` naming it (out) or the
+post is refused with a 429 (in).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import ctypes
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from ..lip.process import Process
+from ..lip.process import LimitExceeded, Process
 
 MAX_KEPT_MESSAGES = 50_000
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_KEPT_BYTES = 16 << 20
+MAX_USER_KEPT_BYTES = 64 << 20
+MAX_UNREAD_IN = 256
+MAX_UNREAD_IN_BYTES = 16 << 20
+MAX_USER_UNREAD_BYTES = 64 << 20
 KEEP_FINISHED_S = 600.0
 KEEP_FINISHED_PER_USER = 500
 
 
-def _json_or_repr(v: Any) -> Any:
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _json_sized(v: Any) -> tuple[Any, int]:
+    """The value as kept (JSON, or its repr) and its size in bytes as JSON."""
     try:
-        json.dumps(v, allow_nan=False)
-        return v
+        return v, len(json.dumps(v, allow_nan=False))
     except (TypeError, ValueError):
-        return repr(v)
+        r = repr(v)
+        return r, len(r) + 2
+
+
+def _json_or_repr(v: Any) -> Any:
+    return _json_sized(v)[0]
+
+
+def _trim_heap() -> None:
+    """Hand freed heap back to the OS (glibc keeps it otherwise)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class ProcessRecord:
-    def __init__(self, proc: Process, user: str, kind: str, sandboxed: bool, loop: asyncio.AbstractEventLoop | None) -> None:
+    def __init__(self, proc: Process, user: str, kind: str, sandboxed: bool, loop: asyncio.AbstractEventLoop | None,
+                 usage: "UserBytes | None" = None) -> None:
         self.proc, self.user, self.kind, self.sandboxed = proc, user, kind, sandboxed
         self.pid = proc.pid
         self.loop = loop
+        self.usage = usage or UserBytes()
         self.messages: list[Any] = []
-        self.base = 0  # index of messages[0] (old ones dropped past MAX_KEPT_MESSAGES)
+        self.sizes: collections.deque[int] = collections.deque()  # bytes of each kept message
+        self.kept_bytes = 0
+        self.base = 0  # index of messages[0] (old ones dropped past the bounds)
+        self.handed_out = 0  # messages below this index have been given to a reader
+        self.posted: collections.deque[int] = collections.deque()  # bytes of the messages posted, newest last
         self.output: list[dict] = []  # print() output of a sandboxed program
         self.output_bytes = 0
         self.done = False
@@ -48,18 +88,75 @@ class ProcessRecord:
 
     def _drain(self) -> None:
         for m in self.proc.messages():
+            v, n = _json_sized(m)
+            if n > MAX_MESSAGE_BYTES:
+                self._stop(f"sent a message of {_mib(n)}; a message may be at most {_mib(MAX_MESSAGE_BYTES)}")
+                continue
             with self.lock:
-                self.messages.append(_json_or_repr(m))
+                self.messages.append(v)
+                self.sizes.append(n)
+                self.kept_bytes += n
+                self.usage.add(self.user, n)
                 if len(self.messages) > MAX_KEPT_MESSAGES:
-                    drop = len(self.messages) - MAX_KEPT_MESSAGES
-                    del self.messages[:drop]
-                    self.base += drop
+                    self._drop_oldest(len(self.messages) - MAX_KEPT_MESSAGES)
+                if self.kept_bytes > MAX_KEPT_BYTES:
+                    self._drop_oldest(self.handed_out - self.base)
+                over_process = self.kept_bytes > MAX_KEPT_BYTES
+            if over_process:
+                self._stop(f"holds {_mib(self.kept_bytes)} of messages no client has read; a process may hold at most "
+                           f"{_mib(MAX_KEPT_BYTES)} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)")
+            elif self.usage.of(self.user) > MAX_USER_KEPT_BYTES and not self.usage.relieve(self.user):
+                self._stop(f"user {self.user!r} holds {_mib(self.usage.of(self.user))} of unread messages in all; "
+                           f"a user may hold at most {_mib(MAX_USER_KEPT_BYTES)}")
+            with self.lock:  # what is over a bound is not kept, even from a process that has already ended
+                while self.messages and (self.kept_bytes > MAX_KEPT_BYTES
+                                         or self.usage.of(self.user) > MAX_USER_KEPT_BYTES):
+                    self._drop_oldest(1)
             self._notify()
         self.proc.wait()
         with self.lock:
             self.done = True
             self.finished_at = time.monotonic()
         self._notify()
+
+    def _stop(self, why: str) -> None:
+        if not self.proc.done:
+            self.proc.kill(LimitExceeded(f"process {self.pid} ({self.proc.name}) {why}"))
+
+    def _drop_oldest(self, k: int) -> None:
+        """Forget the `k` oldest kept messages (call with the lock held)."""
+        k = max(0, min(k, len(self.messages)))
+        if not k:
+            return
+        freed = sum(self.sizes.popleft() for _ in range(k))
+        del self.messages[:k]
+        self.base += k
+        self.kept_bytes -= freed
+        self.usage.add(self.user, -freed)
+
+    def release_messages(self) -> int:
+        """Drop every kept message (a finished record whose user is over the bound); bytes freed."""
+        with self.lock:
+            freed = self.kept_bytes
+            self._drop_oldest(len(self.messages))
+            return freed
+
+    def check_post(self, size: int) -> None:
+        """Refuse (LimitExceeded) a message to the LIP past the bounds on what it has not recv'd."""
+        with self.lock:
+            unread = self.proc.unread()
+            while len(self.posted) > unread:
+                self.posted.popleft()
+            pending = sum(self.posted)
+            if unread >= MAX_UNREAD_IN or pending + size > MAX_UNREAD_IN_BYTES:
+                raise LimitExceeded(f"process {self.pid} has {unread} message(s) ({_mib(pending)}) it has not recv'd; "
+                                    f"a process may have at most {MAX_UNREAD_IN} / {_mib(MAX_UNREAD_IN_BYTES)} unread")
+            self.posted.append(size)
+
+    def unread_bytes(self) -> int:
+        with self.lock:
+            unread = self.proc.unread()
+            return sum(list(self.posted)[-unread:]) if unread else 0
 
     def add_output(self, stream: str, text: str) -> None:
         with self.lock:
@@ -74,7 +171,9 @@ class ProcessRecord:
         with self.lock:
             start = max(i, self.base)
             out = self.messages[start - self.base :]
-            return out, self.base + len(self.messages)
+            nxt = self.base + len(self.messages)
+            self.handed_out = max(self.handed_out, nxt)
+            return out, nxt
 
     def output_since(self, i: int) -> tuple[list[dict], int]:
         with self.lock:
@@ -127,12 +226,60 @@ class ProcessRecord:
         return s
 
 
+class UserBytes:
+    """Bytes of kept messages per user, over all their records."""
+
+    def __init__(self, relieve: Callable[[str], bool] = lambda user: False) -> None:
+        self._bytes: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._relieve = relieve
+
+    def add(self, user: str, n: int) -> None:
+        with self._lock:
+            self._bytes[user] = self._bytes.get(user, 0) + n
+
+    def of(self, user: str) -> int:
+        return self._bytes.get(user, 0)
+
+    def relieve(self, user: str) -> bool:
+        """Free finished processes' messages until `user` is under the bound; True if it is."""
+        return self._relieve(user)
+
+
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, on_drop: Callable[[int], None] = lambda pid: None, keep_finished_s: float = KEEP_FINISHED_S) -> None:
         self.records: dict[int, ProcessRecord] = {}
         self.lock = threading.Lock()
+        self.on_drop = on_drop  # the runtime forgets the process too
+        self.keep_finished_s = keep_finished_s
+        self.usage = UserBytes(self._relieve)
+
+    def _relieve(self, user: str) -> bool:
+        with self.lock:
+            done = sorted((r for r in self.records.values() if r.user == user and r.done),
+                          key=lambda r: r.finished_at or 0)
+        for r in done:
+            if self.usage.of(user) <= MAX_USER_KEPT_BYTES:
+                break
+            r.release_messages()
+        return self.usage.of(user) <= MAX_USER_KEPT_BYTES
+
+    def unread_bytes(self, user: str) -> int:
+        """Bytes posted to `user`'s live processes that they have not recv'd."""
+        return sum(r.unread_bytes() for r in self.of_user(user) if not r.proc.done)
+
+    def post(self, r: ProcessRecord, data: Any) -> None:
+        """Deliver a client's message to the LIP's `recv`, within the bounds on unread messages."""
+        size = _json_sized(data)[1]
+        pending = self.unread_bytes(r.user)
+        if pending + size > MAX_USER_UNREAD_BYTES:
+            raise LimitExceeded(f"user {r.user!r} has {_mib(pending)} of messages their processes have not recv'd; "
+                                f"a user may have at most {_mib(MAX_USER_UNREAD_BYTES)} unread")
+        r.check_post(size)
+        r.proc.send(data)
 
     def add(self, r: ProcessRecord) -> None:
+        r.usage = self.usage
         with self.lock:
             self.records[r.pid] = r
         r.start()
@@ -156,6 +303,7 @@ class Registry:
 
     def prune(self) -> None:
         now = time.monotonic()
+        dropped: list[ProcessRecord] = []
         with self.lock:
             by_user: dict[str, list[ProcessRecord]] = {}
             for r in self.records.values():
@@ -165,5 +313,10 @@ class Registry:
                 rs.sort(key=lambda r: r.finished_at or 0)
                 excess = len(rs) - KEEP_FINISHED_PER_USER
                 for i, r in enumerate(rs):
-                    if i < excess or (r.finished_at is not None and now - r.finished_at > KEEP_FINISHED_S):
-                        self.records.pop(r.pid, None)
+                    if i < excess or (r.finished_at is not None and now - r.finished_at > self.keep_finished_s):
+                        dropped.append(self.records.pop(r.pid))
+        for r in dropped:
+            r.release_messages()
+            self.on_drop(r.pid)
+        if dropped:
+            _trim_heap()

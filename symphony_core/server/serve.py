@@ -1,7 +1,8 @@
 """`symphony serve`: load the engine, start the sandbox, run the ASGI app under uvicorn.
 
-Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting and closes connections, then every
-process is cancelled, the sandbox zygote kills its remaining workers and exits, and the
+Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting; running processes get `drain_s` seconds
+to finish (drain.py), then what still runs is cancelled and its waiters are answered; then
+connections close, the sandbox zygote kills its remaining workers and exits, and the
 engine's scheduler stops. No worker outlives the server: each one also dies with its parent
 (PR_SET_PDEATHSIG), and everything a worker starts dies with it (it is pid 1 of its own pid
 namespace, and forking is refused by seccomp).
@@ -9,6 +10,7 @@ namespace, and forking is refused by seccomp).
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import logging
 import os
@@ -28,17 +30,27 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _free_large_blocks_at_once() -> None:
+    """Blocks of 256 KiB and more (large messages) come from mmap and go back to the OS when freed;
+    glibc's default raises that threshold as blocks are freed, so freed memory stayed in the heap."""
+    try:
+        ctypes.CDLL(None).mallopt(-3, 256 << 10)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", users_file: str | None = None,
           user_flags: list[str] | None = None, sandbox: bool = True, max_workers: int = 32, cpu_seconds: int = 60,
           memory_mb: int = 1024, num_pages: int | None = None, kv_cache_gb: float = 1.0, threads: int | None = None,
           max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info",
-          plugins: list[str] | None = None) -> int:
+          plugins: list[str] | None = None, keep_finished_s: float = 600.0, drain_s: float = 5.0) -> int:
     import uvicorn
 
     from ..engine import Engine
     from ..sandbox.confine import SandboxSpec
     from ..sandbox.pool import SandboxManager
     from .app import create_app
+    from .drain import drain
     from .plugins import PluginError, load_plugin
     from .state import ServerConfig
     from .users import Users, load_users
@@ -72,13 +84,25 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
             log.info("sandbox enforces %s", line)
         for line in conf.get("missing", []):
             log.warning("sandbox does NOT enforce %s", line)
-    config = ServerConfig(max_body=max_body, sandbox=sandbox, max_workers=max_workers, default_wall_time=wall_time)
+    config = ServerConfig(max_body=max_body, sandbox=sandbox, max_workers=max_workers, default_wall_time=wall_time,
+                          keep_finished_s=keep_finished_s, drain_s=drain_s)
+    _free_large_blocks_at_once()
     app = create_app(engine, users, config, mgr, plugins=plugins or [])
     # WebSocket frames up to twice --max-body reach the app, which answers "over the limit" in a
     # message; larger ones are refused by uvicorn itself (close code 1009, message too big).
     uv = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=2 * max_body, ws_ping_interval=None,
-                        timeout_graceful_shutdown=3, lifespan="on", access_log=False, backlog=4096)
-    server = uvicorn.Server(uv)
+                        timeout_graceful_shutdown=drain_s + 3, lifespan="on", access_log=False, backlog=4096)
+    state = app.state.symphony
+
+    class DrainingServer(uvicorn.Server):
+        """Starts the drain (drain.py) on the first SIGTERM/SIGINT, as uvicorn stops accepting."""
+
+        def handle_exit(self, sig, frame) -> None:
+            if state.loop is not None and not state.draining:
+                state.loop.call_soon_threadsafe(lambda: state.loop.create_task(drain(state)))
+            super().handle_exit(sig, frame)
+
+    server = DrainingServer(uv)
     auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"
     mounted = "".join(f", plugin {p} at {path}" for p, path in app.state.plugin_paths)
     print(f"symphony: serving {engine.model_name} on http://{host}:{port} "

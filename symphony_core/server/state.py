@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..sandbox.pool import SandboxManager
-from .records import Registry
+from .records import KEEP_FINISHED_S, Registry
 from .users import QuotaKeeper, Users
 
 
@@ -23,6 +23,8 @@ class ServerConfig:
     max_threads: int = 16  # LIP threads per program
     max_workers: int = 32  # sandboxed workers alive at once (more programs wait for one)
     sandbox_defaults: dict = field(default_factory=dict)  # SandboxSpec fields: cpu_seconds, memory_mb, ...
+    keep_finished_s: float = KEEP_FINISHED_S  # how long a finished process's record (and result) is kept
+    drain_s: float = 5.0  # on SIGTERM: seconds running processes get to finish before they are cancelled
 
 
 @dataclass
@@ -42,12 +44,14 @@ class State:
         self.config = config
         self.sandbox = sandbox
         self.quotas = QuotaKeeper(engine, users)
-        self.registry = Registry()
+        self.registry = Registry(on_drop=lambda pid: engine.runtime.reap(pid), keep_finished_s=config.keep_finished_s)
         self.programs: dict[str, dict[str, Program]] = {}
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
         self.metrics_state: dict = {}
+        self.draining = False  # SIGTERM received: no new processes, running ones get config.drain_s
+        self.drained = False  # the drain deadline passed: what still ran is cancelled
 
 
 __all__ = ["Program", "ServerConfig", "State"]

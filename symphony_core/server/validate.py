@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import KVNotFound, KVPermissionError, SymphonyError
+from ..lip.process import LimitExceeded
 from .users import QuotaExceeded
 
 
@@ -33,7 +34,7 @@ def symphony_status(e: SymphonyError) -> int:
         return 403
     if isinstance(e, KVNotFound):
         return 404
-    if isinstance(e, QuotaExceeded):
+    if isinstance(e, (QuotaExceeded, LimitExceeded)):
         return 429
     return 400
 
@@ -87,7 +88,7 @@ async def read_json(request: Request, limit: int) -> Any:
         if n > limit:
             raise BadRequest(413, f"request body of {n} bytes is over the limit of {limit} bytes", type="payload_too_large")
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if ctype not in ("application/json", "", "text/plain"):
+    if ctype not in ("application/json", ""):
         raise BadRequest(415, f"request body must be application/json, got {ctype!r}", type="unsupported_media_type")
     buf = bytearray()
     async for chunk in request.stream():

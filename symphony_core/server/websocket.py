@@ -81,13 +81,16 @@ async def ws_session(state: State, ws: WebSocket) -> None:
                 if m["op"] == "send":
                     if "data" not in m:
                         raise BadRequest(422, "WebSocket 'send' needs a 'data' field", param="data")
-                    rec.proc.send(m["data"])
+                    state.registry.post(rec, m["data"])
                 elif m["op"] == "cancel":
                     rec.proc.cancel(f"cancelled by {user.name} over the API")
                 else:
                     raise BadRequest(422, f"WebSocket message: op must be 'send' or 'cancel', got {m['op']!r}", param="op")
             except BadRequest as e:
                 await ws.send_json({"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}})
+            except SymphonyError as e:
+                await ws.send_json({"type": "error", "error": {"type": type(e).__name__, "message": str(e),
+                                                               "code": symphony_status(e)}})
 
     async def pump_out() -> None:
         mi = oi = 0

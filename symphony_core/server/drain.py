@@ -1,0 +1,35 @@
+"""Shutting down without dropping clients: on SIGTERM the server starts no new processes, gives
+running ones `config.drain_s` seconds to finish, then cancels what still runs and wakes every
+waiter (a `GET …/result?wait=` still waiting answers 503 in the JSON error format). The HTTP
+server itself closes its connections only after that (serve.py gives it the drain plus a margin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from .state import State
+
+log = logging.getLogger("symphony.server")
+
+
+async def drain(state: State) -> None:
+    if state.draining:
+        return
+    state.draining = True
+    end = time.monotonic() + state.config.drain_s
+    while state.registry.live() and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    state.drained = True
+    late = [r for r in state.registry.all() if not r.proc.done]
+    if late:
+        log.info("drain deadline passed: cancelling %d process(es)", len(late))
+    for r in late:
+        r.proc.cancel(f"the server is shutting down (it gave running processes {state.config.drain_s:g} s to finish)")
+    for r in state.registry.all():
+        r._notify()
+
+
+__all__ = ["drain"]
