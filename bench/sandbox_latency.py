@@ -42,8 +42,8 @@ def measure(preds: int, rounds: int) -> dict:
     import torch
 
     from symphony_core import Engine
-    from symphony_core.sandbox.pool import SandboxManager
     from symphony_core.sandbox.job import SandboxJob
+    from symphony_core.sandbox.pool import SandboxManager
     from symphony_core.sandbox.twin import inprocess_lip, sandboxed_lip
 
     torch.set_num_threads(2)
