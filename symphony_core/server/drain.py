@@ -15,6 +15,20 @@ from .state import State
 log = logging.getLogger("symphony.server")
 
 
+_tasks: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
+
+
+def start_drain(state: State) -> None:
+    """Begin draining from a signal handler (any thread)."""
+    def start() -> None:
+        t = state.loop.create_task(drain(state))
+        _tasks.add(t)
+        t.add_done_callback(_tasks.discard)
+
+    if state.loop is not None and not state.draining:
+        state.loop.call_soon_threadsafe(start)
+
+
 async def drain(state: State) -> None:
     if state.draining:
         return
@@ -32,4 +46,4 @@ async def drain(state: State) -> None:
         r._notify()
 
 
-__all__ = ["drain"]
+__all__ = ["drain", "start_drain"]

@@ -161,7 +161,7 @@ def openai_routes(state) -> list:
 
         async def until(first_message: bool) -> None:
             try:
-                while not rec.done and not (first_message and rec.messages_since(0)[1]):
+                while not rec.done and not (first_message and rec.sent()):
                     await rec.changed(5.0)
             except BaseException:
                 if not rec.proc.done:

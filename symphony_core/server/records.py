@@ -167,6 +167,11 @@ class ProcessRecord:
         self._notify()
 
     # --- readers ---------------------------------------------------------------------------------
+    def sent(self) -> int:
+        """How many messages the LIP has sent so far (read by no one yet or not)."""
+        with self.lock:
+            return self.base + len(self.messages)
+
     def messages_since(self, i: int) -> tuple[list[Any], int]:
         with self.lock:
             start = max(i, self.base)

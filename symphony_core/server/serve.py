@@ -50,7 +50,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
     from ..sandbox.confine import SandboxSpec
     from ..sandbox.pool import SandboxManager
     from .app import create_app
-    from .drain import drain
+    from .drain import start_drain
     from .plugins import PluginError, load_plugin
     from .state import ServerConfig
     from .users import Users, load_users
@@ -98,8 +98,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
         """Starts the drain (drain.py) on the first SIGTERM/SIGINT, as uvicorn stops accepting."""
 
         def handle_exit(self, sig, frame) -> None:
-            if state.loop is not None and not state.draining:
-                state.loop.call_soon_threadsafe(lambda: state.loop.create_task(drain(state)))
+            start_drain(state)
             super().handle_exit(sig, frame)
 
     server = DrainingServer(uv)
