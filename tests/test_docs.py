@@ -158,7 +158,8 @@ def test_site_builds_strict(tmp_path):
 
     def options(parser):
         for a in parser._actions:
-            yield from a.option_strings
+            if not isinstance(a, argparse._HelpAction):  # -h is in each usage line, not in the tables
+                yield from a.option_strings
             if isinstance(a, argparse._SubParsersAction):
                 for sub in a.choices.values():
                     yield from options(sub)
@@ -211,3 +212,120 @@ def test_no_file_points_outside_the_repository():
             if needle in text:
                 bad.append(f"{name}: {needle}")
     assert not bad, f"files refer to things outside the repository: {bad}"
+
+
+# --- the reference's error messages are the code's -------------------------------------------------
+
+
+def documented_raises(obj) -> dict[str, list[re.Pattern]]:
+    """{exception name: message patterns} from the *Raises* section of `obj`'s docstring: each
+    `backticked` text, with `<placeholder>`, `…` and `[...]` standing for any text."""
+    import inspect
+
+    doc = inspect.getdoc(obj) or ""
+    section = doc.split("Raises:", 1)[1] if "Raises:" in doc else ""
+    entries: dict[str, str] = {}
+    name = None
+    for line in section.splitlines():
+        m = re.match(r"^    (\w+): ?(.*)$", line)
+        if m:
+            name = m.group(1)
+            entries[name] = m.group(2)
+        elif name and line.startswith("        "):
+            entries[name] += " " + line.strip()
+        elif line.strip() and not line.startswith(" "):
+            break
+    out = {}
+    for exc, text in entries.items():
+        pats = []
+        for t in re.findall(r"`([^`]+)`", " ".join(text.split())):
+            rx = re.escape(t)
+            rx = re.sub(r"<[^>]*>", ".+?", rx.replace(r"\<", "<").replace(r"\>", ">"))
+            rx = rx.replace("…", ".*").replace(r"\[\.\.\.\]", r"\[.*?\]")
+            pats.append(re.compile(rx))
+        out[exc] = pats
+    return out
+
+
+def test_reference_states_the_errors_bad_input_gets(engine):
+    """Bad input to each system call (and to Dist / Sampler) raises the class its docstring's
+    Raises section names, with a message one of its documented messages matches."""
+    import torch
+
+    from symphony_core.lip.syscalls import Sym
+    from symphony_core.model.dist import Dist
+    from symphony_core.model.sampling import Sampler
+
+    def probe(sym):
+        ro_path = f"/shared/docs-probe-{sym.pid}.kv"
+        sym.kv_close(sym.kv_create(ro_path))
+        ro = sym.kv_open(ro_path)
+        kv = sym.kv_create()
+        closed = sym.kv_create()
+        sym.kv_close(closed)
+        multi = sym.pred(kv, sym.tokenize("one two three"), outputs="all")
+        V = sym.vocab_size
+        cases = [
+            ("pred", lambda: sym.pred(kv, [])),
+            ("pred", lambda: sym.pred(kv, "text")),
+            ("pred", lambda: sym.pred(kv, [1.5])),
+            ("pred", lambda: sym.pred(kv, [V + 7])),
+            ("pred", lambda: sym.pred(kv, [1, 2], positions=[0])),
+            ("pred", lambda: sym.pred(kv, [1], positions=[10**7])),
+            ("pred", lambda: sym.pred(kv, [1, 2], outputs="first")),
+            ("pred", lambda: sym.pred(kv, [1, 2], outputs=[5])),
+            ("pred", lambda: sym.pred(kv, [1], sampler="top")),
+            ("pred", lambda: sym.pred(kv, [1], mask=torch.ones(3, dtype=torch.bool))),
+            ("pred", lambda: sym.pred(kv, [1], mask=[V + 1])),
+            ("pred", lambda: sym.pred(kv, [1], mask=[])),
+            ("pred", lambda: sym.pred(ro, [1])),
+            ("pred", lambda: sym.pred(closed, [1])),
+            ("pred", lambda: sym.pred("kv", [1])),
+            ("kv_create", lambda: sym.kv_create("/etc/passwd")),
+            ("kv_create", lambda: sym.kv_create(ro_path)),
+            ("kv_create", lambda: sym.kv_create("/users/somebody-else/x.kv")),
+            ("kv_open", lambda: sym.kv_open("no-such-file.kv")),
+            ("kv_open", lambda: sym.kv_open(ro_path, "x")),
+            ("kv_fork", lambda: sym.kv_fork(3)),
+            ("kv_fork", lambda: sym.kv_fork(closed)),
+            ("kv_truncate", lambda: sym.kv_truncate(kv, 10**6)),
+            ("kv_truncate", lambda: sym.kv_truncate(ro, 0)),
+            ("kv_close", lambda: sym.kv_close(closed)),
+            ("kv_close", lambda: sym.kv_close("kv")),
+            ("kv_remove", lambda: sym.kv_remove("no-such-file.kv")),
+            ("kv_hint", lambda: sym.kv_hint(kv, keep_for=-1)),
+            ("kv_hint", lambda: sym.kv_hint(kv, priority=1.5)),
+            ("tokenize", lambda: sym.tokenize(5)),
+            ("chat_template", lambda: sym.chat_template("hi")),
+            ("recv", lambda: sym.recv(timeout=0.05)),
+            ("spawn", lambda: sym.spawn(5)),
+            ("Dist.topk", lambda: multi.topk()),
+            ("Dist.entropy", lambda: multi.entropy()),
+            ("Dist.logprob", lambda: multi[0].logprob(-1)),
+            ("Dist.sample", lambda: multi[0].sample(top_p=0)),
+            ("Sampler", lambda: Sampler(temperature=-1)),
+        ]
+        seen = []
+        for call, fn in cases:
+            try:
+                fn()
+                seen.append((call, None, None))
+            except Exception as e:
+                seen.append((call, type(e).__name__, " ".join(str(e).split())))
+        sym.kv_remove(ro_path)
+        return seen
+
+    owners = {"Dist": Dist, "Sampler": Sampler}
+    problems = []
+    for call, exc, msg in engine.run(probe).result(timeout=300):
+        head, _, member = call.partition(".")
+        obj = getattr(owners[head], member) if head in owners and member else owners.get(head) or getattr(Sym, call)
+        if exc is None:
+            problems.append(f"{call}: no error raised")
+            continue
+        documented = documented_raises(obj)
+        if exc not in documented:
+            problems.append(f"{call}: raises {exc}, its docstring names {sorted(documented)}")
+        elif not any(p.fullmatch(msg) for p in documented[exc]):
+            problems.append(f"{call}: {exc}({msg!r}) matches none of its documented messages")
+    assert not problems, "\n".join(problems)
