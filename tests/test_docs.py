@@ -49,10 +49,13 @@ def doc_pages() -> list[Path]:
 PAGES_WITH_SNIPPETS = [str(p.relative_to(ROOT)) for p in doc_pages() if python_blocks(p)]
 
 
-def runs_alone(page: str) -> bool:
-    """A page that attaches a debugger (symphony_lab) or talks to a server gets its own process;
-    the others run one after another in one process, sharing one Engine per set of arguments."""
-    return page in NEEDS_SERVER or any("symphony_lab" in code for _, code in python_blocks(ROOT / page))
+def process_group(page: str) -> str:
+    """Pages run one after another in one process per group, sharing one Engine per set of
+    arguments: the pages that attach a debugger (symphony_lab) in one, the others in another; a
+    page that talks to a server runs alone, next to its server."""
+    if page in NEEDS_SERVER:
+        return page
+    return "debugger" if any("symphony_lab" in code for _, code in python_blocks(ROOT / page)) else "engine"
 
 
 # Runs pages' blocks: each page in a fresh namespace, its blocks in order; a failure names the
@@ -89,6 +92,12 @@ for page, blocks in pages:
             results[page] = f"the snippet at {page}:{line} failed:\\n" + traceback.format_exc()
             break
     print(f"\\n[{page}: {'failed' if results[page] else 'ok'}]", flush=True)
+    if "symphony_lab.debugger.core" in sys.modules:  # the next page starts with no debugger attached
+        import gc
+        from symphony_lab.debugger.core import Debugger
+        for obj in gc.get_objects():
+            if isinstance(obj, Debugger) and obj._attached:
+                obj.detach()
 json.dump(results, open(out_path, "w"))
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(0)  # a snippet may leave a server or an engine running: the pages are done
@@ -109,17 +118,14 @@ def run_pages(pages: list[str], env: dict, timeout: float = 600) -> dict[str, st
         return {p: None if results[p] is None else f"{results[p]}\n--- output\n{r.stdout[-3000:]}" for p in pages}
 
 
-_shared_results: dict[str, str | None] = {}
+_group_results: dict[str, str | None] = {}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES_WITH_SNIPPETS)
 def test_python_snippets_run(page):
-    if not runs_alone(page):
-        if not _shared_results:  # the first of these pages runs them all
-            _shared_results.update(run_pages([p for p in PAGES_WITH_SNIPPETS if not runs_alone(p)], _env()))
-        failure = _shared_results[page]
-    else:
+    if page not in _group_results:  # the first page of a group runs the whole group
+        group = [p for p in PAGES_WITH_SNIPPETS if process_group(p) == process_group(page)]
         extra: dict[str, str] = {}
         server = None
         if page in NEEDS_SERVER:
@@ -129,10 +135,11 @@ def test_python_snippets_run(page):
             server = Server([{"name": "alice", "token": token}])
             extra = {"SYMPHONY_SERVER": server.url, "SYMPHONY_TOKEN": token}
         try:
-            failure = run_pages([page], _env(**extra))[page]
+            _group_results.update(run_pages(group, _env(**extra)))
         finally:
             if server is not None:
                 server.stop()
+    failure = _group_results[page]
     assert failure is None, failure
 
 
