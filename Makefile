@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench clean docs docs-serve
 
 setup: $(STAMP)
 
@@ -34,7 +34,15 @@ bench: setup
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache site
+
+# The documentation site (mkdocs.yml): `docs` builds it into site/ and fails on any broken link or
+# reference; `docs-serve` serves it at http://127.0.0.1:8001 and rebuilds on every edit.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8001
 
 # --- Symphony Lab in JupyterLab (extension/, symphony_lab/jupyter, symphony_lab/widgets) ------------
 # `make setup` also builds the front-end with the extension template's tooling (jlpm + @jupyter/builder)

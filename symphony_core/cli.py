@@ -35,22 +35,27 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `symphony` parser with every subcommand (the docs' CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(prog="symphony", description="Serve LLM inference programs, not prompts.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="answer a question with an example LIP on the real model")
-    d.add_argument("question", nargs="?", default="What is the capital of France?")
-    d.add_argument("--model", default="smollm2")
-    d.add_argument("--max-tokens", type=int, default=48)
+    d.add_argument("question", nargs="?", default="What is the capital of France?", help="the question to answer")
+    d.add_argument("--model", default="smollm2", help="a built-in model name, a GGUF file or a model directory")
+    d.add_argument("--max-tokens", type=int, default=48, help="most tokens in the answer")
     d.set_defaults(fn=_demo)
     m = sub.add_parser("models", help="list built-in models, or convert one now (--prepare)")
-    m.add_argument("--prepare", action="store_true")
-    m.add_argument("--model", default="smollm2")
+    m.add_argument("--prepare", action="store_true", help="convert --model to the cached safetensors form now")
+    m.add_argument("--model", default="smollm2", help="the model --prepare converts")
     m.set_defaults(fn=_models)
     from .server.commands import add_server_commands  # `serve` and `run`
 
     add_server_commands(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.fn(args)
 
 

@@ -57,7 +57,16 @@ def _raise_for(status: int, body: Any) -> None:
 
 
 def program_of(fn: Callable | str) -> tuple[str, str]:
-    """(source, entry) for a LIP function, or for "path/to/file.py:func"."""
+    """(source, entry) for a LIP function, or for "path/to/file.py:func".
+
+    For a function, the source is its whole module's (so its helpers travel with it), or the
+    function's own source where there is no module file (a notebook cell).
+
+    Raises:
+        ValueError: `expected FILE:FUNC, got <x>`.
+        TypeError: `run expects a LIP function or 'FILE:FUNC', got <type>`.
+        OSError: the file cannot be read.
+    """
     if isinstance(fn, str):
         path, sep, entry = fn.rpartition(":")
         if not sep or not path:
@@ -140,6 +149,7 @@ class RemoteProcess:
         self._ws.send(json.dumps({"op": "send", "data": obj}))
 
     def cancel(self, reason: str = "") -> None:
+        """Ask the server to cancel the process (`{"op": "cancel"}`); `result()` then raises."""
         if not self._done.is_set():
             try:
                 self._ws.send(json.dumps({"op": "cancel"}))
@@ -147,20 +157,31 @@ class RemoteProcess:
                 pass
 
     def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the process ends; False if `timeout` passed first."""
         return self._done.wait(timeout)
 
     @property
     def done(self) -> bool:
+        """True once the result (or the connection's end) has arrived."""
         return self._done.is_set()
 
     @property
     def status(self) -> str:
+        """The process's status: the final one once ended, else asked of the server."""
         if self._outcome is not None:
             return self._outcome.get("status", "failed")
         return self._client._request("GET", f"/v1/processes/{self.pid}").get("status", "running")
 
     def result(self, timeout: float | None = None) -> Any:
-        """The LIP's return value; raises RemoteLIPError (with the remote traceback) if it failed."""
+        """The LIP's return value, once it has ended.
+
+        Raises:
+            RemoteLIPError: the LIP failed or was cancelled: the server's message, with the
+                remote traceback in `.traceback_text`, the LIP's exception name in
+                `.error_type` and `.status` (`failed` / `cancelled`). A lost connection is a
+                `RemoteLIPError` with `error_type` `ConnectionError`.
+            TimeoutError: `process <pid> (<name>) still running after <timeout>s`.
+        """
         if not self._done.wait(timeout):
             raise TimeoutError(f"process {self.pid} ({self.name}) still running after {timeout}s")
         out = self._outcome or {}
@@ -175,7 +196,18 @@ class RemoteProcess:
 
 
 class Client:
-    """A Symphony server, used like an `Engine`: `run`, `launch`, and the KV file verbs."""
+    """A Symphony server, used like an `Engine`: `run`, `launch`, and the KV file verbs.
+
+    Args:
+        url: the server's base URL.
+        token: the API token; default `$SYMPHONY_TOKEN` (none for a tokenless loopback server).
+        timeout: seconds for each HTTP request and for the WebSocket's opening.
+
+    Every method raises, for a refused request, the Symphony error the server named
+    when it is one of `symphony_core.errors` (`KVPermissionError`, `KVNotFound`, `KVError`, …,
+    with the server's message), else a `ServerError` with `.status` (the HTTP status) and
+    `.type`.
+    """
 
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout: float = 120.0) -> None:
         self.url = url.rstrip("/")
@@ -198,7 +230,16 @@ class Client:
 
     # --- programs --------------------------------------------------------------------------------
     def run(self, fn: Callable | str, *args: Any, **kwargs: Any) -> RemoteProcess:
-        """Launch the LIP `fn(sym, *args, **kwargs)` on the server; returns its process at once."""
+        """Launch the LIP `fn(sym, *args, **kwargs)` on the server; returns its process at once.
+
+        `fn` is a function (its module's source is sent) or `"path/to/file.py:func"`.
+        Arguments, messages and results must be JSON data.
+
+        Raises:
+            ServerError: the server refused the run (`HTTP 401: …`, `HTTP 422: …`, …).
+            ValueError: `expected FILE:FUNC, got <x>`.
+            TypeError: `run expects a LIP function or 'FILE:FUNC', got <type>`.
+        """
         return self.launch(fn, *args, kwargs=kwargs)
 
     def launch(self, fn: Callable | str | None = None, *args: Any, name: str | None = None, priority: int = 0,
@@ -206,7 +247,29 @@ class Client:
                source: str | None = None, entry: str | None = None, program: str | None = None,
                detach: bool = False, on_output: Callable[[str, str], None] | None = None, user: str | None = None) -> RemoteProcess:
         """`run` with options. The user is the token's (`user=` is accepted for Engine parity and
-        must match it if given). `limits`: wall_time, max_tokens, cpu_seconds, memory_mb, max_threads."""
+        must match it if given). `limits`: wall_time, max_tokens, cpu_seconds, memory_mb, max_threads.
+
+        Args:
+            fn: a LIP function or `"FILE:FUNC"`; or `None` with `source=`/`entry=` or `program=`.
+            name: the process's name.
+            priority: clamped by the server to [-10, 10].
+            limits: `{"wall_time", "max_tokens", "cpu_seconds", "memory_mb", "max_threads"}`,
+                each > 0; they can only tighten the server's and the user's.
+            kwargs: the LIP's keyword arguments.
+            sandbox: `False` asks to run in the engine process (trusted users only).
+            source: the program's source, instead of `fn`.
+            entry: the LIP function's name in `source` or in the uploaded program.
+            program: the id of a program uploaded with `upload`.
+            detach: keep the process running if this client disconnects.
+            on_output: `fn(stream, text)` for what a sandboxed LIP prints (default: to stderr).
+            user: must be the token's user if given.
+
+        Raises:
+            ServerError: the server refused the run, e.g. `HTTP 403: user 'bob' may not run
+                programs outside the sandbox`, `HTTP 422: run: unknown field(s) …`, `HTTP 503:
+                the sandbox is not running on this server`, `HTTP 429: user <name>: process
+                quota of <N> reached …`; or `user=` is not the token's.
+        """
         from websockets.sync.client import connect
 
         req: dict[str, Any] = {"op": "run", "args": list(args), "kwargs": dict(kwargs or {}), "priority": priority}
@@ -244,31 +307,53 @@ class Client:
         return RemoteProcess(self, ws, first, on_output)
 
     def upload(self, source: str, entry: str | None = None, name: str | None = None) -> str:
+        """Upload a program's source; returns its id (a hash of the source) for `launch(program=)`.
+
+        Raises:
+            ServerError: `HTTP 413: …` (too large), `HTTP 422: upload: 'entry' must be an
+                identifier …`, `HTTP 429: …` (too many programs).
+        """
         body = {"source": source, **({"entry": entry} if entry else {}), **({"name": name} if name else {})}
         return self._request("POST", "/v1/programs", json=body)["program"]
 
     def processes(self) -> list[dict]:
+        """Summaries of this user's processes on the server."""
         return self._request("GET", "/v1/processes")["processes"]
 
     # --- KV files ---------------------------------------------------------------------------------
     def kv_list(self, prefix: str | None = None) -> list[dict]:
+        """The named KV files this user may see: `[{"path", "owner", "tokens", "pages", "evicted"}]`.
+
+        Raises:
+            KVPermissionError: a prefix in another user's directory.
+        """
         q = f"?{urlencode({'prefix': prefix})}" if prefix else ""
         return self._request("GET", f"/v1/kv{q}")["files"]
 
     def kv_remove(self, path: str) -> None:
+        """Remove a named KV file (relative paths are in this user's directory).
+
+        Raises:
+            KVNotFound: `no KV file at <path>`.
+            KVPermissionError: another user's file.
+        """
         self._request("DELETE", "/v1/kv/" + path.lstrip("/"))
 
     # --- the server -------------------------------------------------------------------------------
     def health(self) -> dict:
+        """`GET /health`: status, model, device, uptime, and what the sandbox enforces."""
         return self._request("GET", "/health")
 
     def metrics(self) -> str:
+        """`GET /metrics`: the Prometheus text."""
         return self._http.get("/metrics").text
 
     def whoami(self) -> dict:
+        """`GET /v1/whoami`: this token's user, whether trusted, and its quotas."""
         return self._request("GET", "/v1/whoami")
 
     def close(self) -> None:
+        """Close the HTTP connection pool (processes keep their own WebSockets)."""
         self._http.close()
 
     def __enter__(self) -> "Client":

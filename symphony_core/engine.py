@@ -23,6 +23,34 @@ def _default_device() -> torch.device:
 
 
 class Engine:
+    """A loaded model with its KV page pool, KV file system, executor and (on first use) the
+    LIP runtime: the two schedulers, the kernel and the event bus.
+
+    ```text
+    eng = Engine()                                  # the built-in SmolLM2-135M-Instruct
+    eng = Engine("path/to/model.gguf")              # or a directory (safetensors + config.json)
+    proc = eng.run(lip, "some prompt", max_tokens=16)
+    ```
+
+    Args:
+        model: a built-in name (`"smollm2"`, the default), a GGUF file, a model directory
+            (safetensors + config.json) or a hub name where there is internet. Llama-family
+            architectures only.
+        device: `"cpu"`, `"cuda"`, `"cuda:1"`, …; default CUDA when available.
+        dtype: default float32 on CPU, bfloat16 on CUDA.
+        page_size: tokens per KV page.
+        num_pages: pages in the pool; default: as many as `kv_cache_gb` holds (at least 16).
+        kv_cache_gb: the pool's size when `num_pages` is not given.
+        threads: torch's CPU threads (`torch.set_num_threads`).
+
+    Raises:
+        ModelError: the model cannot be found, converted or loaded (the message says which
+            and why).
+
+    The `kv_*` methods act on the KV file system directly, as `user` (default `"local"`),
+    outside any process; they raise what the `sym.kv_*` calls of the same name raise.
+    """
+
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
@@ -68,34 +96,67 @@ class Engine:
             return self._runtime
 
     def run(self, fn, *args, **kwargs):
-        """Launch the LIP `fn(sym, *args, **kwargs)` as a process; returns its `Process` at once."""
+        """Launch the LIP `fn(sym, *args, **kwargs)` as a process; returns its `Process` at once.
+
+        The process runs as user `"local"` with default `Limits`; use `launch` for options.
+
+        Raises:
+            SymphonyError: `run expects a LIP function, got <type>`.
+        """
         return self.runtime.launch(fn, args, kwargs)
 
     def launch(self, fn, *args, user: str = DEFAULT_USER, name: str | None = None, priority: int = 0,
                limits=None, kwargs: dict | None = None):
-        """`run` with options: the user it runs as, a name, its priority and its `Limits`."""
+        """`run` with options: the user it runs as, a name, its priority and its `Limits`.
+
+        Args:
+            fn: the LIP function; `fn(sym, *args, **kwargs)` runs on a new thread.
+            user: the user it runs as (its KV namespace is `/users/<user>/`).
+            name: the process's name in views and errors (default: the function's name).
+            priority: higher is scheduled first (batch order and admission).
+            limits: a `Limits` (threads, wall time, tokens, pages); default: 64 threads, no
+                other bound.
+            kwargs: the LIP's keyword arguments (given apart, so that they cannot collide with
+                these options).
+
+        Returns:
+            The `Process`, at once (it may wait in the admission queue while the pool is full).
+
+        Raises:
+            SymphonyError: `run expects a LIP function, got <type>`.
+        """
         return self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
 
     @property
     def bus(self):
+        """The runtime's event bus: syscall, process and batch events for views and debuggers."""
         return self.runtime.bus
 
     def shutdown(self) -> None:
+        """Cancel every live process and stop the schedulers' threads."""
         if self._runtime is not None:
             self._runtime.shutdown()
 
     # --- text ---------------------------------------------------------------------------------
     @property
     def eos_token_ids(self) -> frozenset[int]:
+        """The model's end-of-sequence token ids."""
         return self.tokenizer.eos_token_ids
 
     def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` (no special tokens added).
+
+        Raises:
+            PredError: `tokenize expects a str, got <type>`.
+        """
         return self.tokenizer.tokenize(text)
 
     def detokenize(self, ids) -> str:
+        """The text of a list of token ids."""
         return self.tokenizer.detokenize(ids)
 
     def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """Render a conversation with the model's chat template (see `Sym.chat_template`)."""
         return self.tokenizer.chat_template(messages, add_generation_prompt)
 
     # --- KV files (as the local user) ------------------------------------------------------------
@@ -122,16 +183,31 @@ class Engine:
 
     # --- forward passes ------------------------------------------------------------------------
     def pred(self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None) -> Dist:
-        """Append `token_ids` to `kv` and return next-token distributions (see DESIGN.md)."""
+        """Append `token_ids` to `kv` and return next-token distributions, synchronously.
+
+        The same call as `Sym.pred` (same arguments, same errors) but outside any process: it
+        runs its own forward pass at once instead of waiting for a batch. For tests,
+        benchmarks and scripts; LIPs use `sym.pred`.
+
+        Raises:
+            KVError: see `Sym.pred`.
+            PredError: see `Sym.pred`.
+            OutOfPages: `out of KV pages: need <n>, <f> free of <N> (page size <s> tokens)`.
+        """
         res = self.pred_batch([PredCall(kv, token_ids, positions, outputs, sampler, mask)])[0]
         if isinstance(res, SymphonyError):
             raise res
         return res
 
     def pred_batch(self, calls: list[PredCall]) -> list[Dist | SymphonyError]:
-        """Run many calls in one forward pass; each result is a Dist or that call's error."""
+        """Run many calls in one forward pass; each result is a Dist or that call's error.
+
+        A bad call gets its own error in its slot (it is returned, not raised) and the others
+        still run.
+        """
         with self._forward_lock:
             return self.executor.run(calls)
 
     def stats(self) -> dict:
+        """The model, device, dtype and the page pool's counts (`pages_total`, `pages_used`, …)."""
         return {"model": self.model_name, "device": str(self.device), "dtype": str(self.dtype), **self.kvfs.stats()}

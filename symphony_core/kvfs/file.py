@@ -48,7 +48,17 @@ class KVFile:
 
 
 class KV:
-    """A handle to a KV file. `.len`, `.tokens`, `.pages`, `.path` describe the file now."""
+    """A handle to a KV file. `.len`, `.tokens`, `.pages`, `.path` describe the file now.
+
+    What `kv_create`, `kv_open` and `kv_fork` return and every other KV call takes. Several
+    handles may share one file; `kv_close` closes this one. The properties are read-only views
+    of the file as it is now (copies: changing the lists changes nothing).
+
+    Attributes:
+        mode: `"w"` (writable) or `"r"` (read-only: `pred`, `kv_truncate` and `kv_hint` refuse
+            it with a `KVError`; `kv_fork` it to extend a copy).
+        closed: whether this handle was closed (every call on it then raises `KVError`).
+    """
 
     __slots__ = ("file", "mode", "closed", "hid", "__weakref__")
 
@@ -60,6 +70,7 @@ class KV:
 
     @property
     def len(self) -> int:
+        """How many tokens the file holds (also `len(kv)`)."""
         return self.file.length
 
     def __len__(self) -> int:
@@ -67,29 +78,36 @@ class KV:
 
     @property
     def tokens(self) -> list[int]:
+        """The token ids written so far (kept even when the file is evicted, to recompute it)."""
         return list(self.file.tokens)
 
     @property
     def positions(self) -> list[int]:
+        """The position of each token (consecutive unless `pred(positions=)` said otherwise)."""
         return list(self.file.positions)
 
     @property
     def pages(self) -> list[int]:
+        """The ids of the pool pages holding the file's K/V, in order (shared pages included)."""
         return list(self.file.pages)
 
     @property
     def path(self) -> str | None:
+        """The file's absolute name, or `None` for an anonymous file."""
         return self.file.path
 
     @property
     def readonly(self) -> bool:
+        """True for a handle opened with mode `"r"`."""
         return self.mode == "r"
 
     @property
     def evicted(self) -> bool:
+        """True once the file was evicted under memory pressure (its `kv_hint` allowed it)."""
         return self.file.evicted
 
     def describe(self) -> str:
+        """The path, or `<anonymous file N>`: how error messages name the file."""
         return self.file.path or f"<anonymous file {self.file.fid}>"
 
     def __repr__(self) -> str:

@@ -34,6 +34,18 @@ class Cancelled(SymphonyError):
 
 @dataclass
 class Limits:
+    """What one process may use; going past a limit ends it with `LimitExceeded`.
+
+    Attributes:
+        max_threads: live threads at once, the main thread included (`spawn` past it raises
+            `process <pid> (<name>): thread limit of <N> reached`).
+        max_wall_time: seconds from start; the process is killed past it (`wall-time limit of
+            <s>s exceeded`).
+        max_tokens: tokens fed to `pred`, all threads together (`token limit of <N> reached
+            (<used> used, pred asks <n> more)`).
+        max_pages: KV pages held by the process's open files (`page quota of <N> reached
+            (…)`).
+    """
     max_threads: int = 64
     max_wall_time: float | None = None  # seconds
     max_tokens: int | None = None  # tokens fed to pred, all threads together
@@ -80,7 +92,18 @@ class LIPThread:
 
 
 class Process:
-    """A running LIP: its messages, its result, its threads and its state."""
+    """A running LIP: its messages, its result, its threads and its state.
+
+    What `Engine.run` / `Engine.launch` return.
+
+    Attributes:
+        pid: the process id.
+        name: its name (the function's, unless `launch(name=)` said otherwise).
+        user: the user it runs as.
+        status: `queued` (waiting for admission), `running`, `parked` (its pages moved to host
+            memory while the pool is short), `finished`, `failed` or `cancelled`.
+        tokens_used: tokens fed to `pred` so far, all threads together.
+    """
 
     def __init__(self, fn: Callable, args: tuple, kwargs: dict, user: str, name: str | None, priority: int, limits: Limits):
         self.pid = next(_pids)
@@ -109,7 +132,14 @@ class Process:
 
     # --- the launcher's side ----------------------------------------------------------------
     def messages(self, timeout: float | None = None) -> Iterator[Any]:
-        """Everything the LIP `send`s, in order, until it ends."""
+        """Everything the LIP `send`s, in order, until it ends.
+
+        Args:
+            timeout: seconds to wait for each message; `None` waits for ever.
+
+        Raises:
+            TimeoutError: `process <pid>: no message within <timeout>s`.
+        """
         while True:
             try:
                 item = self._outbox.get(timeout=timeout)
@@ -129,7 +159,17 @@ class Process:
         return self._inbox.qsize()
 
     def result(self, timeout: float | None = None) -> Any:
-        """The LIP's return value; raises LIPError (with the traceback) if it failed."""
+        """The LIP's return value, once it has ended.
+
+        Args:
+            timeout: seconds to wait; `None` waits for ever.
+
+        Raises:
+            LIPError: the LIP raised (or was cancelled, or killed by a limit): `process <pid>
+                (<name>) failed: <ExceptionType>: <message>`, with the LIP's traceback in
+                `.traceback_text` and its own exception as `__cause__`.
+            TimeoutError: `process <pid> (<name>) still running after <timeout>s`.
+        """
         if not self._done.wait(timeout):
             raise TimeoutError(f"process {self.pid} ({self.name}) still running after {timeout}s")
         if self._error is not None:
@@ -137,17 +177,23 @@ class Process:
         return self._result
 
     def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the process ends; False if `timeout` passed first."""
         return self._done.wait(timeout)
 
     def cancel(self, reason: str = "cancelled by user") -> None:
+        """Stop the process: its threads raise `Cancelled` at their next syscall (or at once in
+        a pure-Python loop), its handles are closed, and `result()` raises a `LIPError` naming
+        `reason`. Cancelling an ended process does nothing."""
         self.kill(Cancelled(f"process {self.pid} ({self.name}): {reason}"))
 
     @property
     def done(self) -> bool:
+        """True once the process has ended (finished, failed or cancelled)."""
         return self._done.is_set()
 
     @property
     def error(self) -> LIPError | None:
+        """The `LIPError` it failed with, or None."""
         return self._error
 
     # --- the runtime's side ---------------------------------------------------------------------
@@ -209,6 +255,7 @@ class Process:
                     raise TimeoutError(f"recv: no message within {timeout}s") from None
 
     def summary(self) -> dict:
+        """A JSON-ready picture: pid, name, user, status, priority, threads, tokens, error."""
         return {
             "pid": self.pid,
             "name": self.name,

@@ -34,6 +34,17 @@ def version_of(t: torch.Tensor) -> int:
 class Dist:
     """Logits for one position (`.logits` is [V]) or several (`[n, V]`; index to get one).
 
+    What `pred` returns. With `outputs="last"` (the default) it holds one position; with
+    `outputs="all"` or a list of indices it holds one row per requested position, in order:
+    `len(d)` counts them, `d[i]` (negative indices too) is the one-position `Dist` of row `i`,
+    and iterating yields each row. `d.argmax()` gives one id or a list of ids; `topk`,
+    `logprob`, `entropy` and `sample` need one position (index first).
+
+    Attributes:
+        logits: the raw logits, `[V]` or `[n, V]` (after `pred(mask=)`, masked ones are `-inf`).
+        token: the engine's pick when `pred(..., sampler=)` was given (an int, or a list of
+            ints for several positions), else `None`.
+
     Treat `.logits` as read-only: to change a distribution, build a new one
     (`Dist(d.logits.clone())`, then edit) or assign new logits. `probs` and `argmax()` are
     computed once and kept while `.logits` is the same tensor and torch has counted no in-place
@@ -64,10 +75,12 @@ class Dist:
 
     @property
     def probs(self) -> torch.Tensor:
+        """The softmax of the logits (float32), `[V]` or `[n, V]`; computed once and kept."""
         return self._kept("_probs", lambda lg: torch.softmax(lg.float(), dim=-1))
 
     @property
     def vocab_size(self) -> int:
+        """The number of logits per position."""
         return self.logits.shape[-1]
 
     def __len__(self) -> int:
@@ -85,23 +98,43 @@ class Dist:
         return (self[i] for i in range(len(self)))
 
     def argmax(self) -> int | list[int]:
-        """The most likely token (one position) or one per position."""
+        """The most likely token id (one position) or a list of one id per position.
+
+        Ties go to the lowest id. Computed once and kept while the logits are unchanged.
+        """
         best = self._kept("_argmax", fast_argmax)
         return best if isinstance(best, int) else list(best)
 
     def topk(self, k: int = 5) -> list[tuple[int, float]]:
-        """The k most likely tokens of a single-position Dist, as (token id, probability)."""
+        """The `k` most likely tokens, most likely first, as `(token id, probability)` pairs.
+
+        Raises:
+            PredError: on a multi-position Dist: `Dist.topk needs one position; this Dist
+                has <n> — index it first`.
+        """
         row = self._single("topk")
         p, i = row.probs.topk(min(k, row.vocab_size))
         return list(zip(i.tolist(), p.tolist()))
 
     def logprob(self, tok: int) -> float:
+        """The natural-log probability of token `tok` at this position.
+
+        Raises:
+            PredError: `logprob of token <t>: outside the vocabulary [0, <V>)`; on a
+                multi-position Dist, `Dist.logprob needs one position; this Dist has <n> — index
+                it first`.
+        """
         row = self._single("logprob")
         if not 0 <= tok < row.vocab_size:
             raise PredError(f"logprob of token {tok}: outside the vocabulary [0, {row.vocab_size})")
         return float(torch.log_softmax(row.logits.float(), -1)[tok])
 
     def entropy(self) -> float:
+        """The entropy of the distribution, in nats.
+
+        Raises:
+            PredError: on a multi-position Dist: `Dist.entropy needs one position; …`.
+        """
         row = self._single("entropy")
         p = row.probs
         return float(-(p * torch.log(p.clamp_min(1e-30))).sum())
@@ -109,6 +142,21 @@ class Dist:
     def sample(
         self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None
     ) -> int:
+        """Sample one token id in the LIP (the engine does it in the batch with `pred(sampler=)`).
+
+        Args:
+            temperature: 0 is greedy; higher flattens the distribution.
+            top_p: keep the smallest set of tokens whose probability reaches `top_p`.
+            top_k: keep the `k` most likely tokens (0: off).
+            min_p: drop tokens below `min_p` times the top probability.
+            seed: a seed for a reproducible pick.
+
+        Raises:
+            PredError: an out-of-range parameter (`sampler temperature must be >= 0, got <t>`,
+                `sampler top_p must be in (0, 1], got <p>`, `sampler top_k must be >= 0 (0 =
+                off), got <k>`, `sampler min_p must be in [0, 1), got <m>`); on a
+                multi-position Dist, `Dist.sample needs one position; …`.
+        """
         row = self._single("sample")
         s = Sampler(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
         return sample_rows(row.logits[None], [s])[0]

@@ -15,6 +15,17 @@ from ..errors import PredError
 
 @dataclass(eq=False)
 class Sampler:
+    """How the engine picks a token inside the batch: `pred(kv, toks, sampler=Sampler(...))`.
+
+    Temperature scales the logits; top-k, top-p and min-p each drop tokens from that
+    distribution (the most likely token always stays). One seeded generator per Sampler
+    object: reuse the same object across steps for a reproducible stream.
+
+    Raises:
+        PredError: at construction, an out-of-range field: `sampler temperature must be >= 0,
+            got <t>`, `sampler top_k must be >= 0 (0 = off), got <k>`, `sampler top_p must be
+            in (0, 1], got <p>`, `sampler min_p must be in [0, 1), got <m>`.
+    """
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -34,10 +45,12 @@ class Sampler:
 
     @classmethod
     def greedy(cls) -> "Sampler":
+        """A sampler that always picks the most likely token (`pred(sampler="greedy")` is the same)."""
         return cls(temperature=0.0)
 
     @property
     def is_greedy(self) -> bool:
+        """True when the pick is the argmax (temperature 0 or top_k 1)."""
         return self.temperature == 0.0 or self.top_k == 1
 
     def generator(self) -> torch.Generator:

@@ -89,7 +89,27 @@ class Stop:
 
 
 class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
-    """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
+    """Attach to `engine` (in-process). See the module docstring and docs/protocol.md.
+
+    Every protocol command is a method of the same name (`continue` is `continue_`) returning
+    the same JSON-ready body. Where a command acts on "the stopped thread", `pid` / `tid` may be
+    left out when only one thread matches. A command that cannot be carried out raises
+    `DebuggerError` naming why: `no stopped thread in process <pid>`, `several threads are
+    stopped: say which (pid and tid): 3.1, 3.2`, `no process <pid>`, …
+
+    Args:
+        engine: the `Engine` to attach to (or a `ws://` URL: see `__new__`).
+        stop_on_entry: stop every newly launched process before its first line.
+        record: record every process launched from now on (for replay and step-back).
+        stop_scope: `"thread"` (non-stop: a stop blocks only its thread) or `"process"` (a
+            stop also pauses the other threads of its process).
+        topk: how many candidates a stop's distribution view lists.
+        trace_events: events kept for `trace()` (the oldest are dropped).
+        max_recordings: recordings kept at once.
+
+    Raises:
+        ValueError: `stop_scope must be 'thread' (non-stop) or 'process', got <x>`.
+    """
 
     def __new__(cls, engine=None, **kwargs):
         """`Debugger(engine)` attaches in-process; `Debugger("ws://host:port/v1/debug", token=...)`
@@ -134,6 +154,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
     # ============================================================================ attach / detach
     def attach(self) -> dict:
+        """Install the kernel hook and the batch gate (done by the constructor; again after `detach`)."""
         if self._attached:
             return {"attached": True}
         rt = self.runtime
@@ -425,7 +446,13 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
     def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:
         """Run the stopped thread until its next `pred` returns (granularity "pred"), or to its next
-        stop point of any kind ("syscall": the after of this call, or the before of the next)."""
+        stop point of any kind ("syscall": the after of this call, or the before of the next).
+
+        Raises:
+            DebuggerError: `step granularity must be 'pred' or 'syscall', got <x>`; `no stopped
+                thread in process <pid>`; `several threads are stopped: say which (pid and
+                tid): …`.
+        """
         if granularity not in ("pred", "syscall"):
             raise DebuggerError(f"step granularity must be 'pred' or 'syscall', got {granularity!r}")
         s = self._find_stop(pid, tid)
@@ -434,7 +461,11 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
     def pause(self, pid: int | None = None) -> dict:
         """Stop every running thread of process `pid` (or of every process) at its next syscall
-        (or, if it is inside one now, when that call returns)."""
+        (or, if it is inside one now, when that call returns).
+
+        Raises:
+            DebuggerError: `no process <pid>`.
+        """
         asked = []
         with self._lock:
             for proc in list(self.runtime.processes.values()):
@@ -474,6 +505,29 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
         With `stop_on_entry`, the main thread stops before the LIP's first line, so breakpoints
         can be bound to the new pid first.
+
+        The LIP's own arguments are given as they are to `Engine.run`: positionally and as
+        extra keywords. (The JSON `launch` command carries them as `"args": [...]` and
+        `"kwargs": {...}` instead, names `fn` as "module:function", and takes no `limits`.)
+
+        Args:
+            fn: the LIP function, or "module:function" to import.
+            *args: the LIP's positional arguments.
+            stop_on_entry: stop before the first line (default: the debugger's setting).
+            record: record this process (default: the debugger's setting).
+            user: the user it runs as.
+            name: the process's name.
+            priority: its scheduling priority.
+            limits: its `Limits`.
+            **kwargs: the LIP's keyword arguments.
+
+        Returns:
+            `{"pid": <new pid>, "name": <name>}`.
+
+        Raises:
+            SymphonyError: `run expects a LIP function, got <type>`.
+            ImportError: "module:function" names no importable module.
+            AttributeError: the module has no such function.
         """
         fn = resolve_fn(fn) if isinstance(fn, str) else fn
 
@@ -508,19 +562,35 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         return out
 
     def set_stop_on_entry(self, enabled: bool = True) -> dict:
+        """Make every newly launched process stop before its first line (or not); `{"stop_on_entry"}`."""
         self.stop_on_entry = bool(enabled)
         return {"stop_on_entry": self.stop_on_entry}
 
     # ============================================================================ breakpoints
     def set_breakpoint(self, call: str = "pred", **conditions: Any) -> dict:
         """Add a breakpoint; conditions: pid, tid, hit_count, hit_mode, file, tokens_contain,
-        text_contains, where (a Python predicate, in-process only), when ("before"/"after")."""
+        text_contains, where (a Python predicate, in-process only), when ("before"/"after").
+
+        Returns:
+            The breakpoint as a dict: `{id, call, …conditions, enabled, hits}`.
+
+        Raises:
+            ValueError: `breakpoint call must be a syscall name (or '*'), got <x>`; `breakpoint
+                hit_mode must be one of …`; `breakpoint 'when' must be one of …`; `breakpoint
+                hit_count must be an int >= 1, got <x>`; `breakpoint 'where' must be a callable
+                taking the input token ids`.
+        """
         bp = Breakpoint(call=call, **conditions)
         with self._lock:
             self._bps[bp.id] = bp
         return bp.to_dict()
 
     def remove_breakpoint(self, id: int) -> dict:
+        """Remove breakpoint `id`; `{"removed": id}`.
+
+        Raises:
+            DebuggerError: `no breakpoint <id>`.
+        """
         with self._lock:
             bp = self._bps.pop(id, None)
         if bp is None:
@@ -528,6 +598,11 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         return {"removed": id}
 
     def enable_breakpoint(self, id: int, enabled: bool = True) -> dict:
+        """Enable or disable breakpoint `id`; returns the breakpoint.
+
+        Raises:
+            DebuggerError: `no breakpoint <id>`.
+        """
         with self._lock:
             bp = self._bps.get(id)
             if bp is None:
@@ -536,19 +611,25 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             return bp.to_dict()
 
     def clear_breakpoints(self) -> dict:
+        """Remove every breakpoint; `{"removed": n}`."""
         with self._lock:
             n = len(self._bps)
             self._bps.clear()
         return {"removed": n}
 
     def breakpoints(self) -> dict:
+        """`{"breakpoints": [...]}`: every breakpoint with its hit count."""
         with self._lock:
             return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
 
     # ============================================================================ waiting helpers
     def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
         """Block until a thread (matching pid/tid) is stopped; returns its stop, or
-        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError."""
+        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError.
+
+        Raises:
+            TimeoutError: `no stop of process <pid> within <timeout>s`.
+        """
         deadline = time.monotonic() + timeout
         with self._cv:
             while True:
@@ -565,7 +646,15 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                 self._cv.wait(min(left, 0.1))
 
     def wait_process(self, pid: int, timeout: float = 60.0) -> dict:
-        """Wait for process `pid` to end; its status, result (as JSON) and error."""
+        """Wait for process `pid` to end; its status, result (as JSON) and error.
+
+        Returns:
+            `{"pid", "status", "result", "error"}` (`error` is the `LIPError`'s text, or None).
+
+        Raises:
+            DebuggerError: `no process <pid>`.
+            TimeoutError: `process <pid> still running after <timeout>s`.
+        """
         proc = self.process(pid)
         if not proc.wait(timeout):
             raise TimeoutError(f"process {pid} still running after {timeout}s")
@@ -589,6 +678,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         return unsubscribe
 
     def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
+        """`subscribe` into a queue: returns `(queue, unsubscribe)`; events past `maxsize` are dropped."""
         q: queue.Queue = queue.Queue(maxsize)
 
         def put(m: dict) -> None:

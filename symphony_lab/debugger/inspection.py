@@ -25,17 +25,24 @@ class Inspection:
         return proc
 
     def threads(self, include_done: bool = False) -> dict:
+        """`{"processes": [...]}`: every process with its threads' states and which are stopped."""
         with self._lock:
             stops = dict(self._stops)
         procs = [p for p in list(self.runtime.processes.values()) if include_done or not p.done]
         return {"processes": [ins.process_view(p, stops) for p in procs]}
 
     def stops(self) -> dict:
+        """`{"stops": [...]}`: every stopped thread's stop (call, where, location, arguments, result)."""
         with self._lock:
             stops = sorted(self._stops.values(), key=lambda s: s.id)
         return {"stops": [self.stop_info(s) for s in stops]}
 
     def stack(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """The stopped thread's Python stack, innermost first, with each frame's locals.
+
+        Raises:
+            DebuggerError: no (or more than one) matching stopped thread.
+        """
         s = self._find_stop(pid, tid)
         return {"pid": s.pid, "tid": s.tid, "frames": s.frames, "file": s.file, "line": s.line}
 
@@ -50,6 +57,12 @@ class Inspection:
         return {"texts": {str(t): self.tokenizer.token_text(t) for t in dict.fromkeys(ids)}}
 
     def tokens(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """The input tokens of the stopped call: `{pid, tid, ids, text, pieces}`.
+
+        Raises:
+            DebuggerError: `the stop of <pid>.<tid> at <call> has no input tokens`; no (or more
+                than one) matching stopped thread.
+        """
         s = self._find_stop(pid, tid)
         toks = s.tokens if s.tokens is not None else s.args.get("tokens")
         if toks is None:

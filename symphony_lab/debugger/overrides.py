@@ -75,6 +75,12 @@ class Overrides:
                  text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
         """Make the stopped thread's `pred` result choose `token` (or the one token of `text`).
 
+        Raises:
+            DebuggerError: `override needs exactly one of token= or text=`; `override text <t>
+                is <n> tokens [...]; give one token`; `token <t> is outside the vocabulary [0,
+                <V>)`; `nothing to override at a stop before <call>; step to a pred`.
+
+
         At a stop after the pred: the Dist the LIP is about to receive is replaced. At a stop
         before a pred: the edit is applied when that pred returns.
         """

@@ -65,6 +65,11 @@ class RecordReplay:
         return {"pid": pid, "recording": enabled}
 
     def recording(self, pid: int, entries: bool = False) -> dict:
+        """A summary of process `pid`'s recording (with every entry if `entries`).
+
+        Raises:
+            DebuggerError: `no recording of process <pid> (record it first)`.
+        """
         rec = self._recordings.get(pid)
         if rec is None:
             raise DebuggerError(f"no recording of process {pid} (record it first)")
@@ -78,6 +83,11 @@ class RecordReplay:
         return rec
 
     def save_recording(self, pid: int, path: str) -> dict:
+        """Write process `pid`'s recording to `path` (JSON), for `replay(path)` later.
+
+        Raises:
+            DebuggerError: `no recording of process <pid> (record it first)`.
+        """
         self.get_recording(pid).save(path)
         return {"pid": pid, "path": path}
 
@@ -117,6 +127,11 @@ class RecordReplay:
         return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
 
     def replay_status(self, pid: int) -> dict:
+        """How far replay process `pid` has got, and whether it diverged from the recording.
+
+        Raises:
+            DebuggerError: `process <pid> is not a replay`.
+        """
         rs = self._replays.get(pid)
         st = rs.status() if rs is not None else self._replays_done.get(pid)
         if st is None:

@@ -65,10 +65,12 @@ class SchedulerStepMode:
             self._gate_pending = None
 
     def pending_batch(self) -> dict:
+        """The batch waiting at the gate in scheduler step mode (its members), or none."""
         with self._gate_cv:
             return {"pending": self._gate_pending, "scheduler_step_mode": self._gate_on}
 
     def wait_batch_pending(self, timeout: float = 30.0) -> dict:
+        """Block until a batch waits at the gate (scheduler step mode); returns it."""
         deadline = time.monotonic() + timeout
         with self._gate_cv:
             while self._gate_pending is None:

@@ -306,9 +306,11 @@ class RemoteDebugger:
         return r.get("body")
 
     def set_event_filter(self, events: list[str] | None) -> Any:
+        """Which events the server sends this connection (`None`: all, syscall events included)."""
         return self.request("set_event_filter", events=events)
 
     def subscribe(self, fn: Callable[[dict], None], kinds: list[str] | None = None) -> Callable[[], None]:
+        """Call `fn(event message)` for every event received (optionally only these names); returns `unsubscribe`."""
         entry = (fn, None if kinds is None else frozenset(kinds))
         self._subs = self._subs + [entry]
 
@@ -318,11 +320,19 @@ class RemoteDebugger:
         return unsubscribe
 
     def event_queue(self, kinds: list[str] | None = None) -> tuple[queue.Queue, Callable[[], None]]:
+        """`subscribe` into a queue: returns `(queue, unsubscribe)`."""
         q: queue.Queue = queue.Queue()
         return q, self.subscribe(q.put, kinds)
 
     def launch(self, fn: str, *args: Any, stop_on_entry: bool | None = None, record: bool | None = None,
                name: str | None = None, priority: int = 0, **kwargs: Any) -> Any:
+        """The `launch` command over the socket: `fn` must be "module:function", importable on the
+        server, and the server must allow remote launches (`DebugServer(allow_launch=True)`).
+
+        Raises:
+            TypeError: `a remote launch names the LIP as 'module:function'`.
+            RemoteError: the server refused it (`launch is not allowed on this connection`, …).
+        """
         if not isinstance(fn, str):
             raise TypeError("a remote launch names the LIP as 'module:function'")
         a: dict = {"fn": fn, "args": list(args), "kwargs": kwargs, "priority": priority}

@@ -26,9 +26,11 @@ class Views:
         self._view_thread: threading.Thread | None = None
 
     def kv_tree(self, with_text: bool = True) -> dict:
+        """The KV fork tree: every live file (pages, sharing, holders) and the fork edges."""
         return ins.kv_tree(self.runtime, self.tokenizer, self._known_files, with_text)
 
     def timeline(self, since: int = 0, limit: int = 500) -> dict:
+        """The batch scheduler's log from batch `since` on: each forward pass, its members and times."""
         return ins.timeline(self.runtime, since, limit)
 
     def trace(self, path: str | None = None) -> dict:
