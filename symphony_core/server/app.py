@@ -2,7 +2,7 @@
 
 Programs arrive as source + entry point, run as the authenticated user — in a sandboxed
 worker by default (see sandbox.py) — and are reached by pid: messages both ways, result,
-cancel. The OpenAI-compatible routes (openai_api.py) run built-in LIPs through the same path.
+cancel. The OpenAI-compatible routes (the openai package) run built-in LIPs through the same path.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import KVError, KVNotFound, KVPermissionError, SymphonyError
 from ..lip.process import Limits
-from .metrics import render_metrics
+from .metrics import ServerMetrics, render_metrics
+from .openai import openai_routes
 from .records import ProcessRecord, Registry
 from .sandbox import SandboxManager
 from .sandbox_twin import SandboxJob, check_list_prefix, inprocess_lip, sandboxed_lip
@@ -72,7 +73,7 @@ class State:
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
-        self.metrics_state: dict = {}
+        self.metrics = ServerMetrics(engine, sandbox)
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -381,8 +382,6 @@ def build_routes(state: State) -> list:
             raise BadRequest(_symphony_status(e), str(e), type=type(e).__name__) from None
         return Response(status_code=204)
 
-    from .openai_api import openai_routes
-
     return [
         Route("/health", health), Route("/metrics", metrics), Route("/v1/whoami", whoami),
         Route("/v1/programs", upload, methods=["POST"]), Route("/v1/programs", list_programs, methods=["GET"]),
@@ -396,7 +395,7 @@ def build_routes(state: State) -> list:
         Route("/v1/processes/{pid}/cancel", cancel, methods=["POST"]),
         Route("/v1/kv", kv_list, methods=["GET"]), Route("/v1/kv/{path:path}", kv_remove, methods=["DELETE"]),
         WebSocketRoute("/v1/ws", lambda ws: ws_session(state, ws)),
-        *openai_routes(state),
+        *openai_routes(state, authenticate, launch_builtin),
     ]
 
 
