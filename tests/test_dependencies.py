@@ -65,6 +65,11 @@ def test_core_imports_are_declared_and_declared_deps_are_used():
 def test_version_flags_report_the_package_metadata():
     want = md.version("symphony-lip")
     for cmd, mod in (("symphony", "symphony_core.cli"), ("symphony-lab", "symphony_lab.cli")):
-        out = subprocess.run([sys.executable, "-c", f"import sys; from {mod} import main; sys.argv[0] = '{cmd}'; "
-                              "main(['--version'])"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-c", f"import sys; from {mod} import main; sys.argv[0] = '{cmd}'; main(['--version'])"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
         assert out.returncode == 0 and out.stdout.strip() == f"{cmd} {want}", (out.stdout, out.stderr[-2000:])

@@ -20,17 +20,40 @@ from tests.server_harness import Server
 
 TOKEN = "tok-openai"
 MSGS = [{"role": "user", "content": "Name a colour."}]
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-          "required": ["name", "age"], "additionalProperties": False}
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-           "required": ["city"], "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-                                           "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "add", "description": "Add two integers",
-                                           "parameters": {"type": "object", "properties": {
-                                               "a": {"type": "integer"}, "b": {"type": "integer"}},
-                                               "required": ["a", "b"], "additionalProperties": False}}}]
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +113,9 @@ def test_n_choices_share_the_prompts_pages_and_prefill_it_once(server, oc):
     every choice's file still held the prompt's full pages at the end (usage + headers)."""
     prompt_msgs = [{"role": "user", "content": "Count from one to twenty: one, two, three,"}]
     before = scrape(server)["symphony_batch_tokens_total"]
-    raw = oc.chat.completions.with_raw_response.create(model="symphony", messages=prompt_msgs, max_tokens=3,
-                                                       temperature=0, n=3)
+    raw = oc.chat.completions.with_raw_response.create(
+        model="symphony", messages=prompt_msgs, max_tokens=3, temperature=0, n=3
+    )
     after = scrape(server)["symphony_batch_tokens_total"]
     r = raw.parse()
     assert [c.index for c in r.choices] == [0, 1, 2]
@@ -174,7 +198,7 @@ def test_stop_sequences_cut_before_the_stop(oc):
         r = oc.completions.create(stop=stop, **kw).choices[0]
         stops = [stop] if isinstance(stop, str) else stop
         assert r.finish_reason == "stop" and r.text and not any(s in r.text for s in stops)
-        assert full.startswith(r.text) and any(full[len(r.text):].startswith(s) for s in stops), (full, r.text)
+        assert full.startswith(r.text) and any(full[len(r.text) :].startswith(s) for s in stops), (full, r.text)
         streamed = [c.choices[0] for c in oc.completions.create(stream=True, stop=stop, **kw)]
         assert "".join(c.text for c in streamed) == r.text and streamed[-1].finish_reason == "stop"
 
@@ -222,33 +246,49 @@ def test_tool_calls_arguments_follow_the_tools_schema(oc):
     schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[call.function.name]
     jsonschema.validate(json.loads(call.function.arguments), schema)
     # a named function is the one called
-    named = chat(oc, messages=msgs, max_tokens=30, tools=TOOLS, tool_choice={"type": "function",
-                                                                              "function": {"name": "add"}})
+    named = chat(
+        oc, messages=msgs, max_tokens=30, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}
+    )
     call = named.choices[0].message.tool_calls[0]
     assert call.function.name == "add"
     jsonschema.validate(json.loads(call.function.arguments), TOOLS[1]["function"]["parameters"])
     # streamed: the call arrives in a delta and reassembles to the same call
     _, finish, _, calls, _ = stream_chat(oc, messages=msgs, max_tokens=30, tools=TOOLS, tool_choice="required")
     assert finish[0] == "tool_calls"
-    assert calls[0] == {"name": c.message.tool_calls[0].function.name,
-                        "arguments": c.message.tool_calls[0].function.arguments}
+    assert calls[0] == {
+        "name": c.message.tool_calls[0].function.name,
+        "arguments": c.message.tool_calls[0].function.arguments,
+    }
     # auto: text or a valid call; none: text only
     auto = chat(oc, messages=msgs, max_tokens=24, tools=TOOLS).choices[0]
     if auto.message.tool_calls:
         assert auto.finish_reason == "tool_calls"
         name = auto.message.tool_calls[0].function.name
-        jsonschema.validate(json.loads(auto.message.tool_calls[0].function.arguments),
-                            {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[name])
+        jsonschema.validate(
+            json.loads(auto.message.tool_calls[0].function.arguments),
+            {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[name],
+        )
     else:  # text, or a call that max_tokens cut short
         assert auto.message.content
         assert not auto.message.content.startswith("<tool_call>") or auto.finish_reason == "length"
     none = chat(oc, messages=msgs, max_tokens=6, tools=TOOLS, tool_choice="none").choices[0]
     assert none.message.tool_calls is None and none.message.content
     # the call and its result go back in as history
-    history = [*msgs, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather",
-                                                          "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees, sunny"}]
+    history = [
+        *msgs,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees, sunny"},
+    ]
     follow = chat(oc, messages=history, max_tokens=6, tools=TOOLS, tool_choice="none")
     assert follow.choices[0].message.content
     with pytest.raises(openai.BadRequestError, match="tool_choice"):
@@ -262,9 +302,13 @@ def test_tool_calls_arguments_follow_the_tools_schema(oc):
 
 def test_unsupported_or_out_of_range_parameters_get_a_4xx_naming_them(oc):
     cases = [
-        ({"n": 0}, "n"), ({"n": 17}, "n"), ({"top_logprobs": 2}, "top_logprobs"),
-        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
-        ({"presence_penalty": 2.5}, "presence_penalty"), ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"n": 0}, "n"),
+        ({"n": 17}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": -3}, "frequency_penalty"),
         ({"parallel_tool_calls": True, "tools": TOOLS}, "parallel_tool_calls"),
         ({"response_format": {"type": "json_object"}, "tools": TOOLS, "tool_choice": "required"}, "response_format"),
     ]

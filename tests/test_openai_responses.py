@@ -14,9 +14,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.server_harness import Server
 
 TOKEN = "tok-responses"
-EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-          "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-          "response.output_item.done"]
+EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +61,21 @@ def test_text_and_message_input_streaming_and_not(oc):
     assert last.response.output_text == text and last.response.usage.output_tokens == 4
     # message-list input with instructions; a short answer completes
     msgs = [{"role": "user", "content": [{"type": "input_text", "text": "Say yes."}]}]
-    r2 = oc.responses.create(model="symphony", input=msgs, instructions="Answer with one word.", max_output_tokens=24,
-                             temperature=0)
+    r2 = oc.responses.create(
+        model="symphony", input=msgs, instructions="Answer with one word.", max_output_tokens=24, temperature=0
+    )
     assert r2.status == "completed" and r2.output_text and r2.instructions == "Answer with one word."
     last, text = streamed(oc, input=msgs, instructions="Answer with one word.", max_output_tokens=24, temperature=0)
     assert last.type == "response.completed" and text == r2.output_text
 
 
 def test_json_schema_output(oc):
-    schema = {"type": "object", "properties": {"colour": {"type": "string", "maxLength": 10}}, "required": ["colour"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"type": "string", "maxLength": 10}},
+        "required": ["colour"],
+        "additionalProperties": False,
+    }
     fmt = {"format": {"type": "json_schema", "name": "colour", "schema": schema, "strict": True}}
     r = oc.responses.create(model="symphony", input="Name a colour as JSON.", max_output_tokens=20, text=fmt)
     assert r.status == "completed"
@@ -90,47 +102,70 @@ def families(server) -> dict:
 
 
 def value(fams: dict, family: str, sample: str, **labels) -> float:
-    return sum(s.value for s in fams[family].samples
-               if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()))
+    return sum(
+        s.value
+        for s in fams[family].samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def test_metrics_parse_and_are_cumulative_whatever_the_scrape_interval(server, oc):
     """Every histogram is there; the batch-size histogram counts every batch the scheduler fired
     (its count equals the batches counter); a second scrape changes nothing (no reset on read);
     one more request adds exactly its own observations."""
-    oc.chat.completions.create(model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3,
-                               temperature=0)
+    oc.chat.completions.create(
+        model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
     a, b = families(server), families(server)
     for fams in (a, b):
         assert fams["symphony_batch_size"].type == "histogram"
-        assert value(fams, "symphony_batch_size", "symphony_batch_size_count") == \
-            value(fams, "symphony_batches", "symphony_batches_total") > 0
-        for h in ("symphony_time_to_first_token_seconds", "symphony_inter_token_latency_seconds",
-                  "symphony_request_queue_time_seconds"):
+        assert (
+            value(fams, "symphony_batch_size", "symphony_batch_size_count")
+            == value(fams, "symphony_batches", "symphony_batches_total")
+            > 0
+        )
+        for h in (
+            "symphony_time_to_first_token_seconds",
+            "symphony_inter_token_latency_seconds",
+            "symphony_request_queue_time_seconds",
+        ):
             assert fams[h].type == "histogram", h
         for g in ("symphony_kv_pages_used", "symphony_queue_depth", "symphony_tokens_per_second", "symphony_processes"):
             assert fams[g].type == "gauge", g
-    same = ("symphony_batch_size", "symphony_batch_size_count"), \
-        ("symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count")
+    same = (
+        ("symphony_batch_size", "symphony_batch_size_count"),
+        ("symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count"),
+    )
     for fam, sample in same:
         assert value(a, fam, sample) == value(b, fam, sample) > 0
-    ttft = value(a, "symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count",
-                 endpoint="chat")
-    itl = value(a, "symphony_inter_token_latency_seconds", "symphony_inter_token_latency_seconds_count",
-                endpoint="chat")
-    queued = value(a, "symphony_request_queue_time_seconds", "symphony_request_queue_time_seconds_count",
-                   endpoint="chat")
-    oc.chat.completions.create(model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3,
-                               temperature=0)
+    ttft = value(
+        a, "symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count", endpoint="chat"
+    )
+    itl = value(
+        a, "symphony_inter_token_latency_seconds", "symphony_inter_token_latency_seconds_count", endpoint="chat"
+    )
+    queued = value(
+        a, "symphony_request_queue_time_seconds", "symphony_request_queue_time_seconds_count", endpoint="chat"
+    )
+    oc.chat.completions.create(
+        model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
+    )
     c = families(server)
-    assert value(c, "symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count",
-                 endpoint="chat") == ttft + 1
-    assert value(c, "symphony_inter_token_latency_seconds", "symphony_inter_token_latency_seconds_count",
-                 endpoint="chat") == itl + 2  # three tokens, two gaps
-    assert value(c, "symphony_request_queue_time_seconds", "symphony_request_queue_time_seconds_count",
-                 endpoint="chat") == queued + 1
+    assert (
+        value(c, "symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count", endpoint="chat")
+        == ttft + 1
+    )
+    assert (
+        value(c, "symphony_inter_token_latency_seconds", "symphony_inter_token_latency_seconds_count", endpoint="chat")
+        == itl + 2
+    )  # three tokens, two gaps
+    assert (
+        value(c, "symphony_request_queue_time_seconds", "symphony_request_queue_time_seconds_count", endpoint="chat")
+        == queued + 1
+    )
     assert value(c, "symphony_openai_requests", "symphony_openai_requests_total", endpoint="chat") >= 2
     buckets = [s for s in c["symphony_batch_size"].samples if s.name == "symphony_batch_size_bucket"]
     assert [s.value for s in buckets] == sorted(s.value for s in buckets)  # cumulative
-    assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == value(c, "symphony_batch_size",
-                                                                             "symphony_batch_size_count")
+    assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == value(
+        c, "symphony_batch_size", "symphony_batch_size_count"
+    )

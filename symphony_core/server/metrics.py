@@ -60,19 +60,28 @@ class _Live(Collector):
         eng = self.engine
         rt = eng.runtime
         blog = rt.batch.log
-        yield CounterMetricFamily("symphony_batches", "Forward passes fired by the batch scheduler.",
-                                  value=blog.total_batches)
+        yield CounterMetricFamily(
+            "symphony_batches", "Forward passes fired by the batch scheduler.", value=blog.total_batches
+        )
         yield CounterMetricFamily("symphony_batch_tokens", "Tokens run through the model.", value=blog.total_tokens)
-        yield CounterMetricFamily("symphony_batch_members", "pred calls served, summed over batches.",
-                                  value=blog.total_members)
+        yield CounterMetricFamily(
+            "symphony_batch_members", "pred calls served, summed over batches.", value=blog.total_members
+        )
         yield GaugeMetricFamily("symphony_queue_depth", "pred calls waiting for a batch.", value=len(rt.batch.queued()))
         t = now()
         recent = sum(r.tokens for r in list(blog.records) if r.t_end >= t - RATE_WINDOW_S)
-        yield GaugeMetricFamily("symphony_tokens_per_second", f"Tokens per second over the last {RATE_WINDOW_S:g} s.",
-                                value=round(recent / RATE_WINDOW_S, 3))
+        yield GaugeMetricFamily(
+            "symphony_tokens_per_second",
+            f"Tokens per second over the last {RATE_WINDOW_S:g} s.",
+            value=round(recent / RATE_WINDOW_S, 3),
+        )
         kv = eng.kvfs.stats()
-        for key, help_ in (("pages_used", "KV pages in use."), ("pages_total", "KV pages in the pool."),
-                           ("files", "Live KV files."), ("named_files", "Named KV files.")):
+        for key, help_ in (
+            ("pages_used", "KV pages in use."),
+            ("pages_total", "KV pages in the pool."),
+            ("files", "Live KV files."),
+            ("named_files", "Named KV files."),
+        ):
             yield GaugeMetricFamily(f"symphony_kv_{key}", help_, value=kv[key])
         procs = GaugeMetricFamily("symphony_processes", "LIP processes by status.", labels=["status"])
         status = Counter(p.status for p in list(rt.processes.values()))
@@ -80,10 +89,12 @@ class _Live(Collector):
             procs.add_metric([s], c)
         yield procs
         if self.sandbox is not None:
-            yield GaugeMetricFamily("symphony_sandbox_workers", "Sandboxed worker processes alive.",
-                                    value=self.sandbox.live_workers())
-            yield CounterMetricFamily("symphony_sandbox_workers_started", "Sandboxed workers started.",
-                                      value=self.sandbox.started_total)
+            yield GaugeMetricFamily(
+                "symphony_sandbox_workers", "Sandboxed worker processes alive.", value=self.sandbox.live_workers()
+            )
+            yield CounterMetricFamily(
+                "symphony_sandbox_workers_started", "Sandboxed workers started.", value=self.sandbox.started_total
+            )
 
 
 class ServerMetrics:
@@ -92,16 +103,33 @@ class ServerMetrics:
     def __init__(self, engine, sandbox=None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.batch_size = Histogram("symphony_batch_size", "pred calls fused into one forward pass.",
-                                    buckets=BATCH_SIZE_BUCKETS, registry=r)
-        self.queue_time = Histogram("symphony_request_queue_time_seconds", "OpenAI request arrival to its LIP running.",
-                                    ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("symphony_time_to_first_token_seconds", "OpenAI request arrival to its first token.",
-                              ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("symphony_inter_token_latency_seconds", "Time between a choice's successive tokens.",
-                             ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.requests = PromCounter("symphony_openai_requests", "OpenAI-compatible requests started.", ["endpoint"],
-                                    registry=r)
+        self.batch_size = Histogram(
+            "symphony_batch_size", "pred calls fused into one forward pass.", buckets=BATCH_SIZE_BUCKETS, registry=r
+        )
+        self.queue_time = Histogram(
+            "symphony_request_queue_time_seconds",
+            "OpenAI request arrival to its LIP running.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "symphony_time_to_first_token_seconds",
+            "OpenAI request arrival to its first token.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "symphony_inter_token_latency_seconds",
+            "Time between a choice's successive tokens.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests = PromCounter(
+            "symphony_openai_requests", "OpenAI-compatible requests started.", ["endpoint"], registry=r
+        )
         r.register(_Live(engine, sandbox))
         blog = engine.runtime.batch.log
         for rec in list(blog.records):  # batches fired before the server started

@@ -29,14 +29,19 @@ from .running import Api, data_line, lip_messages, now_s, outcome, sse
 
 
 def _tool_calls(call: ToolCallOut, cid: str, index: int | None = None) -> list[dict]:
-    tc: dict[str, Any] = {"id": f"call_{cid}", "type": "function",
-                          "function": {"name": call["name"], "arguments": call["arguments"]}}
+    tc: dict[str, Any] = {
+        "id": f"call_{cid}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
     return [tc if index is None else {"index": index, **tc}]
 
 
 def _usage_headers(u: Usage) -> dict[str, str]:
-    return {"X-Symphony-Prompt-Prefills": str(u["prompt_prefills"]),
-            "X-Symphony-Shared-Prompt-Pages": str(u["shared_prompt_pages"])}
+    return {
+        "X-Symphony-Prompt-Prefills": str(u["prompt_prefills"]),
+        "X-Symphony-Shared-Prompt-Pages": str(u["shared_prompt_pages"]),
+    }
 
 
 class _Stream:
@@ -48,8 +53,9 @@ class _Stream:
 
     def chunk(self, choices: list[dict], **extra: Any) -> str:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        return data_line({"id": self.cid, "object": obj, "created": self.created, "model": self.model,
-                          "choices": choices, **extra})
+        return data_line(
+            {"id": self.cid, "object": obj, "created": self.created, "model": self.model, "choices": choices, **extra}
+        )
 
     def _lp(self, i: int, items: list[TokenLogprob]) -> dict | None:
         if not self.logprobs or not items:
@@ -69,8 +75,18 @@ class _Stream:
     def end(self, m: dict) -> list[str]:
         out = []
         if m["tool_call"] is not None:
-            out.append(self.chunk([{"index": m["choice"], "finish_reason": None, "logprobs": None,
-                                    "delta": {"tool_calls": _tool_calls(m["tool_call"], self.cid, 0)}}]))
+            out.append(
+                self.chunk(
+                    [
+                        {
+                            "index": m["choice"],
+                            "finish_reason": None,
+                            "logprobs": None,
+                            "delta": {"tool_calls": _tool_calls(m["tool_call"], self.cid, 0)},
+                        }
+                    ]
+                )
+            )
         out.append(self.text(m["choice"], "", m["logprobs"], m["finish_reason"]))
         return out
 
@@ -79,13 +95,21 @@ def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": c["text"] if c["tool_call"] is None else None}
     if c["tool_call"] is not None:
         msg["tool_calls"] = _tool_calls(c["tool_call"], f"{cid}_{c['index']}")
-    return {"index": c["index"], "message": msg, "finish_reason": c["finish_reason"],
-            "logprobs": chat_logprobs(c["logprobs"]) if logprobs else None}
+    return {
+        "index": c["index"],
+        "message": msg,
+        "finish_reason": c["finish_reason"],
+        "logprobs": chat_logprobs(c["logprobs"]) if logprobs else None,
+    }
 
 
 def _completion_choice(c: ChoiceOut, logprobs: bool) -> dict:
-    return {"index": c["index"], "text": c["text"], "finish_reason": c["finish_reason"],
-            "logprobs": completion_logprobs(c["logprobs"]) if logprobs else None}
+    return {
+        "index": c["index"],
+        "text": c["text"],
+        "finish_reason": c["finish_reason"],
+        "logprobs": completion_logprobs(c["logprobs"]) if logprobs else None,
+    }
 
 
 async def create(api: Api, request: Request, chat: bool) -> Response:
@@ -93,8 +117,9 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
     state = api.state
     user = api.authenticate(state, request)
     where = "chat.completions" if chat else "completions"
-    body = check_fields(await read_json(request, state.config.max_body), CHAT_FIELDS if chat else COMPLETION_FIELDS,
-                        where)
+    body = check_fields(
+        await read_json(request, state.config.max_body), CHAT_FIELDS if chat else COMPLETION_FIELDS, where
+    )
     check_model(body, api.model_names())
     if chat:
         params = chat_params(body)
@@ -117,8 +142,16 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
         async def events() -> AsyncIterator[str]:
             if chat:
                 for i in range(params.n):
-                    yield s.chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None,
-                                    "logprobs": None}])
+                    yield s.chunk(
+                        [
+                            {
+                                "index": i,
+                                "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None,
+                                "logprobs": None,
+                            }
+                        ]
+                    )
             async for m in lip_messages(rec):
                 kind = m.get("kind")
                 if kind == "delta":
@@ -141,6 +174,14 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
         choices = [_chat_choice(c, cid, params.logprobs) for c in res["choices"]]
     else:
         choices = [_completion_choice(c, params.logprobs) for c in res["choices"]]
-    return JSONResponse({"id": cid, "object": "chat.completion" if chat else "text_completion", "created": created,
-                         "model": model, "choices": choices, "usage": res["usage"]},
-                        headers=_usage_headers(res["usage"]))
+    return JSONResponse(
+        {
+            "id": cid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": res["usage"],
+        },
+        headers=_usage_headers(res["usage"]),
+    )

@@ -14,7 +14,8 @@ pieces, a `ChoiceEnd` per choice and one `UsageReport` last; the return value is
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, TypedDict
+from collections.abc import Callable
+from typing import Protocol, TypedDict
 
 import torch
 
@@ -26,8 +27,14 @@ from .params import GenerationParams
 from .tools import read_tool_call
 
 MAX_PARALLEL = 4  # a built-in LIP may run 4 threads (server/app.py's launch_builtin)
-_FINISH = {"eos": "stop", "stop": "stop", "stop_token": "stop", "grammar": "stop", "max_tokens": "length",
-           "callback": "stop"}
+_FINISH = {
+    "eos": "stop",
+    "stop": "stop",
+    "stop_token": "stop",
+    "grammar": "stop",
+    "max_tokens": "length",
+    "callback": "stop",
+}
 
 
 class ToolCallOut(TypedDict):
@@ -113,11 +120,13 @@ def penalties(presence: float, frequency: float):
     return apply
 
 
-def _one_choice(sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: Grammar | None, stream: bool,
-                timer: Timer | None) -> tuple[ChoiceOut, Generation]:
+def _one_choice(
+    sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: Grammar | None, stream: bool, timer: Timer | None
+) -> tuple[ChoiceOut, Generation]:
     procs = [penalties(p.presence_penalty, p.frequency_penalty)] if p.presence_penalty or p.frequency_penalty else []
-    sampling = Sampling(temperature=p.temperature, top_p=p.top_p, seed=None if p.seed is None else p.seed + i,
-                        processors=procs)
+    sampling = Sampling(
+        temperature=p.temperature, top_p=p.top_p, seed=None if p.seed is None else p.seed + i, processors=procs
+    )
     eos = sym.eos_token_ids
     lps: list[TokenLogprob] = []
     sent = [0]
@@ -129,14 +138,23 @@ def _one_choice(sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: 
             lps.append(token_logprob(sym, d, t, p.top_logprobs))
 
     def emit(text: str) -> None:
-        sym.send(Delta(kind="delta", choice=i, text=text, logprobs=lps[sent[0]:]))
+        sym.send(Delta(kind="delta", choice=i, text=text, logprobs=lps[sent[0] :]))
         sent[0] = len(lps)
 
     # A tool call is read back whole at the end; until then nothing of the reply is shown.
     streaming = stream and not p.tool_choice.active
-    g = generate(sym, kv, feed, p.max_tokens, sampling=sampling, stop=p.stop or None,
-                 grammar=grammar.matcher() if grammar is not None else None, stream=emit if streaming else None,
-                 on_token=on_token, history=[])
+    g = generate(
+        sym,
+        kv,
+        feed,
+        p.max_tokens,
+        sampling=sampling,
+        stop=p.stop or None,
+        grammar=grammar.matcher() if grammar is not None else None,
+        stream=emit if streaming else None,
+        on_token=on_token,
+        history=[],
+    )
     call = read_tool_call(g.text, p.tool_choice) if g.stop_reason != "max_tokens" else None
     finish = "tool_calls" if call is not None else _FINISH[g.stop_reason]
     tool = ToolCallOut(name=call.name, arguments=call.arguments) if call is not None else None
@@ -144,12 +162,19 @@ def _one_choice(sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: 
     if stream:
         if not streaming and text:
             emit(text)
-        sym.send(ChoiceEnd(kind="end", choice=i, finish_reason=finish, tool_call=tool, logprobs=lps[sent[0]:]))
+        sym.send(ChoiceEnd(kind="end", choice=i, finish_reason=finish, tool_call=tool, logprobs=lps[sent[0] :]))
     return ChoiceOut(index=i, text=text, finish_reason=finish, tool_call=tool, logprobs=lps), g
 
 
-def openai_generate(sym, prompt: str, params: GenerationParams, grammar: Grammar | None = None, stream: bool = False,
-                    timer: Timer | None = None, before_pred: Callable[[int], None] | None = None) -> Outcome:
+def openai_generate(
+    sym,
+    prompt: str,
+    params: GenerationParams,
+    grammar: Grammar | None = None,
+    stream: bool = False,
+    timer: Timer | None = None,
+    before_pred: Callable[[int], None] | None = None,
+) -> Outcome:
     if timer is not None:
         timer.started()
     charged = _Charged(sym, before_pred)
@@ -184,8 +209,13 @@ def openai_generate(sym, prompt: str, params: GenerationParams, grammar: Grammar
         sym.kv_close(base)
     done = [o for o in outs if o is not None]
     completion = sum(len(g.tokens) for _, g in done)
-    usage = Usage(prompt_tokens=len(toks), completion_tokens=completion, total_tokens=len(toks) + completion,
-                  prompt_prefills=1, shared_prompt_pages=shared)
+    usage = Usage(
+        prompt_tokens=len(toks),
+        completion_tokens=completion,
+        total_tokens=len(toks) + completion,
+        prompt_prefills=1,
+        shared_prompt_pages=shared,
+    )
     if stream:
         sym.send(UsageReport(kind="usage", usage=usage))
     return Outcome(choices=[c for c, _ in done], usage=usage)

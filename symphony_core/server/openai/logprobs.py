@@ -30,8 +30,12 @@ def _entry(token: str, logprob: float) -> dict:
 
 def chat_logprobs(items: list[TokenLogprob]) -> dict:
     """`choices[i].logprobs` of a chat completion (or of one chunk)."""
-    return {"content": [{**_entry(t["token"], t["logprob"]), "top_logprobs": [_entry(s, v) for s, v in t["top"]]}
-                        for t in items], "refusal": None}
+    return {
+        "content": [
+            {**_entry(t["token"], t["logprob"]), "top_logprobs": [_entry(s, v) for s, v in t["top"]]} for t in items
+        ],
+        "refusal": None,
+    }
 
 
 def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict:
@@ -40,5 +44,9 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict:
     for t in items:
         offsets.append(offset)
         offset += len(t["token"])
-    return {"tokens": [t["token"] for t in items], "token_logprobs": [t["logprob"] for t in items],
-            "top_logprobs": [dict(t["top"]) for t in items], "text_offset": offsets}
+    return {
+        "tokens": [t["token"] for t in items],
+        "token_logprobs": [t["logprob"] for t in items],
+        "top_logprobs": [dict(t["top"]) for t in items],
+        "text_offset": offsets,
+    }

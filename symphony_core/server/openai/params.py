@@ -16,29 +16,48 @@ from .tools import ToolChoice, parse_tool_choice, parse_tools
 _NUM = (int, float)
 _OPT_NUM = (*_NUM, type(None))
 _SAMPLING_FIELDS = {
-    "model": ((str,), True), "temperature": (_OPT_NUM, False), "top_p": (_OPT_NUM, False),
-    "stream": ((bool, type(None)), False), "user": ((str,), False),
+    "model": ((str,), True),
+    "temperature": (_OPT_NUM, False),
+    "top_p": (_OPT_NUM, False),
+    "stream": ((bool, type(None)), False),
+    "user": ((str,), False),
 }
 _COMMON = {
-    **_SAMPLING_FIELDS, "max_tokens": ((int, type(None)), False), "n": ((int, type(None)), False),
-    "stream_options": ((dict, type(None)), False), "stop": ((str, list, type(None)), False),
-    "seed": ((int, type(None)), False), "presence_penalty": (_OPT_NUM, False),
+    **_SAMPLING_FIELDS,
+    "max_tokens": ((int, type(None)), False),
+    "n": ((int, type(None)), False),
+    "stream_options": ((dict, type(None)), False),
+    "stop": ((str, list, type(None)), False),
+    "seed": ((int, type(None)), False),
+    "presence_penalty": (_OPT_NUM, False),
     "frequency_penalty": (_OPT_NUM, False),
 }
 CHAT_FIELDS = {
-    **_COMMON, "messages": ((list,), True), "max_completion_tokens": ((int, type(None)), False),
-    "logprobs": ((bool, type(None)), False), "top_logprobs": ((int, type(None)), False),
-    "response_format": ((dict, type(None)), False), "tools": ((list, type(None)), False),
-    "tool_choice": ((str, dict, type(None)), False), "parallel_tool_calls": ((bool, type(None)), False),
+    **_COMMON,
+    "messages": ((list,), True),
+    "max_completion_tokens": ((int, type(None)), False),
+    "logprobs": ((bool, type(None)), False),
+    "top_logprobs": ((int, type(None)), False),
+    "response_format": ((dict, type(None)), False),
+    "tools": ((list, type(None)), False),
+    "tool_choice": ((str, dict, type(None)), False),
+    "parallel_tool_calls": ((bool, type(None)), False),
 }
 COMPLETION_FIELDS = {
-    **_COMMON, "prompt": ((str, list), True), "logprobs": ((int, type(None)), False),
-    "echo": ((bool, type(None)), False), "suffix": ((str, type(None)), False),
+    **_COMMON,
+    "prompt": ((str, list), True),
+    "logprobs": ((int, type(None)), False),
+    "echo": ((bool, type(None)), False),
+    "suffix": ((str, type(None)), False),
 }
 RESPONSES_FIELDS = {
-    **_SAMPLING_FIELDS, "input": ((str, list), True), "instructions": ((str, type(None)), False),
-    "max_output_tokens": ((int, type(None)), False), "text": ((dict, type(None)), False),
-    "store": ((bool, type(None)), False), "metadata": ((dict, type(None)), False),
+    **_SAMPLING_FIELDS,
+    "input": ((str, list), True),
+    "instructions": ((str, type(None)), False),
+    "max_output_tokens": ((int, type(None)), False),
+    "text": ((dict, type(None)), False),
+    "store": ((bool, type(None)), False),
+    "metadata": ((dict, type(None)), False),
 }
 MAX_TOKENS_CAP = 4096
 MAX_N = 16
@@ -80,8 +99,12 @@ def bad(msg: str, param: str | None = None) -> BadRequest:
 
 def check_model(body: dict, model_names: set[str]) -> None:
     if body["model"] not in model_names:
-        raise BadRequest(404, f"model {body['model']!r} is not served here; available: {sorted(model_names)}",
-                         type="model_not_found", param="model")
+        raise BadRequest(
+            404,
+            f"model {body['model']!r} is not served here; available: {sorted(model_names)}",
+            type="model_not_found",
+            param="model",
+        )
 
 
 def _in_range(name: str, v: Any, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
@@ -106,8 +129,10 @@ def _stops(v: Any) -> list[str]:
 
 
 def _sampling(body: dict) -> dict:
-    return {"temperature": _in_range("temperature", body.get("temperature"), 1.0, 0, 2),
-            "top_p": _in_range("top_p", body.get("top_p"), 1.0, 0, 1, lo_open=True)}
+    return {
+        "temperature": _in_range("temperature", body.get("temperature"), 1.0, 0, 2),
+        "top_p": _in_range("top_p", body.get("top_p"), 1.0, 0, 1, lo_open=True),
+    }
 
 
 def _common(body: dict, default_max: int) -> GenerationParams:
@@ -118,10 +143,14 @@ def _common(body: dict, default_max: int) -> GenerationParams:
     check_fields(so, {"include_usage": ((bool,), False)}, "stream_options")
     mt = body.get("max_completion_tokens", body.get("max_tokens"))
     return GenerationParams(
-        max_tokens=_max_tokens(mt, default_max), n=n, stop=_stops(body.get("stop")), seed=body.get("seed"),
+        max_tokens=_max_tokens(mt, default_max),
+        n=n,
+        stop=_stops(body.get("stop")),
+        seed=body.get("seed"),
         presence_penalty=_in_range("presence_penalty", body.get("presence_penalty"), 0.0, -2, 2),
         frequency_penalty=_in_range("frequency_penalty", body.get("frequency_penalty"), 0.0, -2, 2),
-        **_sampling(body))
+        **_sampling(body),
+    )
 
 
 def output_format(rf: dict | None, param: str = "response_format") -> OutputFormat:
@@ -139,8 +168,12 @@ def output_format(rf: dict | None, param: str = "response_format") -> OutputForm
         raise bad(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}", f"{param}.type")
     # chat nests the schema under "json_schema"; the Responses API puts its fields beside "type"
     spec = rf.get("json_schema", rf) if param == "response_format" else rf
-    fields = {"name": ((str,), True), "schema": ((dict,), True),
-              "strict": ((bool, type(None)), False), "description": ((str,), False)}
+    fields = {
+        "name": ((str,), True),
+        "schema": ((dict,), True),
+        "strict": ((bool, type(None)), False),
+        "description": ((str,), False),
+    }
     if param == "response_format":
         check_fields(rf, {"type": ((str,), True), "json_schema": ((dict,), True)}, param)
         check_fields(spec, fields, f"{param}.json_schema")
@@ -162,8 +195,10 @@ def chat_params(body: dict) -> GenerationParams:
     p.tools = parse_tools(body.get("tools"))
     p.tool_choice = parse_tool_choice(body.get("tool_choice"), p.tools)
     if p.tool_choice.active and p.output.kind != "text":
-        raise bad("response_format cannot be combined with a tool call being allowed (tool_choice 'none' lifts it)",
-                  "response_format")
+        raise bad(
+            "response_format cannot be combined with a tool call being allowed (tool_choice 'none' lifts it)",
+            "response_format",
+        )
     if body.get("parallel_tool_calls"):
         raise bad("parallel_tool_calls is not supported: a reply calls at most one tool", "parallel_tool_calls")
     return p
@@ -184,8 +219,9 @@ def completion_params(body: dict) -> GenerationParams:
 
 
 def responses_params(body: dict) -> GenerationParams:
-    p = GenerationParams(max_tokens=_max_tokens(body.get("max_output_tokens"), 128, "max_output_tokens"),
-                         **_sampling(body))
+    p = GenerationParams(
+        max_tokens=_max_tokens(body.get("max_output_tokens"), 128, "max_output_tokens"), **_sampling(body)
+    )
     if body.get("store"):
         raise bad("store: true is not supported (responses are not kept; send store: false)", "store")
     text = body.get("text") or {}

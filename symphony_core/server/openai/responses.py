@@ -23,9 +23,13 @@ from .running import Api, data_line, lip_messages, now_s, outcome, sse
 
 
 def _usage(u: Usage) -> dict:
-    return {"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
-            "total_tokens": u["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0}}
+    return {
+        "input_tokens": u["prompt_tokens"],
+        "output_tokens": u["completion_tokens"],
+        "total_tokens": u["total_tokens"],
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 def _text_part(text: str) -> dict:
@@ -33,8 +37,13 @@ def _text_part(text: str) -> dict:
 
 
 def _message(mid: str, text: str | None, status: str) -> dict:
-    return {"type": "message", "id": mid, "status": status, "role": "assistant",
-            "content": [] if text is None else [_text_part(text)]}
+    return {
+        "type": "message",
+        "id": mid,
+        "status": status,
+        "role": "assistant",
+        "content": [] if text is None else [_text_part(text)],
+    }
 
 
 class _Response:
@@ -48,13 +57,27 @@ class _Response:
         fmt: dict[str, Any] = {"type": self.p.output.kind}
         if self.p.output.kind == "json_schema":
             fmt.update(name=self.p.output.name, schema=self.p.output.schema, strict=True)
-        return {"id": self.rid, "object": "response", "created_at": self.created, "status": status,
-                "model": self.model, "output": output, "usage": None if usage is None else _usage(usage),
-                "error": None, "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
-                "instructions": self.body.get("instructions"), "metadata": self.body.get("metadata") or {},
-                "max_output_tokens": self.p.max_tokens, "temperature": self.p.temperature, "top_p": self.p.top_p,
-                "parallel_tool_calls": False, "tool_choice": "none", "tools": [], "text": {"format": fmt},
-                "store": False}
+        return {
+            "id": self.rid,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "usage": None if usage is None else _usage(usage),
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
+            "instructions": self.body.get("instructions"),
+            "metadata": self.body.get("metadata") or {},
+            "max_output_tokens": self.p.max_tokens,
+            "temperature": self.p.temperature,
+            "top_p": self.p.top_p,
+            "parallel_tool_calls": False,
+            "tool_choice": "none",
+            "tools": [],
+            "text": {"format": fmt},
+            "store": False,
+        }
 
 
 async def create(api: Api, request: Request) -> Response:

@@ -4,7 +4,8 @@ through the same schedulers and quotas as any program."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -20,8 +21,14 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
     async def models(request: Request) -> Response:
         authenticate(state, request)
         eng = state.engine
-        return JSONResponse({"object": "list", "data": [{"id": eng.model_name, "object": "model",
-                                                         "created": int(state.started), "owned_by": "symphony"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": eng.model_name, "object": "model", "created": int(state.started), "owned_by": "symphony"}
+                ],
+            }
+        )
 
     async def chat_route(request: Request) -> Response:
         return await completions.create(api, request, True)
@@ -32,7 +39,9 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
     async def responses_route(request: Request) -> Response:
         return await responses.create(api, request)
 
-    return [Route("/v1/models", models, methods=["GET"]),
-            Route("/v1/chat/completions", chat_route, methods=["POST"]),
-            Route("/v1/completions", completion_route, methods=["POST"]),
-            Route("/v1/responses", responses_route, methods=["POST"])]
+    return [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/chat/completions", chat_route, methods=["POST"]),
+        Route("/v1/completions", completion_route, methods=["POST"]),
+        Route("/v1/responses", responses_route, methods=["POST"]),
+    ]

@@ -36,8 +36,16 @@ class Api:
     def model_names(self) -> set[str]:
         return {self.state.engine.model_name, "symphony", "default"}
 
-    def launch(self, user, prompt: str, params: GenerationParams, grammar: Grammar | None, stream: bool,
-               endpoint: str, arrived: float) -> ProcessRecord:
+    def launch(
+        self,
+        user,
+        prompt: str,
+        params: GenerationParams,
+        grammar: Grammar | None,
+        stream: bool,
+        endpoint: str,
+        arrived: float,
+    ) -> ProcessRecord:
         if not prompt:
             raise BadRequest(400, "the prompt is empty", param="prompt" if endpoint == "completion" else "messages")
         timer = self.state.metrics.request_timer(endpoint, arrived)
@@ -99,4 +107,3 @@ def data_line(obj: Any, event: str | None = None) -> str:
 
 def now_s() -> int:
     return int(time.time())
-

@@ -16,8 +16,12 @@ from typing import Any
 from ..validate import BadRequest, check_fields
 
 CALL_MARKER = "<tool_call>"
-_FUNCTION_FIELDS = {"name": ((str,), True), "description": ((str,), False), "parameters": ((dict,), False),
-                    "strict": ((bool, type(None)), False)}
+_FUNCTION_FIELDS = {
+    "name": ((str,), True),
+    "description": ((str,), False),
+    "parameters": ((dict,), False),
+    "strict": ((bool, type(None)), False),
+}
 
 
 @dataclass
@@ -44,8 +48,13 @@ def parse_tools(tools: list | None) -> list[dict]:
         f = check_fields(t["function"], _FUNCTION_FIELDS, f"tools[{i}].function")
         if any(o["name"] == f["name"] for o in out):
             raise _bad(f"tools[{i}]: a second tool named {f['name']!r}", "tools")
-        out.append({"name": f["name"], "description": f.get("description", ""),
-                    "parameters": f.get("parameters") or {"type": "object", "properties": {}}})
+        out.append(
+            {
+                "name": f["name"],
+                "description": f.get("description", ""),
+                "parameters": f.get("parameters") or {"type": "object", "properties": {}},
+            }
+        )
     return out
 
 
@@ -68,16 +77,22 @@ def parse_tool_choice(choice: Any, tools: list[dict]) -> ToolChoice:
 def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
     """The JSON schema of one call to any allowed tool."""
     allowed = [t for t in tools if choice.mode != "function" or t["name"] == choice.name]
-    alts = [{"type": "object", "properties": {"name": {"const": t["name"]}, "arguments": t["parameters"]},
-             "required": ["name", "arguments"], "additionalProperties": False} for t in allowed]
+    alts = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t["name"]}, "arguments": t["parameters"]},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in allowed
+    ]
     return alts[0] if len(alts) == 1 else {"anyOf": alts}
 
 
 def auto_lark(tools: list[dict]) -> str:
     """Lark source for "auto": free text (not starting with '<'), or the marker and a call."""
     schema = json.dumps(call_schema(tools, ToolChoice("auto")))
-    return (f'start: call | text\ncall: "{CALL_MARKER}" body\nbody: %json {schema}\n'
-            'text: /[^<][\\s\\S]*/\n')
+    return f'start: call | text\ncall: "{CALL_MARKER}" body\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n'
 
 
 def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
@@ -110,7 +125,7 @@ def read_tool_call(text: str, choice: ToolChoice) -> ToolCall | None:
     if choice.mode == "auto":
         if not text.startswith(CALL_MARKER):
             return None
-        body = text[len(CALL_MARKER):]
+        body = text[len(CALL_MARKER) :]
     try:
         obj = json.loads(body)
     except ValueError:
