@@ -237,6 +237,7 @@ def test_response_format_json_schema_and_json_object(oc):
 # --- tools ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tool_calls_arguments_follow_the_tools_schema(oc):
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
     r = chat(oc, messages=msgs, max_tokens=30, tools=TOOLS, tool_choice="required")
