@@ -166,19 +166,17 @@ def output_format(rf: dict | None, param: str = "response_format") -> OutputForm
         return OutputFormat("json_object", {"type": "object"})
     if kind != "json_schema":
         raise bad(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}", f"{param}.type")
-    # chat nests the schema under "json_schema"; the Responses API puts its fields beside "type"
-    spec = rf.get("json_schema", rf) if param == "response_format" else rf
     fields = {
         "name": ((str,), True),
         "schema": ((dict,), True),
-        "strict": ((bool, type(None)), False),
+        "strict": ((bool, type(None)), False),  # the schema is always enforced strictly
         "description": ((str,), False),
     }
-    if param == "response_format":
+    if param == "response_format":  # chat nests the schema's fields under "json_schema"
         check_fields(rf, {"type": ((str,), True), "json_schema": ((dict,), True)}, param)
-        check_fields(spec, fields, f"{param}.json_schema")
-    else:
-        check_fields(spec, {"type": ((str,), True), **fields}, param)
+        spec = check_fields(rf["json_schema"], fields, f"{param}.json_schema")
+    else:  # the Responses API puts them beside "type"
+        spec = check_fields(rf, {"type": ((str,), True), **fields}, param)
     return OutputFormat("json_schema", spec["schema"], spec["name"])
 
 
