@@ -310,6 +310,7 @@ def test_unsupported_or_out_of_range_parameters_get_a_4xx_naming_them(oc):
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"presence_penalty": 2.5}, "presence_penalty"),
         ({"frequency_penalty": -3}, "frequency_penalty"),
+        ({"seed": 2**64}, "seed"),
         ({"parallel_tool_calls": True, "tools": TOOLS}, "parallel_tool_calls"),
         ({"response_format": {"type": "json_object"}, "tools": TOOLS, "tool_choice": "required"}, "response_format"),
     ]

@@ -63,6 +63,7 @@ MAX_TOKENS_CAP = 4096
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 4
+SEED_RANGE = (-(2**63), 2**63 - MAX_N)  # int64, room for choice i's seed + i
 
 
 @dataclass
@@ -141,12 +142,15 @@ def _common(body: dict, default_max: int) -> GenerationParams:
         raise bad(f"n must be in [1, {MAX_N}], got {n}", "n")
     so = body.get("stream_options") or {}
     check_fields(so, {"include_usage": ((bool,), False)}, "stream_options")
+    seed = body.get("seed")
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise bad(f"seed must be a 64-bit integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed}", "seed")
     mt = body.get("max_completion_tokens", body.get("max_tokens"))
     return GenerationParams(
         max_tokens=_max_tokens(mt, default_max),
         n=n,
         stop=_stops(body.get("stop")),
-        seed=body.get("seed"),
+        seed=seed,
         presence_penalty=_in_range("presence_penalty", body.get("presence_penalty"), 0.0, -2, 2),
         frequency_penalty=_in_range("frequency_penalty", body.get("frequency_penalty"), 0.0, -2, 2),
         **_sampling(body),
