@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast bench clean docs docs-serve
+.PHONY: setup demo test test-fast lint bench clean docs docs-serve
 
 setup: $(STAMP)
 
@@ -24,8 +24,14 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/symphony demo
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -q --timeout=900
+
+# ruff (lint rules and formatting) over the repository, mypy over the engine; settings in pyproject.toml.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" --timeout=900

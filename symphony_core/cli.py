@@ -35,9 +35,20 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def package_version(dist: str = "symphony-lip") -> str:
+    """The installed distribution's version (its metadata), or 'unknown' when run from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `symphony` parser with every subcommand (the docs' CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(prog="symphony", description="Serve LLM inference programs, not prompts.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="answer a question with an example LIP on the real model")
     d.add_argument("question", nargs="?", default="What is the capital of France?", help="the question to answer")

@@ -16,6 +16,8 @@ import ast
 import sys
 from urllib.parse import urlparse, urlunparse
 
+from symphony_core.cli import package_version
+
 DEBUG_PATH = "/v1/debug"
 
 
@@ -52,6 +54,7 @@ def debugger_url(url: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="symphony-lab", description="Symphony Lab: debug LIPs in the terminal.")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("tui", help="the terminal UI: single-step a LIP, watch the KV tree and the scheduler",
                        description="Launch FILE:FUNC in an embedded engine, stopped on entry, and debug it; or "

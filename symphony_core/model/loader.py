@@ -44,25 +44,36 @@ def _cache_dir_for(src: ModelSource) -> Path:
 
 def _convert_gguf(src: ModelSource, out: Path) -> None:
     from safetensors.torch import save_file
+    from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"symphony: converting {src.path.name} to fp32 once; cached at {out}", file=sys.stderr)
     folder, fname = str(src.path.parent), src.path.name
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    steps = tqdm(total=4, desc=f"converting {fname}", unit="step", file=sys.stderr)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=out.parent))
     try:
+        steps.set_postfix_str("tokenizer")
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+        steps.update()
+        steps.set_postfix_str("dequantising weights")
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+        steps.update()
+        steps.set_postfix_str("writing safetensors")
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
         if model.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        steps.update()
+        steps.set_postfix_str("config and tokenizer files")
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
         tok.save_pretrained(str(tmp))
         os.replace(tmp, out)
+        steps.update()
     finally:
+        steps.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

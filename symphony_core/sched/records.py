@@ -75,6 +75,9 @@ class BatchLog:
     host_s: float = 0.0
     forward_s: float = 0.0
     forward_cpu_s: float = 0.0
+    # Called with every record as it is added (the server's metrics), on the scheduler thread:
+    # they must be quick and must not raise.
+    observers: list = field(default_factory=list)
 
     def add(self, r: BatchRecord) -> None:
         self.records.append(r)
@@ -83,6 +86,8 @@ class BatchLog:
         self.total_batches += 1
         self.total_tokens += r.tokens
         self.total_members += len(r.members)
+        for f in self.observers:
+            f(r)
 
     def since(self, bid: int) -> list[BatchRecord]:
         return [r for r in list(self.records) if r.bid > bid]

@@ -1,5 +1,5 @@
 """The HTTP API (Starlette): the routes of docs/server.md, and `create_app`, which puts them,
-the WebSocket route (websocket.py), the OpenAI-compatible routes (openai_api.py) and any
+the WebSocket route (websocket.py), the OpenAI-compatible routes (the openai package) and any
 plugins' routes together around an `Engine`.
 
 Programs arrive as source + entry point, run as the authenticated user (auth.py) — in a
@@ -27,7 +27,7 @@ from ..sandbox.twin import check_list_prefix
 from .auth import authenticate, owned_record
 from .launch import IDENT, check_program, launch_program
 from .metrics import render_metrics
-from .openai_api import openai_routes
+from .openai import openai_routes
 from .plugins import mount
 from .state import Program, ServerConfig, State
 from .users import Users
@@ -207,7 +207,7 @@ def build_routes(state: State) -> list:
         Route("/v1/processes/{pid}/cancel", cancel, methods=["POST"]),
         Route("/v1/kv", kv_list, methods=["GET"]), Route("/v1/kv/{path:path}", kv_remove, methods=["DELETE"]),
         WebSocketRoute("/v1/ws", lambda ws: ws_session(state, ws)),
-        *openai_routes(state),
+        *openai_routes(state, authenticate, launch_builtin),
     ]
 
 

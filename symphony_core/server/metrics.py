@@ -1,71 +1,148 @@
-"""`/metrics` in the Prometheus text format, read from the batch log and the KV file system."""
+"""`/metrics` in the Prometheus text format, through `prometheus_client`.
+
+Histograms are observed when the event happens, never at scrape time, so any number of
+scrapers at any interval read the same cumulative counts (nothing is reset on read, nothing
+lost when the batch log rolls over): the batch size from every batch record as the scheduler
+adds it (`BatchLog.observers`); queue time, time to first token and inter-token latency from
+the OpenAI endpoints' built-in LIP (`RequestTimer`). Counters and gauges are read at scrape
+time from the state they describe (the batch log's running totals, the KV file system, the
+process table, the sandbox).
+"""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from ..lip.events import now
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 RATE_WINDOW_S = 10.0
 
 
-def _line(out: list[str], name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-    out.append(f"# HELP {name} {help_}")
-    out.append(f"# TYPE {name} {kind}")
-    for labels, v in samples:
-        out.append(f"{name}{labels} {v:g}" if isinstance(v, float) else f"{name}{labels} {v}")
+class RequestTimer:
+    """One OpenAI request's timings: `started` when its LIP runs, `token` per generated token."""
+
+    def __init__(self, metrics: ServerMetrics, endpoint: str, arrived: float) -> None:
+        self.m, self.endpoint, self.arrived = metrics, endpoint, arrived
+        self.last: dict[int, float] = {}  # choice -> when its last token came
+        self.lock = threading.Lock()
+
+    def started(self) -> None:
+        self.m.queue_time.labels(self.endpoint).observe(time.monotonic() - self.arrived)
+
+    def token(self, choice: int) -> None:
+        t = time.monotonic()
+        with self.lock:
+            first = not self.last
+            prev = self.last.get(choice)
+            self.last[choice] = t
+        if first:
+            self.m.ttft.labels(self.endpoint).observe(t - self.arrived)
+        elif prev is not None:
+            self.m.itl.labels(self.endpoint).observe(t - prev)
+
+
+class _Live(Collector):
+    """Counters and gauges read from the engine (and sandbox) when scraped."""
+
+    def __init__(self, engine, sandbox) -> None:
+        self.engine, self.sandbox = engine, sandbox
+
+    def collect(self):
+        eng = self.engine
+        rt = eng.runtime
+        blog = rt.batch.log
+        yield CounterMetricFamily(
+            "symphony_batches", "Forward passes fired by the batch scheduler.", value=blog.total_batches
+        )
+        yield CounterMetricFamily("symphony_batch_tokens", "Tokens run through the model.", value=blog.total_tokens)
+        yield CounterMetricFamily(
+            "symphony_batch_members", "pred calls served, summed over batches.", value=blog.total_members
+        )
+        yield GaugeMetricFamily("symphony_queue_depth", "pred calls waiting for a batch.", value=len(rt.batch.queued()))
+        t = now()
+        recent = sum(r.tokens for r in list(blog.records) if r.t_end >= t - RATE_WINDOW_S)
+        yield GaugeMetricFamily(
+            "symphony_tokens_per_second",
+            f"Tokens per second over the last {RATE_WINDOW_S:g} s.",
+            value=round(recent / RATE_WINDOW_S, 3),
+        )
+        kv = eng.kvfs.stats()
+        for key, help_ in (
+            ("pages_used", "KV pages in use."),
+            ("pages_total", "KV pages in the pool."),
+            ("files", "Live KV files."),
+            ("named_files", "Named KV files."),
+        ):
+            yield GaugeMetricFamily(f"symphony_kv_{key}", help_, value=kv[key])
+        procs = GaugeMetricFamily("symphony_processes", "LIP processes by status.", labels=["status"])
+        status = Counter(p.status for p in list(rt.processes.values()))
+        for s, c in sorted(status.items()) or [("running", 0)]:
+            procs.add_metric([s], c)
+        yield procs
+        if self.sandbox is not None:
+            yield GaugeMetricFamily(
+                "symphony_sandbox_workers", "Sandboxed worker processes alive.", value=self.sandbox.live_workers()
+            )
+            yield CounterMetricFamily(
+                "symphony_sandbox_workers_started", "Sandboxed workers started.", value=self.sandbox.started_total
+            )
+
+
+class ServerMetrics:
+    """The server's metrics registry (one per server, not the process-global default)."""
+
+    def __init__(self, engine, sandbox=None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.batch_size = Histogram(
+            "symphony_batch_size", "pred calls fused into one forward pass.", buckets=BATCH_SIZE_BUCKETS, registry=r
+        )
+        self.queue_time = Histogram(
+            "symphony_request_queue_time_seconds",
+            "OpenAI request arrival to its LIP running.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "symphony_time_to_first_token_seconds",
+            "OpenAI request arrival to its first token.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "symphony_inter_token_latency_seconds",
+            "Time between a choice's successive tokens.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests = PromCounter(
+            "symphony_openai_requests", "OpenAI-compatible requests started.", ["endpoint"], registry=r
+        )
+        r.register(_Live(engine, sandbox))
+        blog = engine.runtime.batch.log
+        for rec in list(blog.records):  # batches fired before the server started
+            self.batch_size.observe(rec.size)
+        blog.observers.append(self._on_batch)
+
+    def _on_batch(self, rec) -> None:
+        self.batch_size.observe(rec.size)
+
+    def request_timer(self, endpoint: str, arrived: float) -> RequestTimer:
+        self.requests.labels(endpoint).inc()
+        return RequestTimer(self, endpoint, arrived)
 
 
 def render_metrics(state) -> str:
-    eng = state.engine
-    rt = eng.runtime
-    blog = rt.batch.log
-    ms = state.metrics_state
-    # A cumulative batch-size histogram: fold in the records since the last scrape.
-    hist = ms.setdefault("hist", [0] * (len(BATCH_SIZE_BUCKETS) + 1))
-    last = ms.get("last_bid", 0)
-    total_size = ms.get("size_sum", 0)
-    records = list(blog.records)
-    for r in records:
-        if r.bid <= last:
-            continue
-        i = next((k for k, b in enumerate(BATCH_SIZE_BUCKETS) if r.size <= b), len(BATCH_SIZE_BUCKETS))
-        hist[i] += 1
-        total_size += r.size
-        last = r.bid
-    ms["last_bid"], ms["size_sum"] = last, total_size
-    t = now()
-    recent = [r for r in records if r.t_end >= t - RATE_WINDOW_S]
-    tok_s = sum(r.tokens for r in recent) / RATE_WINDOW_S
-    kv = eng.kvfs.stats()
-    status = Counter(p.status for p in list(rt.processes.values()))
-    out: list[str] = []
-    _line(out, "symphony_batches_total", "counter", "Forward passes fired by the batch scheduler.", [("", blog.total_batches)])
-    _line(out, "symphony_batch_tokens_total", "counter", "Tokens run through the model.", [("", blog.total_tokens)])
-    _line(out, "symphony_batch_members_total", "counter", "pred calls served, summed over batches.", [("", blog.total_members)])
-    cum, samples = 0, []
-    for b, c in zip(BATCH_SIZE_BUCKETS, hist):
-        cum += c
-        samples.append((f'{{le="{b}"}}', cum))
-    cum += hist[-1]
-    samples.append(('{le="+Inf"}', cum))
-    out.append("# HELP symphony_batch_size pred calls fused into one forward pass.")
-    out.append("# TYPE symphony_batch_size histogram")
-    out += [f"symphony_batch_size_bucket{labels} {v}" for labels, v in samples]
-    out += [f"symphony_batch_size_sum {total_size}", f"symphony_batch_size_count {cum}"]
-    _line(out, "symphony_queue_depth", "gauge", "pred calls waiting for a batch.", [("", len(rt.batch.queued()))])
-    _line(out, "symphony_tokens_per_second", "gauge", f"Tokens per second over the last {RATE_WINDOW_S:g} s.",
-          [("", round(tok_s, 3))])
-    _line(out, "symphony_kv_pages_used", "gauge", "KV pages in use.", [("", kv["pages_used"])])
-    _line(out, "symphony_kv_pages_total", "gauge", "KV pages in the pool.", [("", kv["pages_total"])])
-    _line(out, "symphony_kv_files", "gauge", "Live KV files.", [("", kv["files"])])
-    _line(out, "symphony_kv_named_files", "gauge", "Named KV files.", [("", kv["named_files"])])
-    _line(out, "symphony_processes", "gauge", "LIP processes by status.",
-          [(f'{{status="{s}"}}', c) for s, c in sorted(status.items())] or [('{status="running"}', 0)])
-    if state.sandbox is not None:
-        _line(out, "symphony_sandbox_workers", "gauge", "Sandboxed worker processes alive.",
-              [("", state.sandbox.live_workers())])
-        _line(out, "symphony_sandbox_workers_started_total", "counter", "Sandboxed workers started.",
-              [("", state.sandbox.started_total)])
-    return "\n".join(out) + "\n"
+    return generate_latest(state.metrics.registry).decode()

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..sandbox.pool import SandboxManager
+from .metrics import ServerMetrics
 from .records import KEEP_FINISHED_S, Registry
 from .users import QuotaKeeper, Users
 
@@ -49,7 +50,7 @@ class State:
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
-        self.metrics_state: dict = {}
+        self.metrics = ServerMetrics(engine, sandbox)
         self.draining = False  # SIGTERM received: no new processes, running ones get config.drain_s
         self.drained = False  # the drain deadline passed: what still ran is cancelled
 

@@ -1,0 +1,189 @@
+"""`POST /v1/chat/completions` and `POST /v1/completions`, streaming (server-sent events, `data:
+[DONE]` last) and not. `usage` carries two extra fields, `prompt_prefills` and
+`shared_prompt_pages` (see generation.py); a non-streaming reply also has them as the headers
+`X-Symphony-Prompt-Prefills` and `X-Symphony-Shared-Prompt-Pages`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..validate import check_fields, read_json
+from .constraints import request_grammar
+from .generation import ChoiceOut, ToolCallOut, Usage
+from .logprobs import TokenLogprob, chat_logprobs, completion_logprobs
+from .messages import chat_messages
+from .params import (
+    CHAT_FIELDS,
+    COMPLETION_FIELDS,
+    chat_params,
+    check_model,
+    completion_params,
+    prompt_text,
+)
+from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
+
+
+def _tool_calls(call: ToolCallOut, cid: str, index: int | None = None) -> list[dict]:
+    tc: dict[str, Any] = {
+        "id": f"call_{cid}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
+    return [tc if index is None else {"index": index, **tc}]
+
+
+def _usage_headers(u: Usage) -> dict[str, str]:
+    return {
+        "X-Symphony-Prompt-Prefills": str(u["prompt_prefills"]),
+        "X-Symphony-Shared-Prompt-Pages": str(u["shared_prompt_pages"]),
+    }
+
+
+class _Stream:
+    """Turns the LIP's messages into chat.completion.chunk / text_completion events."""
+
+    def __init__(self, chat: bool, cid: str, created: int, model: str, logprobs: bool) -> None:
+        self.chat, self.cid, self.created, self.model, self.logprobs = chat, cid, created, model, logprobs
+        self.offsets: dict[int, int] = {}
+
+    def chunk(self, choices: list[dict], **extra: Any) -> str:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return data_line(
+            {"id": self.cid, "object": obj, "created": self.created, "model": self.model, "choices": choices, **extra}
+        )
+
+    def _lp(self, i: int, items: list[TokenLogprob]) -> dict | None:
+        if not self.logprobs or not items:
+            return None
+        if self.chat:
+            return chat_logprobs(items)
+        lp = completion_logprobs(items, self.offsets.get(i, 0))
+        self.offsets[i] = self.offsets.get(i, 0) + sum(len(t["token"]) for t in items)
+        return lp
+
+    def text(self, i: int, text: str, items: list[TokenLogprob], finish: str | None = None) -> str:
+        if self.chat:
+            delta = {"content": text} if text else {}
+            return self.chunk([{"index": i, "delta": delta, "finish_reason": finish, "logprobs": self._lp(i, items)}])
+        return self.chunk([{"index": i, "text": text, "finish_reason": finish, "logprobs": self._lp(i, items)}])
+
+    def end(self, m: dict) -> list[str]:
+        out = []
+        if m["tool_call"] is not None:
+            out.append(
+                self.chunk(
+                    [
+                        {
+                            "index": m["choice"],
+                            "finish_reason": None,
+                            "logprobs": None,
+                            "delta": {"tool_calls": _tool_calls(m["tool_call"], self.cid, 0)},
+                        }
+                    ]
+                )
+            )
+        out.append(self.text(m["choice"], "", m["logprobs"], m["finish_reason"]))
+        return out
+
+
+def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": c["text"] if c["tool_call"] is None else None}
+    if c["tool_call"] is not None:
+        msg["tool_calls"] = _tool_calls(c["tool_call"], f"{cid}_{c['index']}")
+    return {
+        "index": c["index"],
+        "message": msg,
+        "finish_reason": c["finish_reason"],
+        "logprobs": chat_logprobs(c["logprobs"]) if logprobs else None,
+    }
+
+
+def _completion_choice(c: ChoiceOut, logprobs: bool) -> dict:
+    return {
+        "index": c["index"],
+        "text": c["text"],
+        "finish_reason": c["finish_reason"],
+        "logprobs": completion_logprobs(c["logprobs"]) if logprobs else None,
+    }
+
+
+async def create(api: Api, request: Request, chat: bool) -> Response:
+    arrived = time.monotonic()
+    state = api.state
+    user = api.authenticate(state, request)
+    where = "chat.completions" if chat else "completions"
+    body = check_fields(
+        await read_json(request, state.config.max_body), CHAT_FIELDS if chat else COMPLETION_FIELDS, where
+    )
+    check_model(body, api.model_names())
+    if chat:
+        params = chat_params(body)
+        msgs = chat_messages(body["messages"], params.tools, params.tool_choice)
+        prompt = state.engine.chat_template(msgs, True)
+    else:
+        params = completion_params(body)
+        prompt = prompt_text(body["prompt"])
+    grammar = request_grammar(state.engine, params)
+    stream = bool(body.get("stream"))
+    rec = api.launch(user, prompt, params, grammar, stream, "chat" if chat else "completion", arrived)
+    created = now_s()
+    cid = f"{'chatcmpl' if chat else 'cmpl'}-{rec.pid}-{created}"
+    model = body["model"]
+
+    if stream:
+        if (refused := await early_failure(rec)) is not None:
+            return refused
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        s = _Stream(chat, cid, created, model, params.logprobs)
+
+        async def events() -> AsyncIterator[str]:
+            if chat:
+                for i in range(params.n):
+                    yield s.chunk(
+                        [
+                            {
+                                "index": i,
+                                "delta": {"role": "assistant", "content": ""},
+                                "finish_reason": None,
+                                "logprobs": None,
+                            }
+                        ]
+                    )
+            async for m in lip_messages(rec):
+                kind = m.get("kind")
+                if kind == "delta":
+                    yield s.text(m["choice"], m["text"], m["logprobs"])
+                elif kind == "end":
+                    for line in s.end(m):
+                        yield line
+                elif kind == "usage" and include_usage:
+                    yield s.chunk([], usage=m["usage"])
+                elif kind == "error":
+                    yield data_line(m["body"])
+            yield "data: [DONE]\n\n"
+
+        return sse(events())
+
+    res = await outcome(rec)
+    if isinstance(res, Response):
+        return res
+    if chat:
+        choices = [_chat_choice(c, cid, params.logprobs) for c in res["choices"]]
+    else:
+        choices = [_completion_choice(c, params.logprobs) for c in res["choices"]]
+    return JSONResponse(
+        {
+            "id": cid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": res["usage"],
+        },
+        headers=_usage_headers(res["usage"]),
+    )

@@ -1,0 +1,221 @@
+"""The built-in LIP behind every OpenAI-compatible endpoint: `n` choices from one prompt.
+
+The prompt is prefilled once into one KV file; each choice is a `kv_fork` of it (its pages
+shared copy-on-write) that feeds the prompt's last token and decodes on its own, up to
+`MAX_PARALLEL` choices at a time in LIP threads so their `pred`s share forward passes. What it
+measures is reported as it happened: `usage.shared_prompt_pages` is the number of the prompt's
+pages every choice's file still held when it finished.
+
+Sampling is `lib.generate` with the request's temperature / top_p / seed (choice `i` uses
+`seed + i`), presence/frequency penalties as a logits processor over the generated tokens,
+stop strings, and the request's grammar (JSON schema or tool call). Streaming sends `Delta`
+pieces, a `ChoiceEnd` per choice and one `UsageReport` last; the return value is `Outcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypedDict
+
+import torch
+
+from ...lib.generate import Generation, generate
+from ...lib.grammar import Grammar
+from ...lib.samplers import Sampling
+from .logprobs import TokenLogprob, token_logprob
+from .params import GenerationParams
+from .tools import read_tool_call
+
+MAX_PARALLEL = 4  # a built-in LIP may run 4 threads (server/app.py's launch_builtin)
+_FINISH = {
+    "eos": "stop",
+    "stop": "stop",
+    "stop_token": "stop",
+    "grammar": "stop",
+    "max_tokens": "length",
+    "callback": "stop",
+}
+
+
+class ToolCallOut(TypedDict):
+    name: str
+    arguments: str
+
+
+class Delta(TypedDict):
+    kind: str  # "delta"
+    choice: int
+    text: str
+    logprobs: list[TokenLogprob]
+
+
+class ChoiceEnd(TypedDict):
+    kind: str  # "end"
+    choice: int
+    finish_reason: str
+    tool_call: ToolCallOut | None
+    logprobs: list[TokenLogprob]  # streaming: those not sent with a Delta yet; else all of them
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_prefills: int  # how many times the prompt ran through the model (1, whatever n is)
+    shared_prompt_pages: int  # KV pages of the prompt held by every choice's file (0 when n == 1)
+
+
+class UsageReport(TypedDict):
+    kind: str  # "usage"
+    usage: Usage
+
+
+class ChoiceOut(TypedDict):
+    index: int
+    text: str
+    finish_reason: str
+    tool_call: ToolCallOut | None
+    logprobs: list[TokenLogprob]
+
+
+class Outcome(TypedDict):
+    choices: list[ChoiceOut]
+    usage: Usage
+
+
+class Timer(Protocol):
+    """What the server's metrics learn from a request (metrics.RequestTimer)."""
+
+    def started(self) -> None: ...
+
+    def token(self, choice: int) -> None: ...
+
+
+class _Charged:
+    """`sym` whose `pred` first charges the user's token-rate quota."""
+
+    def __init__(self, sym, before_pred: Callable[[int], None] | None) -> None:
+        self._sym, self._before = sym, before_pred
+
+    def pred(self, kv, tokens, *args, **kw):
+        if self._before is not None:
+            self._before(len(tokens))
+        return self._sym.pred(kv, tokens, *args, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self._sym, name)
+
+
+def penalties(presence: float, frequency: float):
+    """OpenAI's presence/frequency penalties over the tokens generated so far."""
+
+    def apply(logits: torch.Tensor, generated) -> torch.Tensor:
+        if not generated:
+            return logits
+        ids, counts = torch.unique(torch.as_tensor(list(generated), dtype=torch.long), return_counts=True)
+        out = logits.clone()
+        out[ids] -= presence + frequency * counts.to(out.dtype)
+        return out
+
+    return apply
+
+
+def _one_choice(
+    sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: Grammar | None, stream: bool, timer: Timer | None
+) -> tuple[ChoiceOut, Generation]:
+    procs = [penalties(p.presence_penalty, p.frequency_penalty)] if p.presence_penalty or p.frequency_penalty else []
+    sampling = Sampling(
+        temperature=p.temperature, top_p=p.top_p, seed=None if p.seed is None else p.seed + i, processors=procs
+    )
+    eos = sym.eos_token_ids
+    lps: list[TokenLogprob] = []
+    sent = [0]
+
+    def on_token(t: int, d) -> None:
+        if timer is not None:
+            timer.token(i)
+        if p.logprobs and t not in eos:
+            lps.append(token_logprob(sym, d, t, p.top_logprobs))
+
+    def emit(text: str) -> None:
+        sym.send(Delta(kind="delta", choice=i, text=text, logprobs=lps[sent[0] :]))
+        sent[0] = len(lps)
+
+    # A tool call is read back whole at the end; until then nothing of the reply is shown.
+    streaming = stream and not p.tool_choice.active
+    g = generate(
+        sym,
+        kv,
+        feed,
+        p.max_tokens,
+        sampling=sampling,
+        stop=p.stop or None,
+        grammar=grammar.matcher() if grammar is not None else None,
+        stream=emit if streaming else None,
+        on_token=on_token,
+        history=[],
+    )
+    call = read_tool_call(g.text, p.tool_choice) if g.stop_reason != "max_tokens" else None
+    finish = "tool_calls" if call is not None else _FINISH[g.stop_reason]
+    tool = ToolCallOut(name=call.name, arguments=call.arguments) if call is not None else None
+    text = "" if call is not None else g.text
+    if stream:
+        if not streaming and text:
+            emit(text)
+        sym.send(ChoiceEnd(kind="end", choice=i, finish_reason=finish, tool_call=tool, logprobs=lps[sent[0] :]))
+    return ChoiceOut(index=i, text=text, finish_reason=finish, tool_call=tool, logprobs=lps), g
+
+
+def openai_generate(
+    sym,
+    prompt: str,
+    params: GenerationParams,
+    grammar: Grammar | None = None,
+    stream: bool = False,
+    timer: Timer | None = None,
+    before_pred: Callable[[int], None] | None = None,
+) -> Outcome:
+    if timer is not None:
+        timer.started()
+    charged = _Charged(sym, before_pred)
+    toks = sym.tokenize(prompt)
+    n = params.n
+    outs: list[tuple[ChoiceOut, Generation] | None] = [None] * n
+    fork_pages: list[set[int]] = []
+    base = sym.kv_create()
+    try:
+        if n == 1:
+            outs[0] = _one_choice(charged, 0, base, toks, params, grammar, stream, timer)
+        else:
+            if len(toks) > 1:
+                charged.pred(base, toks[:-1])  # the prompt, once; every choice forks it
+
+            def worker(s, w: int) -> None:
+                cs = _Charged(s, before_pred)
+                for i in range(w, n, MAX_PARALLEL):
+                    kv = s.kv_fork(base)
+                    try:
+                        outs[i] = _one_choice(cs, i, kv, toks[-1:], params, grammar, stream, timer)
+                        fork_pages.append(set(kv.pages))
+                    finally:
+                        s.kv_close(kv)
+
+            handles = [sym.spawn(worker, w) for w in range(1, min(n, MAX_PARALLEL))]
+            worker(sym, 0)
+            for h in handles:
+                h.join()
+        shared = len(set(base.pages).intersection(*fork_pages)) if fork_pages else 0
+    finally:
+        sym.kv_close(base)
+    done = [o for o in outs if o is not None]
+    completion = sum(len(g.tokens) for _, g in done)
+    usage = Usage(
+        prompt_tokens=len(toks),
+        completion_tokens=completion,
+        total_tokens=len(toks) + completion,
+        prompt_prefills=1,
+        shared_prompt_pages=shared,
+    )
+    if stream:
+        sym.send(UsageReport(kind="usage", usage=usage))
+    return Outcome(choices=[c for c, _ in done], usage=usage)

@@ -1,0 +1,76 @@
+"""Chat messages (and the Responses API's `input`) -> the `{"role", "content"}` list the model's
+chat template renders. Text only; a tool's result and an earlier call become text turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..validate import BadRequest
+from .tools import ToolChoice, render_tool_calls, tools_prompt
+
+_ROLES = ("system", "user", "assistant", "developer", "tool")
+
+
+def _bad(msg: str, param: str) -> BadRequest:
+    return BadRequest(400, msg, param=param)
+
+
+def _text(content: Any, where: str, param: str, part_types: tuple[str, ...]) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if not isinstance(p, dict) or p.get("type") not in part_types or not isinstance(p.get("text"), str):
+                raise _bad(f"{where}.content: only text parts ({', '.join(part_types)}) are supported", param)
+            parts.append(p["text"])
+        return "".join(parts)
+    raise _bad(f"{where}.content must be a string or a list of text parts", param)
+
+
+def chat_messages(msgs: list, tools: list[dict] | None = None, choice: ToolChoice | None = None) -> list[dict]:
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a 'role' string", "messages")
+        role = m["role"]
+        if role not in _ROLES:
+            raise _bad(f"messages[{i}].role {role!r} is not one of {', '.join(_ROLES)}", "messages")
+        text = _text(m.get("content"), f"messages[{i}]", "messages", ("text",))
+        if m.get("tool_calls"):
+            if role != "assistant" or not isinstance(m["tool_calls"], list):
+                raise _bad(f"messages[{i}].tool_calls must be a list on an assistant message", "messages")
+            text += render_tool_calls(m["tool_calls"])
+        out.append({"role": "system" if role == "developer" else role, "content": text})
+    if not out:
+        raise _bad("messages must not be empty", "messages")
+    if tools and choice is not None and choice.active:
+        out = _with_system(out, tools_prompt(tools, choice))
+    return out
+
+
+def _with_system(msgs: list[dict], text: str) -> list[dict]:
+    if msgs[0]["role"] == "system":
+        return [{"role": "system", "content": f"{msgs[0]['content']}\n\n{text}"}, *msgs[1:]]
+    return [{"role": "system", "content": text}, *msgs]
+
+
+def responses_input(inp: str | list, instructions: str | None) -> list[dict]:
+    """The Responses API's `input` (a string, or a list of message items) as chat messages."""
+    if isinstance(inp, str):
+        msgs = [{"role": "user", "content": inp}]
+    else:
+        msgs = []
+        for i, item in enumerate(inp):
+            if not isinstance(item, dict) or item.get("type", "message") != "message":
+                raise _bad(f"input[{i}]: only message items are supported", "input")
+            role = item.get("role")
+            if role not in ("system", "user", "assistant", "developer"):
+                raise _bad(f"input[{i}].role must be system, user, assistant or developer, got {role!r}", "input")
+            text = _text(item.get("content"), f"input[{i}]", "input", ("input_text", "output_text"))
+            msgs.append({"role": "system" if role == "developer" else role, "content": text})
+        if not msgs:
+            raise _bad("input must not be empty", "input")
+    return _with_system(msgs, instructions) if instructions else msgs

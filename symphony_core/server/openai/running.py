@@ -1,0 +1,137 @@
+"""Launching the built-in LIP for a request and following it: to its outcome (a JSON response) or
+message by message (server-sent events). A client that goes away cancels what it started.
+
+`failure` is the one place a failed generation becomes an HTTP status and error body.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+
+from ...lib.grammar import Grammar
+from ..records import ProcessRecord
+from ..validate import BadRequest
+from .generation import Outcome, openai_generate
+from .params import GenerationParams
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Api:
+    """What the endpoints need from the server: its state, and how it authenticates and launches
+    (given by the caller, so this package never imports the app module that mounts it)."""
+
+    state: Any
+    authenticate: Callable[[Any, Request], Any]
+    launch_builtin: Callable[..., ProcessRecord]
+
+    def model_names(self) -> set[str]:
+        return {self.state.engine.model_name, "symphony", "default"}
+
+    def launch(
+        self,
+        user,
+        prompt: str,
+        params: GenerationParams,
+        grammar: Grammar | None,
+        stream: bool,
+        endpoint: str,
+        arrived: float,
+    ) -> ProcessRecord:
+        if not prompt:
+            raise BadRequest(400, "the prompt is empty", param="prompt" if endpoint == "completion" else "messages")
+        timer = self.state.metrics.request_timer(endpoint, arrived)
+        kw = {"prompt": prompt, "params": params, "grammar": grammar, "stream": stream, "timer": timer}
+        return self.launch_builtin(self.state, user, openai_generate, kw, f"openai.{endpoint}")
+
+
+def failure(out: dict) -> tuple[int, dict]:
+    """The status and OpenAI `{"error": ...}` body for a generation that ended in an error: the
+    client's mistakes and quotas are 4xx (a prompt past the context 400, a quota 429), the rest 500."""
+    err = out["error"]
+    etype, msg = err.get("type"), err.get("message", "")
+    if etype == "PredError" and "past the model's context" in msg:
+        status, typ, code = 400, "invalid_request_error", "context_length_exceeded"
+    elif etype in ("LimitExceeded", "QuotaExceeded", "OutOfPages"):
+        status, typ, code = 429, "insufficient_quota" if "quota" in msg else "rate_limit_exceeded", etype
+    elif etype in ("PredError", "KVError", "ValueError", "TypeError"):
+        status, typ, code = 400, "invalid_request_error", etype
+    else:
+        status, typ, code = 500, "server_error", None
+    return status, {"error": {"message": msg, "type": typ, "param": None, "code": code}}
+
+
+async def _until(rec: ProcessRecord, first_message: bool) -> None:
+    """Wait until the generation ends (or, with `first_message`, sends its first piece); a client
+    that goes away meanwhile cancels it."""
+    try:
+        while not rec.done and not (first_message and rec.sent()):
+            await rec.changed(5.0)
+    except BaseException:
+        if not rec.proc.done:
+            rec.proc.cancel("the client went away")
+        raise
+
+
+async def early_failure(rec: ProcessRecord) -> JSONResponse | None:
+    """Before a stream answers 200: a prompt past the context or a quota fails before the first
+    piece, and gets its 4xx as a plain JSON response instead of an error event."""
+    await _until(rec, first_message=True)
+    out = rec.outcome() if rec.done else {}
+    if "error" in out:
+        status, body = failure(out)
+        return JSONResponse(body, status_code=status)
+    return None
+
+
+async def outcome(rec: ProcessRecord) -> Outcome | JSONResponse:
+    """Wait for the generation; its result, or the error response."""
+    await _until(rec, first_message=False)
+    out = rec.outcome()
+    if "error" in out:
+        status, body = failure(out)
+        return JSONResponse(body, status_code=status)
+    return out["result"]
+
+
+async def lip_messages(rec: ProcessRecord) -> AsyncIterator[dict]:
+    """The LIP's messages as they come; an error ends the stream with `{"kind": "error", ...}`."""
+    i = 0
+    finished = False
+    try:
+        while True:
+            done = rec.done
+            msgs, i = rec.messages_since(i)
+            for m in msgs:
+                yield m
+            if done:
+                out = rec.outcome()
+                if "error" in out:
+                    yield {"kind": "error", "body": failure(out)[1]}
+                finished = True
+                return
+            await rec.changed(5.0)
+    finally:
+        if not finished and not rec.proc.done:  # the client went away
+            rec.proc.cancel("the client closed the stream")
+
+
+def sse(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def data_line(obj: Any, event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(obj)}\n\n"
+
+
+def now_s() -> int:
+    return int(time.time())
