@@ -25,7 +25,7 @@ from ..errors import KVError, SymphonyError
 from ..sandbox.pool import SandboxManager
 from ..sandbox.twin import check_list_prefix
 from .auth import authenticate, owned_record
-from .launch import IDENT, check_program, launch_program
+from .launch import IDENT, check_program, launch_builtin, launch_program
 from .metrics import render_metrics
 from .openai import openai_routes
 from .plugins import mount
