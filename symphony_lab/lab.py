@@ -537,7 +537,7 @@ class Lab:
         stops = [s for s in dbg.stops()["stops"] if s["pid"] == run.pid]
         for s in stops:
             s["source"] = _source_lines(s.get("file"), s.get("line"))
-        from symphony_lab.debugger.inspect import jsonable, process_view
+        from symphony_lab.debugger.viewdata import jsonable, process_view
 
         pv = process_view(proc, {}) if proc is not None else {"threads": [], "status": "queued"}
         result, error = None, None

@@ -38,7 +38,7 @@ from symphony_core.kvfs import KV
 from symphony_core.lip.events import Event, now
 from symphony_core.model.dist import Dist
 
-from . import inspect as ins
+from . import viewdata as ins
 from .breakpoints import Breakpoint
 from .errors import DebuggerError
 from .inspection import Inspection
@@ -46,6 +46,7 @@ from .overrides import Overrides, edit_dist
 from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
 from .scheduler_step import SchedulerStepMode
+from .stepping import PLAN_OF_ACTION, Stepping
 from .views import Views
 
 
@@ -67,6 +68,7 @@ class Stop:
     ts: float
     frames: list[dict]
     tokens: list[int] | None
+    depth: int = 1  # frames of the LIP's own code on the stack (what step over / out compare)
     result: Any = None
     overridden: int | None = None  # the token forced by an override
     edits: list[dict] = field(default_factory=list)
@@ -116,7 +118,8 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         self._stop_ids = itertools.count(1)
         self._bps: dict[int, Breakpoint] = {}
         self._stops: dict[tuple[int, int], Stop] = {}
-        self._stepping: dict[Any, str] = {}  # LIPThread -> "pred" | "syscall"
+        self.stepping = Stepping()
+        self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
         self._edits: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
@@ -160,7 +163,8 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         self.scheduler_step_mode(False)
         with self._cv:
             self._bps.clear()
-            self._stepping.clear()
+            self.stepping.clear()
+            self._awaiting_fed.clear()
             self._pause_req.clear()
             self._after_bp.clear()
             self._edits.clear()
@@ -184,7 +188,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
-        return bool(self._bps or self._stepping or self._pause_req or self._replays or self._recording_pids
+        return bool(self._bps or self.stepping.active() or self._awaiting_fed or self._pause_req or self._replays or self._recording_pids
                     or self._edits or self._after_bp)
 
     def before(self, th, ev: Event) -> None:
@@ -214,11 +218,16 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                     rs.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
                     self._emit("replay_diverged", {"pid": pid, "tid": tid, "seq": seq, "call": call, "why": diff})
                     reasons.append("diverged")
+        if call == "pred" and self._awaiting_fed:
+            fed = self._awaiting_fed.pop((pid, tid), None)
+            toks = tokens() if fed is not None else None
+            if toks:
+                self._emit("taken", {"pid": pid, "tid": tid, "stop_id": fed[0], "seq": fed[1], "token": toks[0],
+                                     "text": self.tokenizer.token_text(toks[0]), "by": "fed"})
         bp_ids: list[int] = []
+        if self.stepping.active():
+            reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
         with self._lock:
-            if self._stepping.get(th) == "syscall":
-                del self._stepping[th]
-                reasons.append("step")
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
@@ -263,10 +272,9 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         with self._lock:
             ed = self._edits.pop(th, None)
             ab = self._after_bp.pop(th, None)
-            mode = self._stepping.get(th)
-            if mode == "syscall" or (mode == "pred" and call == "pred"):
-                del self._stepping[th]
-                reasons.append("step")
+        if self.stepping.active():
+            reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
+        with self._lock:
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
@@ -320,7 +328,8 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         proc = th.proc
         frames = ins.capture_frames(sys._getframe(1))
         stop = Stop(next(self._stop_ids), th, reasons[0], reasons, where, ev.call, ev.seq, dict(ev.args), ev.file,
-                    ev.line, bp_ids, now(), frames, tokens, result, overridden)
+                    ev.line, bp_ids, now(), frames, tokens, max(1, ins.lip_depth(sys._getframe(1))), result,
+                    overridden)
         key = (proc.pid, th.tid)
         with proc.lock:
             prev_state = th.state
@@ -361,9 +370,13 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                                 "action": stop.action})
             self._emit("continued", {"pid": proc.pid, "tid": th.tid, "stop_id": stop.id, "action": stop.action,
                                      "stopped_for": round(t - stop.ts, 6)})
-        if stop.action in ("step", "step_syscall"):
-            with self._lock:
-                self._stepping[th] = "pred" if stop.action == "step" else "syscall"
+        if stop.action in PLAN_OF_ACTION:
+            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth)
+        if where == "after" and ev.call == "pred" and isinstance(stop.result, Dist) and stop.action != "detach":
+            info = self.stop_info(stop)
+            if (info.get("result") or {}).get("taken") is None:  # known once the program feeds its pick
+                with self._lock:
+                    self._awaiting_fed[(proc.pid, th.tid)] = (stop.id, stop.seq)
         return stop.result
 
     def stop_info(self, stop: Stop) -> dict:
@@ -405,7 +418,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             for s in stops:
                 if self._stops.get((s.pid, s.tid)) is s:
                     del self._stops[(s.pid, s.tid)]
-                self._stepping.pop(s.thread, None)
+                self.stepping.cancel(s.pid, s.tid)
                 self._pause_req.discard(s.thread)
                 s.action = action
                 s.resumed.set()
@@ -424,13 +437,24 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         return {"resumed": self._resume(stops, "continue")}
 
     def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:
-        """Run the stopped thread until its next `pred` returns (granularity "pred"), or to its next
-        stop point of any kind ("syscall": the after of this call, or the before of the next)."""
+        """Step into: run the stopped thread until its next `pred` returns — or, when it spawns
+        threads first, until the first pred one of them returns (granularity "pred"); or to its
+        next stop point of any kind ("syscall"). See stepping.py."""
         if granularity not in ("pred", "syscall"):
             raise DebuggerError(f"step granularity must be 'pred' or 'syscall', got {granularity!r}")
         s = self._find_stop(pid, tid)
         return {"resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
                 "granularity": granularity}
+
+    def step_over(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """Run the stopped thread until its next `pred` returns in this function or a caller
+        (preds in called functions and spawned threads run through)."""
+        return {"resumed": self._resume([self._find_stop(pid, tid)], "step_over")}
+
+    def step_out(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """Run the stopped thread until its first stop point outside the function it is stopped
+        in (a spawned thread that ends: its process's main thread at its next stop point)."""
+        return {"resumed": self._resume([self._find_stop(pid, tid)], "step_out")}
 
     def pause(self, pid: int | None = None) -> dict:
         """Stop every running thread of process `pid` (or of every process) at its next syscall
@@ -640,7 +664,13 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                 self._gate_cv.notify_all()
             if self._watch:
                 self._dirty.update(("timeline", "kv_tree"))
-        elif kind == "process_exit":
+        elif kind == "thread_exit" or kind == "process_exit":
+            proc = self.runtime.processes.get(ev.pid)
+            if proc is not None:
+                self.stepping.thread_exited(proc, ev.tid)
+            self._awaiting_fed.pop((ev.pid, ev.tid), None)
+        if kind == "process_exit":
+            self.stepping.clear(ev.pid)
             with self._cv:
                 self._recording_pids.discard(ev.pid)
                 self._entry_pids.discard(ev.pid)

@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 
-from . import inspect as ins
+from . import viewdata as ins
 from .errors import DebuggerError
 
 

@@ -1,7 +1,7 @@
 """Views as data: the KV fork tree, the scheduler timeline and the Chrome trace of the run, as
 JSON-serialisable snapshots and as live "view" event streams (`watch`).
 
-The `Views` part of `Debugger` reads the engine through `inspect.py`; the trace is built from
+The `Views` part of `Debugger` reads the engine through `viewdata.py`; the trace is built from
 the events the debugger's bus subscriber keeps (`_trace`).
 """
 
@@ -12,7 +12,7 @@ import time
 
 from symphony_core.lip.events import now
 
-from . import inspect as ins
+from . import viewdata as ins
 from .errors import DebuggerError
 from .trace import chrome_trace
 
