@@ -72,7 +72,7 @@ class PredRecord:
         return None
 
 
-def _message_value(v: Any) -> Any:
+def message_value(v: Any) -> Any:
     """A `send` event carries `repr(obj)`; give back the object when it is a plain literal."""
     if isinstance(v, str):
         try:
@@ -116,7 +116,7 @@ class SessionState:
                     self.preds.setdefault(key, {})[b.get("seq", 0)] = PredRecord(
                         b.get("seq", 0), list(a.get("tokens") or []), a.get("n_tokens", 0), a.get("file"))
                 elif call == "send" and isinstance(pid, int):
-                    self.messages.setdefault(pid, []).append(_message_value((b.get("args") or {}).get("value")))
+                    self.messages.setdefault(pid, []).append(message_value((b.get("args") or {}).get("value")))
             elif name == "syscall_exit" and b.get("call") == "pred":
                 rec = self.preds.get(key, {}).get(b.get("seq", 0))
                 r = b.get("result")
@@ -294,4 +294,36 @@ class SessionState:
         return {tid: self.lane(pid, tid, text_of) for tid in self.threads_of(pid) if self.preds.get((pid, tid))}
 
 
-__all__ = ["EVENTS", "PredRecord", "ProcessState", "SessionState", "ThreadState"]
+def scope_kv_tree(tree: dict, pids: set[int] | list[int]) -> dict:
+    """The part of a KV tree (the `kv_tree` view) that processes `pids` hold, with the files they
+    forked from, so the tree keeps its shape."""
+    pids = set(pids)
+    files = tree.get("files") or []
+    by_id = {f["file"]: f for f in files}
+    keep = {f["file"] for f in files if pids & set(f.get("held_by") or [])}
+    for fid in list(keep):
+        for a in by_id[fid].get("ancestry") or []:
+            if a in by_id:
+                keep.add(a)
+    out = dict(tree)
+    out["files"] = [f for f in files if f["file"] in keep]
+    out["edges"] = [e for e in tree.get("edges") or [] if e[1] in keep]
+    out["roots"] = [r for r in tree.get("roots") or [] if r in keep]
+    out["scope"] = sorted(pids)
+    return out
+
+
+def scope_timeline(tl: dict, pids: set[int] | list[int]) -> dict:
+    """The scheduler timeline with only the batches and queued calls that involve `pids`
+    (each batch still counts every member, so its fill is the real one)."""
+    pids = set(pids)
+    out = dict(tl)
+    out["batches"] = [b for b in tl.get("batches") or []
+                      if any(m.get("pid") in pids for m in b.get("members") or [])]
+    out["queue"] = [q for q in tl.get("queue") or [] if q.get("pid") in pids]
+    out["scope"] = sorted(pids)
+    return out
+
+
+__all__ = ["EVENTS", "PredRecord", "message_value", "ProcessState", "SessionState", "ThreadState", "scope_kv_tree",
+           "scope_timeline"]
