@@ -13,6 +13,10 @@ point (before and after every syscall) whether that plan is done:
 - **out** (`step_out`): stop at the thread's first stop point outside the function it is
   stopped in. When a spawned thread ends on the way, its process's main thread stops at its
   next stop point (typically when its `join` returns).
+
+A spawned thread that ends during a step into or over hands the step on to its process's main
+thread (which usually waits for it in `join`): stepping on from a thread's last `pred` goes on
+to the program's next `pred`, or into the next threads it spawns, instead of running to the end.
 - **syscall** (`step(granularity="syscall")`): the next stop point of any kind.
 
 Depths count the frames of the LIP's own code (`viewdata.lip_depth`); a stop on entry is at
@@ -127,10 +131,10 @@ class Stepping:
             f = self._follows.get(proc.pid)
             if f is not None and f.spawner == (proc.pid, tid):
                 del self._follows[proc.pid]
-            if plan is not None and plan.kind == "out" and tid != 1:
+            if plan is not None and tid != 1:
                 main = proc.threads[0] if proc.threads else None
-                if main is not None and not main.done.is_set():
-                    self._plans[(proc.pid, main.tid)] = StepPlan("syscall", 0)
+                if main is not None and not main.done.is_set() and (proc.pid, main.tid) not in self._plans:
+                    self._plans[(proc.pid, main.tid)] = StepPlan("syscall" if plan.kind == "out" else "into", 0)
 
 
 __all__ = ["PLAN_OF_ACTION", "StepPlan", "Stepping"]

@@ -61,26 +61,25 @@ class RunViews:
         }
 
     def kv_view(self, run: "LabRun", live: dict) -> dict:
-        """The run's KV tree: the live one, or — once its files are closed (the run ended) — the
-        last one that showed them; `run.kv_index` picks an earlier kept tree (scrubbing)."""
-        state = self.lab.state
+        """The run's KV tree: the live one while it shows the run's files; once they are closed
+        (the run ended), the kept tree that showed the most of them (its fork tree at its
+        fullest, the newest of equals); `run.kv_index` picks any kept tree (scrubbing)."""
         mine = set(run.pids)
-        trees = [t for _, t in list(state.kv_trees)]
+        scoped = (lambda t: t) if run.scope == "engine" else (lambda t: scope_kv_tree(t, mine))
+        trees = [t for _, t in list(self.lab.state.kv_trees)]
         kept = len(trees)
         if run.kv_index is not None and trees:
             i = max(0, min(run.kv_index, kept - 1))
-            tree, source = trees[i], "kept"
-        else:
-            tree, source, i = live, "live", kept - 1
-            shown = live if run.scope == "engine" else scope_kv_tree(live, mine)
-            if not shown.get("files"):
-                for j in range(kept - 1, -1, -1):
-                    t = trees[j] if run.scope == "engine" else scope_kv_tree(trees[j], mine)
-                    if t.get("files"):
-                        tree, source, i = trees[j], "kept", j
-                        break
-        out = tree if run.scope == "engine" else scope_kv_tree(tree, mine)
-        return {**out, "source": source, "index": i, "kept": kept}
+            return {**scoped(trees[i]), "source": "kept", "index": i, "kept": kept}
+        shown = scoped(live)
+        if shown.get("files") or not trees:
+            return {**shown, "source": "live", "index": kept - 1, "kept": kept}
+        best, best_n = kept - 1, -1
+        for j, t in enumerate(trees):
+            n = len(scoped(t).get("files") or [])
+            if n >= best_n and n > 0:
+                best, best_n = j, n
+        return {**scoped(trees[best]), "source": "kept" if best_n > 0 else "live", "index": best, "kept": kept}
 
     def run_view(self, run: "LabRun") -> dict:
         lab = self.lab
