@@ -56,10 +56,11 @@ def _quiet_when_gone(fn):
 
 
 def describe_stop(stop: dict) -> str:
-    """'on entry', 'after pred (step)', 'before kv_fork (breakpoint)'."""
+    """'on entry', 'after pred (step)', 'after pred (step into thread)', 'before kv_fork (breakpoint)'."""
     if stop.get("where") == "entry" or stop.get("call") is None:
         return "on entry"
-    return f"{stop.get('where', 'at')} {stop.get('call')} ({stop.get('reason')})"
+    reason = "step into thread" if "follow" in (stop.get("reasons") or []) else stop.get("reason")
+    return f"{stop.get('where', 'at')} {stop.get('call')} ({reason})"
 
 
 FOCUS_IN_PANE = {"program": "#source", "tokens": "#topk", "kv": "#kv-tree", "sched": "#sched-table",
@@ -91,7 +92,8 @@ class SymphonyLab(App):
         Binding("f7", "step_back", "Step back", show=False),
         Binding("r", "relaunch", "Relaunch"),
         Binding("t", "toggle_dark", "Theme", show=False),
-        Binding("question_mark,f1", "help", "Help"),
+        # priority: a focused pane (source view, tables, trees) must not swallow `?` (F1 works anyway)
+        Binding("question_mark,f1", "help", "Help", priority=True),
         Binding("q", "quit", "Quit"),
         *[Binding(str(i + 1), f"show_pane('{key}')", label, show=False) for i, (key, label, _) in enumerate(PANES)],
     ]
@@ -107,6 +109,9 @@ class SymphonyLab(App):
         self.active_pane = "program"
         self.last_error: str | None = None
         self.busy: str | None = None
+        self.started = False  # the session's start (loading the model, connecting) is over
+        self.queued: list[str] = []  # commands pressed while busy: run in order once it is free
+        self._awaiting: tuple[int | None, set] | None = None  # after a step: (pid, stop ids then held)
         self._refreshing = False
         self._refresh_again = False
         self._want_focus: tuple | None = None
@@ -144,7 +149,11 @@ class SymphonyLab(App):
             launched = getattr(self.session, "pid", None)
             if launched is not None:
                 self.call_from_thread(self._set_focus, (launched, None))
+        self.call_from_thread(self._mark_started)
         self.call_from_thread(self.refresh_state)
+
+    def _mark_started(self) -> None:
+        self.started = True
 
     # --- state -------------------------------------------------------------------------------------
     def refresh_state(self) -> None:
@@ -169,6 +178,8 @@ class SymphonyLab(App):
         self._refreshing = False
         if st is not None:
             self.apply_state(st)
+            self._check_landed()
+            self._run_queued()
         if self._refresh_again:
             self._refresh_again = False
             self.refresh_state()
@@ -262,7 +273,8 @@ class SymphonyLab(App):
 
         self.query_one(KVPane).show(st.get("kv", {}))
         self.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
-        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}))
+        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}),
+                                           st.get("results", {}))
 
     def _draw_status(self, stop: dict | None, proc: dict | None) -> None:
         """One line: what the focused thread is doing first (it must survive 80 columns), then the program."""
@@ -281,6 +293,10 @@ class SymphonyLab(App):
             parts.append(Content.styled(f"  {self.state['loading']}", "$text-accent"))
         if self.busy:
             parts.append(Content.styled(f"  {self.busy}…", "$text-accent"))
+        elif not self.started:
+            parts.append(Content.styled("  starting…", "$text-accent"))
+        if self.queued:
+            parts.append(Content.styled("  queued: " + " ".join(self.queued), "$text-accent"))
         parts += ["  ", Content.styled(self.session.title, "dim")]
         self.query_one("#status", Static).update(Content.assemble(*parts))
 
@@ -292,19 +308,55 @@ class SymphonyLab(App):
         n.set_class(bool(text), "-shown")
 
     # --- commands --------------------------------------------------------------------------------
+    # Keys for these arrive while the model loads, while connecting, or while a step is on its
+    # way to its stop: they are queued (the status line shows them) and run in order, never dropped.
+    QUEUED_ACTIONS = ("step", "continue", "pause", "step_back", "step_batch", "relaunch")
+
+    def is_busy(self) -> bool:
+        return not self.started or self.busy is not None or self._awaiting is not None
+
+    def _queue(self, action: str) -> bool:
+        """True if `action` must wait (it is queued); False if it may run now."""
+        if not self.is_busy() and not self.queued:
+            return False
+        self.queued.append(action)
+        self._draw_status(self.focused_stop(), self.focused_proc())
+        return True
+
+    def _run_queued(self) -> None:
+        if self.queued and not self.is_busy():
+            action = self.queued.pop(0)
+            getattr(self, f"_do_{action}")()
+
+    def _check_landed(self) -> None:
+        """A step is over when a stop the process did not hold before shows, or the process ended."""
+        if self._awaiting is None:
+            return
+        pid, before = self._awaiting
+        stops = [s for s in self.state.get("stops", []) if pid is None or s["pid"] == pid]
+        proc = next((p for p in self.state.get("processes", []) if p["pid"] == pid), None)
+        if any(s["stop_id"] not in before for s in stops) or proc is None or proc.get("done"):
+            self._awaiting = None
+            self._set_busy(None)
+
     @work(thread=True, exclusive=False, group="cmd")
-    def run_command(self, label: str, fn, *args) -> None:
+    def run_command(self, label: str, fn, *args, lands: bool = False) -> None:
+        """Run a session verb on a worker thread. `lands`: the verb resumes a thread (a step):
+        the app stays busy until its stop shows (or the process ends)."""
         self.call_from_thread(self._set_busy, label)
+        landing = False
         try:
             r = fn(*args)
             err = r.get("error") if isinstance(r, dict) else None
             self.call_from_thread(self.notice, f"{label}: {err}" if err else None)
             if isinstance(r, dict) and r.get("focus"):
                 self.call_from_thread(self._set_focus, tuple(r["focus"]))
+            landing = lands and not err
         except Exception as e:  # the session said no: show it, keep going
             self.call_from_thread(self.notice, f"{label}: {type(e).__name__}: {e}")
         finally:
-            self.call_from_thread(self._set_busy, None)
+            if not landing:
+                self.call_from_thread(self._set_busy, None)
             self.call_from_thread(self.refresh_state)
 
     def _set_focus(self, pt: tuple) -> None:
@@ -324,14 +376,27 @@ class SymphonyLab(App):
         return pid, tid
 
     def action_step(self) -> None:
+        if not self._queue("step"):
+            self._do_step()
+
+    def _do_step(self) -> None:
         pt = self._need_thread("step")
         if pt:
-            self.run_command("step", self.session.step, *pt)
+            self._awaiting = (pt[0], {s["stop_id"] for s in self.state.get("stops", [])})
+            self.run_command("step", self.session.step, *pt, lands=True)
 
     def action_continue(self) -> None:
+        if not self._queue("continue"):
+            self._do_continue()
+
+    def _do_continue(self) -> None:
         self.run_command("continue", self.session.cont, self.focus_pt[0])
 
     def action_pause(self) -> None:
+        if not self._queue("pause"):
+            self._do_pause()
+
+    def _do_pause(self) -> None:
         self.run_command("pause", self.session.pause, self.focus_pt[0])
 
     def action_toggle_breakpoint(self) -> None:
@@ -364,19 +429,38 @@ class SymphonyLab(App):
             self.run_command("override", self.session.override, pt[0], pt[1], ev.token, None)
 
     def action_step_batch(self) -> None:
+        if not self._queue("step_batch"):
+            self._do_step_batch()
+
+    def _do_step_batch(self) -> None:
         self.run_command("step batch", self.session.step_batch)
 
     def action_step_mode(self) -> None:
         self.run_command("step mode", self.session.set_step_mode, not self.state.get("step_mode", False))
 
     def action_step_back(self) -> None:
+        if not self._queue("step_back"):
+            self._do_step_back()
+
+    def _do_step_back(self) -> None:
         pt = self._need_thread("step back")
         if pt:
             self.run_command("step back", self.session.step_back, *pt)
 
     def action_relaunch(self) -> None:
+        if not self._queue("relaunch"):
+            self._do_relaunch()
+
+    def _do_relaunch(self) -> None:
         self.query_one(SourceView).forget()  # the file may have been edited: read it again
         self.run_command("relaunch", self.session.relaunch, self.focus_pt[0])
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "help":  # `?` typed into an input (the override box) is a character there
+            from textual.widgets import Input
+
+            return not isinstance(self.focused, Input) and not isinstance(self.screen, HelpScreen)
+        return True
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

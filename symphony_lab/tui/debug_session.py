@@ -131,6 +131,7 @@ class DebuggerSession(Session):
         self._rec_top: dict[int, dict[tuple[int, int], list]] = {}  # pid -> (tid, seq) -> top5
         self._rec_seen: dict[int, tuple[int, float]] = {}
         self._tracebacks: dict[int, str] = {}
+        self._results: dict[int, dict] = {}
         self._replaying: set[int] = set()  # step-back replays on their way to the target pred
         self._backing = 0
         self._unsub: Callable[[], None] | None = None
@@ -249,6 +250,15 @@ class DebuggerSession(Session):
         elif name == "process_exit":
             if b.get("error"):
                 self._fetch_traceback(pid)
+
+    def _result_of(self, pid: int) -> dict | None:
+        """A finished process's return value (asked once, kept)."""
+        if pid not in self._results:
+            try:
+                self._results[pid] = self.request("wait_process", pid=pid, timeout=0.5)
+            except (SessionError, TimeoutError):
+                return None
+        return self._results[pid]
 
     def _fetch_traceback(self, pid: int) -> str | None:
         """A failed process's traceback from the `traceback_of` helper, kept once found."""
@@ -386,7 +396,7 @@ class DebuggerSession(Session):
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
             shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
         self._fetch_texts()
-        history, locations, tracebacks = {}, {}, {}
+        history, locations, tracebacks, results = {}, {}, {}, {}
         for p in procs:
             pid = p["pid"]
             for t in p.get("threads", []):
@@ -395,6 +405,8 @@ class DebuggerSession(Session):
                 loc = self.model.locations.get((pid, t["tid"]))
                 if loc:
                     locations[key] = loc
+            if p.get("status") == "finished":
+                results[pid] = self._result_of(pid)
             if p.get("status") in ("failed", "cancelled"):
                 tb = self._tracebacks.get(pid) or p.get("traceback") or self._fetch_traceback(pid)
                 tracebacks[pid] = tb or p.get("error") or ""
@@ -410,6 +422,7 @@ class DebuggerSession(Session):
             "next_batch": pending.get("members") if pending else None,
             "breakpoints": shown_bps,
             "tracebacks": tracebacks,
+            "results": {k: v for k, v in results.items() if v is not None},
             "program_file": self.program_file,
             # a program run by a server carries its source under the server's file name for it
             "sources": ({f"<lip {self.program.get('name') or self.program['entry']}>": self.program["source"]}
