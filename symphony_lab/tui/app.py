@@ -324,9 +324,19 @@ class SymphonyLab(App):
         return True
 
     def _run_queued(self) -> None:
-        if self.queued and not self.is_busy():
-            action = self.queued.pop(0)
-            getattr(self, f"_do_{action}")()
+        if not self.queued or self.is_busy():
+            return
+        if self.queued[0] in ("step", "step_back"):  # they need a stop: wait for one (entry, a breakpoint)
+            pid = self.focus_pt[0]
+            proc = self.focused_proc()
+            if self.focused_stop() is None and not any(s["pid"] == pid for s in self.state.get("stops", [])):
+                if proc is not None and proc.get("done"):
+                    self.notice(f"{self.queued[0]}: pid {pid} has ended (dropped {len(self.queued)} queued keys)")
+                    self.queued.clear()
+                    self._draw_status(None, proc)
+                return
+        action = self.queued.pop(0)
+        getattr(self, f"_do_{action}")()
 
     def _check_landed(self) -> None:
         """A step is over when a stop the process did not hold before shows, or the process ended."""
