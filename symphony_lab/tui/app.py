@@ -9,7 +9,6 @@ freezes while the model works.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -21,12 +20,13 @@ from textual.css.query import NoMatches
 from textual.content import Content
 from textual.widgets import Footer, Static, Tab, Tabs
 
-from .labels import Quiet
+from .labels import Quiet, describe_stop, quiet_when_gone
 from .kv import KVPane
 from .processes import ProcessesPane, ProcTree, failure_line
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
 from .screens import HelpScreen, OverrideScreen
+from .command_queue import CommandQueue
 from .session import Session
 from .tokens import TokensPane, TopK
 
@@ -39,28 +39,6 @@ PANES = [
 ]
 # Grid order in the wide layout (see app.tcss): program spans two rows on the left.
 GRID_ORDER = ["program", "procs", "kv", "tokens", "sched"]
-
-
-def _quiet_when_gone(fn):
-    """Workers finish after the app has closed: their redraws then find no widgets; skip them."""
-
-    @functools.wraps(fn)
-    def wrapper(self, *a, **kw):
-        try:
-            return fn(self, *a, **kw)
-        except (NoMatches, ScreenStackError):
-            if self.is_running and not getattr(self, "_exit", False):
-                raise
-
-    return wrapper
-
-
-def describe_stop(stop: dict) -> str:
-    """'on entry', 'after pred (step)', 'after pred (step into thread)', 'before kv_fork (breakpoint)'."""
-    if stop.get("where") == "entry" or stop.get("call") is None:
-        return "on entry"
-    reason = "step into thread" if "follow" in (stop.get("reasons") or []) else stop.get("reason")
-    return f"{stop.get('where', 'at')} {stop.get('call')} ({reason})"
 
 
 FOCUS_IN_PANE = {"program": "#source", "tokens": "#topk", "kv": "#kv-tree", "sched": "#sched-table",
@@ -109,9 +87,7 @@ class SymphonyLab(App):
         self.active_pane = "program"
         self.last_error: str | None = None
         self.busy: str | None = None
-        self.started = False  # the session's start (loading the model, connecting) is over
-        self.queued: list[str] = []  # commands pressed while busy: run in order once it is free
-        self._awaiting: tuple[int | None, set] | None = None  # after a step: (pid, stop ids then held)
+        self.commands = CommandQueue()  # keys pressed while busy wait there (command_queue.py)
         self._refreshing = False
         self._refresh_again = False
         self._want_focus: tuple | None = None
@@ -153,7 +129,7 @@ class SymphonyLab(App):
         self.call_from_thread(self.refresh_state)
 
     def _mark_started(self) -> None:
-        self.started = True
+        self.commands.started = True
 
     # --- state -------------------------------------------------------------------------------------
     def refresh_state(self) -> None:
@@ -178,13 +154,14 @@ class SymphonyLab(App):
         self._refreshing = False
         if st is not None:
             self.apply_state(st)
-            self._check_landed()
+            if self.commands.check_landed(self.state):
+                self._set_busy(None)
             self._run_queued()
         if self._refresh_again:
             self._refresh_again = False
             self.refresh_state()
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def apply_state(self, st: dict) -> None:
         self.state = st
         self._pick_focus()
@@ -293,14 +270,14 @@ class SymphonyLab(App):
             parts.append(Content.styled(f"  {self.state['loading']}", "$text-accent"))
         if self.busy:
             parts.append(Content.styled(f"  {self.busy}…", "$text-accent"))
-        elif not self.started:
+        elif not self.commands.started:
             parts.append(Content.styled("  starting…", "$text-accent"))
         if self.queued:
             parts.append(Content.styled("  queued: " + " ".join(self.queued), "$text-accent"))
         parts += ["  ", Content.styled(self.session.title, "dim")]
         self.query_one("#status", Static).update(Content.assemble(*parts))
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def notice(self, text: str | None) -> None:
         self.last_error = text
         n = self.query_one("#notice", Static)
@@ -308,46 +285,46 @@ class SymphonyLab(App):
         n.set_class(bool(text), "-shown")
 
     # --- commands --------------------------------------------------------------------------------
-    # Keys for these arrive while the model loads, while connecting, or while a step is on its
-    # way to its stop: they are queued (the status line shows them) and run in order, never dropped.
-    QUEUED_ACTIONS = ("step", "continue", "pause", "step_back", "step_batch", "relaunch")
-
-    def is_busy(self) -> bool:
-        return not self.started or self.busy is not None or self._awaiting is not None
+    @property
+    def queued(self) -> list[str]:
+        return self.commands.pending
 
     def _queue(self, action: str) -> bool:
-        """True if `action` must wait (it is queued); False if it may run now."""
-        if not self.is_busy() and not self.queued:
+        """True if `action` must wait (it is queued, and the status line says so)."""
+        if not self.commands.push(action, self.busy):
             return False
-        self.queued.append(action)
         self._draw_status(self.focused_stop(), self.focused_proc())
         return True
 
-    def _run_queued(self) -> None:
-        if not self.queued or self.is_busy():
-            return
-        if self.queued[0] in ("step", "step_back"):  # they need a stop: wait for one (entry, a breakpoint)
-            pid = self.focus_pt[0]
-            proc = self.focused_proc()
-            if self.focused_stop() is None and not any(s["pid"] == pid for s in self.state.get("stops", [])):
-                if proc is not None and proc.get("done"):
-                    self.notice(f"{self.queued[0]}: pid {pid} has ended (dropped {len(self.queued)} queued keys)")
-                    self.queued.clear()
-                    self._draw_status(None, proc)
-                return
-        action = self.queued.pop(0)
-        getattr(self, f"_do_{action}")()
+    def _act(self, action: str) -> None:
+        if not self._queue(action):
+            getattr(self, f"_do_{action}")()
 
-    def _check_landed(self) -> None:
-        """A step is over when a stop the process did not hold before shows, or the process ended."""
-        if self._awaiting is None:
-            return
-        pid, before = self._awaiting
-        stops = [s for s in self.state.get("stops", []) if pid is None or s["pid"] == pid]
-        proc = next((p for p in self.state.get("processes", []) if p["pid"] == pid), None)
-        if any(s["stop_id"] not in before for s in stops) or proc is None or proc.get("done"):
-            self._awaiting = None
-            self._set_busy(None)
+    def action_step(self) -> None:
+        self._act("step")
+
+    def action_continue(self) -> None:
+        self._act("continue")
+
+    def action_pause(self) -> None:
+        self._act("pause")
+
+    def action_step_batch(self) -> None:
+        self._act("step_batch")
+
+    def action_step_back(self) -> None:
+        self._act("step_back")
+
+    def action_relaunch(self) -> None:
+        self._act("relaunch")
+
+    def _run_queued(self) -> None:
+        action, dropped = self.commands.next_ready(self.state, self.focus_pt, self.busy)
+        if dropped:
+            self.notice(dropped)
+            self._draw_status(self.focused_stop(), self.focused_proc())
+        if action is not None:
+            getattr(self, f"_do_{action}")()
 
     @work(thread=True, exclusive=False, group="cmd")
     def run_command(self, label: str, fn, *args, lands: bool = False) -> None:
@@ -365,6 +342,8 @@ class SymphonyLab(App):
         except Exception as e:  # the session said no: show it, keep going
             self.call_from_thread(self.notice, f"{label}: {type(e).__name__}: {e}")
         finally:
+            if lands and not landing:
+                self.call_from_thread(self.commands.step_failed)
             if not landing:
                 self.call_from_thread(self._set_busy, None)
             self.call_from_thread(self.refresh_state)
@@ -373,7 +352,7 @@ class SymphonyLab(App):
         self.focus_pt = (pt[0], pt[1])
         self._want_focus = self.focus_pt
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def _set_busy(self, label: str | None) -> None:
         self.busy = label
         self._draw_status(self.focused_stop(), self.focused_proc())
@@ -385,26 +364,14 @@ class SymphonyLab(App):
             return None
         return pid, tid
 
-    def action_step(self) -> None:
-        if not self._queue("step"):
-            self._do_step()
-
     def _do_step(self) -> None:
         pt = self._need_thread("step")
         if pt:
-            self._awaiting = (pt[0], {s["stop_id"] for s in self.state.get("stops", [])})
+            self.commands.step_began(pt[0], self.state)
             self.run_command("step", self.session.step, *pt, lands=True)
-
-    def action_continue(self) -> None:
-        if not self._queue("continue"):
-            self._do_continue()
 
     def _do_continue(self) -> None:
         self.run_command("continue", self.session.cont, self.focus_pt[0])
-
-    def action_pause(self) -> None:
-        if not self._queue("pause"):
-            self._do_pause()
 
     def _do_pause(self) -> None:
         self.run_command("pause", self.session.pause, self.focus_pt[0])
@@ -438,28 +405,16 @@ class SymphonyLab(App):
         if pt and self.focused_stop() is not None:
             self.run_command("override", self.session.override, pt[0], pt[1], ev.token, None)
 
-    def action_step_batch(self) -> None:
-        if not self._queue("step_batch"):
-            self._do_step_batch()
-
     def _do_step_batch(self) -> None:
         self.run_command("step batch", self.session.step_batch)
 
     def action_step_mode(self) -> None:
         self.run_command("step mode", self.session.set_step_mode, not self.state.get("step_mode", False))
 
-    def action_step_back(self) -> None:
-        if not self._queue("step_back"):
-            self._do_step_back()
-
     def _do_step_back(self) -> None:
         pt = self._need_thread("step back")
         if pt:
             self.run_command("step back", self.session.step_back, *pt)
-
-    def action_relaunch(self) -> None:
-        if not self._queue("relaunch"):
-            self._do_relaunch()
 
     def _do_relaunch(self) -> None:
         self.query_one(SourceView).forget()  # the file may have been edited: read it again
