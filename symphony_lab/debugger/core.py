@@ -14,11 +14,13 @@ other threads and processes keep running and batching (non-stop mode) unless
 Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
 documented JSON commands onto these methods one to one; see docs/protocol.md.
 
-This file holds attaching, the kernel hook, stops, execution control, breakpoints and the
-event stream. The other commands are parts of the same class, one concept a file:
-inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), overrides.py
-(force / ban / bias), replaying.py (record, replay, step back), scheduler_step.py (one batch
-per command) and views.py (KV tree, timeline, trace, watch).
+This file holds attaching, the kernel hook, stops, execution control and breakpoints. Parts
+composed through explicit interfaces (each given what it needs, none reading the core's
+private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
+event messages), views.py (KV tree, timeline, trace, watch). Parts still mixed into the class
+(they read its stops and locks): inspection.py (threads, stack, tokens, KV file,
+distribution, verify_kv), overrides.py (force / ban / bias), replaying.py (record, replay,
+step back), scheduler_step.py (one batch per command).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from .inspection import Inspection
 from .overrides import Overrides, edit_dist
 from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
+from .event_stream import EventStream
 from .scheduler_step import SchedulerStepMode
 from .stepping import PLAN_OF_ACTION, Stepping
 from .views import Views
@@ -90,7 +93,7 @@ class Stop:
         return f if isinstance(f, int) else None
 
 
-class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
+class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode):
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
 
     def __new__(cls, engine=None, **kwargs):
@@ -128,10 +131,10 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         self._launch_lock = threading.Lock()
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
-        self._subs: list[tuple[Callable[[dict], None], frozenset | None]] = []
-        self._evseq = itertools.count(1)
+        self.events = EventStream()
         self._init_step_mode()
-        self._init_views()
+        self.views = Views(self.runtime, self.tokenizer, self._known_files, self._trace, self._emit,
+                           lambda: self._attached)
         self._attached = False
         self.attach()
 
@@ -173,7 +176,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             self._stops.clear()
             self._replays.clear()
             self._recording_pids.clear()
-            self._watch.clear()
+            self.views.unwatch()
             self._cv.notify_all()
         for s in stops:
             s.action = "detach"
@@ -602,44 +605,13 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
     # ============================================================================ events
     def subscribe(self, fn: Callable[[dict], None], kinds: list[str] | None = None) -> Callable[[], None]:
         """Call `fn(message)` for every event message (optionally only these event names)."""
-        entry = (fn, None if kinds is None else frozenset(kinds))
-        with self._lock:
-            self._subs = self._subs + [entry]
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._subs = [s for s in self._subs if s is not entry]
-
-        return unsubscribe
+        return self.events.subscribe(fn, kinds)
 
     def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
-        q: queue.Queue = queue.Queue(maxsize)
-
-        def put(m: dict) -> None:
-            try:
-                q.put_nowait(m)
-            except queue.Full:
-                pass
-
-        return q, self.subscribe(put, kinds)
+        return self.events.event_queue(kinds, maxsize)
 
     def _emit(self, name: str, body: dict | Callable[[], dict]) -> None:
-        """Send an event message to the subscribers that want `name` (`body` may be a function,
-        called only if someone does)."""
-        subs = self._subs
-        if not subs:
-            return
-        msg = None
-        for fn, kinds in subs:
-            if kinds is not None and name not in kinds:
-                continue
-            if msg is None:
-                b = body() if callable(body) else body
-                msg = {"type": "event", "event": name, "seq": next(self._evseq), "ts": now(), "body": ins.jsonable(b)}
-            try:
-                fn(msg)
-            except Exception:  # a broken front-end must never take a LIP down
-                pass
+        self.events.emit(name, body)
 
     def _on_event(self, ev: Event) -> None:
         """Bus subscriber: keep the trace, track files and process ends, forward to the stream."""
@@ -656,14 +628,14 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
                 self._known_files[ev.result["file"]] = {"parent": ev.args.get("file") if ev.call == "kv_fork" else None,
                                                         "path": ev.args.get("path")}
-            if self._watch and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
-                self._dirty.add("kv_tree")
+            if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
+                self.views.changed("kv_tree")
         elif kind == "batch":
             with self._gate_cv:
                 self._last_batch = ev.args
                 self._gate_cv.notify_all()
-            if self._watch:
-                self._dirty.update(("timeline", "kv_tree"))
+            if self.views.watching:
+                self.views.changed("timeline", "kv_tree")
         elif kind == "thread_exit" or kind == "process_exit":
             proc = self.runtime.processes.get(ev.pid)
             if proc is not None:
@@ -683,8 +655,26 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                 for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
                     del self._bps[bp.id]
                 self._cv.notify_all()
-        if self._subs:
-            self._emit(kind, ev.to_dict)
+        if self.events.active:
+            self.events.emit(kind, ev.to_dict)
+
+    # ============================================================================ views (views.py)
+    def kv_tree(self, with_text: bool = True) -> dict:
+        return self.views.kv_tree(with_text)
+
+    def timeline(self, since: int = 0, limit: int = 500) -> dict:
+        return self.views.timeline(since, limit)
+
+    def trace(self, path: str | None = None) -> dict:
+        """The run since attach as a Chrome trace (dict); also written to `path` if given."""
+        return self.views.trace(path)
+
+    def watch(self, view: str, interval: float = 0.25) -> dict:
+        """Stream a view ("kv_tree" or "timeline") as "view" events, at most every `interval` s."""
+        return self.views.watch(view, interval)
+
+    def unwatch(self, view: str | None = None) -> dict:
+        return self.views.unwatch(view)
 
     # ============================================================================ protocol
     def handle_command(self, msg: dict) -> dict:
