@@ -17,10 +17,10 @@ documented JSON commands onto these methods one to one; see docs/protocol.md.
 This file holds attaching, the kernel hook, stops, execution control and breakpoints. Parts
 composed through explicit interfaces (each given what it needs, none reading the core's
 private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
-event messages), views.py (KV tree, timeline, trace, watch). Parts still mixed into the class
-(they read its stops and locks): inspection.py (threads, stack, tokens, KV file,
-distribution, verify_kv), overrides.py (force / ban / bias), replaying.py (record, replay,
-step back), scheduler_step.py (one batch per command).
+event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
+command). Parts still mixed into the class (they read its stops and locks): inspection.py
+(threads, stack, tokens, KV file, distribution, verify_kv), overrides.py (force / ban /
+bias), replaying.py (record, replay, step back).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class Stop:
         return f if isinstance(f, int) else None
 
 
-class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode):
+class Debugger(Inspection, Overrides, RecordReplay):
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
 
     def __new__(cls, engine=None, **kwargs):
@@ -132,7 +132,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode):
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
         self.events = EventStream()
-        self._init_step_mode()
+        self.batch_steps = SchedulerStepMode(self.runtime, self._emit, lambda: self._attached)
         self.views = Views(self.runtime, self.tokenizer, self._known_files, self._trace, self._emit,
                            lambda: self._attached)
         self._attached = False
@@ -631,9 +631,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode):
             if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
                 self.views.changed("kv_tree")
         elif kind == "batch":
-            with self._gate_cv:
-                self._last_batch = ev.args
-                self._gate_cv.notify_all()
+            self.batch_steps.batch_fired(ev.args)
             if self.views.watching:
                 self.views.changed("timeline", "kv_tree")
         elif kind == "thread_exit" or kind == "process_exit":
@@ -657,6 +655,23 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode):
                 self._cv.notify_all()
         if self.events.active:
             self.events.emit(kind, ev.to_dict)
+
+    # ============================================================================ scheduler step mode (scheduler_step.py)
+    def scheduler_step_mode(self, enabled: bool = True) -> dict:
+        """In step mode the batch scheduler fires one batch per `step_batch`; before each, the
+        batch it is about to fire is shown (`pending_batch`, event "batch_pending")."""
+        return self.batch_steps.scheduler_step_mode(enabled)
+
+    def pending_batch(self) -> dict:
+        return self.batch_steps.pending_batch()
+
+    def wait_batch_pending(self, timeout: float = 30.0) -> dict:
+        return self.batch_steps.wait_batch_pending(timeout)
+
+    def step_batch(self, wait: bool = True, timeout: float = 30.0) -> dict:
+        """Fire the batch that is waiting at the gate (waits up to `timeout` for one to arrive);
+        with `wait`, return its record once it has run."""
+        return self.batch_steps.step_batch(wait, timeout)
 
     # ============================================================================ views (views.py)
     def kv_tree(self, with_text: bool = True) -> dict:
