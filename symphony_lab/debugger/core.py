@@ -18,9 +18,9 @@ This file holds attaching, the kernel hook, stops, execution control and breakpo
 composed through explicit interfaces (each given what it needs, none reading the core's
 private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
 event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
-command). Parts still mixed into the class (they read its stops and locks): inspection.py
-(threads, stack, tokens, KV file, distribution, verify_kv), overrides.py (force / ban /
-bias), replaying.py (record, replay, step back).
+command), overrides.py (force / ban / bias). Parts still mixed into the class (they read its
+stops and locks): inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), replaying.py
+(record, replay, step back).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class Stop:
         return f if isinstance(f, int) else None
 
 
-class Debugger(Inspection, Overrides, RecordReplay):
+class Debugger(Inspection, RecordReplay):
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md."""
 
     def __new__(cls, engine=None, **kwargs):
@@ -125,13 +125,13 @@ class Debugger(Inspection, Overrides, RecordReplay):
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
-        self._edits: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
         self._entry_pids: set[int] = set()
         self._init_record_replay(record, max_recordings)
         self._launch_lock = threading.Lock()
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
         self.events = EventStream()
+        self.overrides = Overrides(self.tokenizer, self._find_stop, self.stop_info, self._emit)
         self.batch_steps = SchedulerStepMode(self.runtime, self._emit, lambda: self._attached)
         self.views = Views(self.runtime, self.tokenizer, self._known_files, self._trace, self._emit,
                            lambda: self._attached)
@@ -170,7 +170,7 @@ class Debugger(Inspection, Overrides, RecordReplay):
             self._awaiting_fed.clear()
             self._pause_req.clear()
             self._after_bp.clear()
-            self._edits.clear()
+            self.overrides.clear()
             self._entry_pids.clear()
             stops = list(self._stops.values())
             self._stops.clear()
@@ -192,7 +192,7 @@ class Debugger(Inspection, Overrides, RecordReplay):
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
         return bool(self._bps or self.stepping.active() or self._awaiting_fed or self._pause_req or self._replays or self._recording_pids
-                    or self._edits or self._after_bp)
+                    or self.overrides.pending or self._after_bp)
 
     def before(self, th, ev: Event) -> None:
         prev = self._prev_hook
@@ -273,7 +273,7 @@ class Debugger(Inspection, Overrides, RecordReplay):
         reasons: list[str] = []
         bp_ids: list[int] = []
         with self._lock:
-            ed = self._edits.pop(th, None)
+            ed = self.overrides.take_pending(th)
             ab = self._after_bp.pop(th, None)
         if self.stepping.active():
             reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
@@ -655,6 +655,17 @@ class Debugger(Inspection, Overrides, RecordReplay):
                 self._cv.notify_all()
         if self.events.active:
             self.events.emit(kind, ev.to_dict)
+
+    # ============================================================================ overrides (overrides.py)
+    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
+                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
+        """Make the stopped thread's `pred` result choose `token` (or the one token of `text`)."""
+        return self.overrides.override(pid, tid, token, text, token_only, position)
+
+    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
+                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
+        """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
+        return self.overrides.edit_dist(pid, tid, ban, force, bias, position)
 
     # ============================================================================ scheduler step mode (scheduler_step.py)
     def scheduler_step_mode(self, enabled: bool = True) -> dict:
