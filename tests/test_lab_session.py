@@ -207,3 +207,22 @@ def test_session_state_folds_the_event_stream():
     assert st.processes[1].done and st.processes[1].status == "finished"
     assert st.kv_tree() == tree  # kept after the end
     assert [f["file"] for f in scope_kv_tree(tree, {1})["files"]] == [9]
+
+
+def test_a_scoped_user_must_name_the_process_to_step_over_or_out(engine):
+    """Over a `symphony serve` connection a user steps only their own processes: step_over and
+    step_out, like step, need a pid (without one they could act on another user's stop)."""
+    from symphony_lab.debugger.scope import UserScope
+
+    with Debugger(engine, stop_on_entry=True) as dbg:
+        pid = dbg.launch(lab_lips.threads_in_turn, user="bob")["pid"]
+        dbg.wait_stopped(pid)
+        alice = UserScope("alice")
+        for command in ("step_over", "step_out"):
+            r = alice.handle(dbg, {"type": "request", "seq": 1, "command": command, "arguments": {}})
+            assert not r["success"] and r["error"] == "ScopeError", r
+            r = alice.handle(dbg, {"type": "request", "seq": 2, "command": command, "arguments": {"pid": pid}})
+            assert not r["success"] and r["error"] == "ScopeError", r
+        assert dbg.stops()["stops"][0]["pid"] == pid  # bob's stop is still held
+        dbg.continue_(pid)
+        dbg.wait_process(pid)
