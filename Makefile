@@ -91,6 +91,9 @@ test-lab: setup
 	$(BIN)/python -m pytest -q tests/test_jupyter*.py tests/test_widgets*.py --timeout=900
 
 # JupyterLab on the course-lab notebooks, with the Symphony Lab sidebar and widgets ready.
+# LAB_ARGS go to `jupyter lab` (e.g. LAB_ARGS="--no-browser --port 8890"); run as root (a
+# container), it gets --allow-root, which JupyterLab otherwise demands and refuses to start without.
 .PHONY: lab
+LAB_ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=tutorials $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=tutorials $(LAB_ROOT_ARGS) $(LAB_ARGS)

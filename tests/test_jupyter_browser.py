@@ -59,7 +59,12 @@ def lab_server(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("jlab")
-    srv = start_server(tmp, app="lab", env_extra={"SYMPHONY_LAB_TOPK": "5"})
+    # JupyterLab loads this checkout's build of the extension (first on JUPYTER_PATH), not whichever
+    # one the environment's share/jupyter/labextensions links to
+    jpath = tmp / "jupyter-path"
+    (jpath / "labextensions").mkdir(parents=True)
+    (jpath / "labextensions" / "symphony-lab").symlink_to(LABEXT.parent)
+    srv = start_server(tmp, app="lab", env_extra={"SYMPHONY_LAB_TOPK": "5", "JUPYTER_PATH": str(jpath)})
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
         "import sys\n"
@@ -253,6 +258,17 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     toks = widget.locator(".sl-tokens .sl-tok-override")
     assert toks.count() >= 1 and toks.first.text_content() == alt_text
     assert int(alt_token) >= 0
+    # one lane per thread (the beams' threads never interleave), and the run's KV fork tree is
+    # still there after the run ended (the kept tree), with a scrubber over the kept ones
+    lanes = widget.locator(".sl-tokens .sl-lane")
+    assert lanes.count() >= 3, widget.locator(".sl-tokens").inner_text()
+    tids = [lanes.nth(i).get_attribute("data-tid") for i in range(lanes.count())]
+    assert len(set(tids)) == len(tids) and "1" in tids, tids
+    _wait(page, f"() => {{ const w = document.querySelector(\"{W}\"); return w.dataset.kvSource === 'kept'"
+                f" && w.querySelectorAll('.sl-kv .sl-kvnode').length >= 1; }}", 30,
+          "the widget's KV tree kept after the run ended")
+    assert "the run has ended" in widget.locator(".sl-kv-note").inner_text()
+    assert not widget.locator(".sl-kv-scrub").is_disabled()
 
     # the busy cell got the same result once the LIP ended
     _wait(page, "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('BEST:'))",

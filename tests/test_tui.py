@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import threading
 import time
 import uuid
 
@@ -119,7 +120,7 @@ def test_full_session_on_the_parallel_example(engine):
             assert (s1["where"], s1["call"], s1["tid"]) == ("after", "pred", 1)
             screen = screen_text(app)
             assert "after pred (step)" in screen
-            assert path in screen  # the KV tree shows the new named file
+            assert os.path.basename(path) in screen  # the KV tree shows the new named file (its name)
             assert "top-k" in screen and "chosen" in screen
 
             # Step 2: main spawns one thread per question and joins; the step follows into the
@@ -392,3 +393,45 @@ def test_pause_a_running_program(engine):
         run(drive())
     finally:
         session.close()  # cancels the program
+
+
+def test_keys_while_busy_are_queued_follow_label_return_value_and_help(engine):
+    """Three `s` pressed at once, before the program has even stopped on entry, make three steps
+    (queued, shown in the status line); the step into a spawned thread is labelled as one, not
+    as a breakpoint; the processes pane shows the program's return value; `?` opens the help
+    from the program pane like F1."""
+    from symphony_lab.tui.app import describe_stop
+
+    lips = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab_lips.py")
+    session = EmbeddedSession(f"{lips}:threads_in_turn", engine=engine)
+    connected = threading.Event()  # hold the start (as a slow model load or connection would)
+    start = session.start
+    session.start = lambda: (connected.wait(30), start())
+    app = SymphonyLab(session)
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("s", "s", "s")
+            assert app.queued == ["step"] * 3 and "queued: step step step" in screen_text(app)
+            connected.set()
+            await wait_until(pilot, lambda: len([s for s in session.model.stop_log if s["pid"] == session.pid]) >= 4
+                             and not app.queued and app.busy is None, "three queued steps")
+            log = [s for s in session.model.stop_log if s["pid"] == session.pid]
+            assert [(s["tid"], s["reasons"]) for s in log] == [(1, ["entry"]), (1, ["step"]), (2, ["step", "follow"]),
+                                                               (2, ["step"])]
+            assert describe_stop(log[2]) == "after pred (step into thread)"
+            await pilot.press("c")
+            await wait_until(pilot, lambda: any(p["pid"] == session.pid and p.get("done")
+                                                for p in app.state.get("processes", [])), "the end of the run")
+            await wait_until(pilot, lambda: "returned [[" in screen_text(app), "the return value in the processes pane")
+            res = session.request("wait_process", pid=session.pid, timeout=10)
+            assert res["status"] == "finished" and len(res["result"]) == 2
+            await pilot.press("1")  # the program pane (its source view has the focus)
+            await pilot.press("question_mark")
+            await pilot.pause(0.2)
+            assert "Symphony Lab — keys" in screen_text(app)
+
+    try:
+        run(drive())
+    finally:
+        session.close()

@@ -1,4 +1,4 @@
-"""Snapshot tests of Symphony Lab's main screen (pytest-textual-snapshot), at 80×24 and 160×48.
+"""Snapshot tests of Symphony Lab's main screen (pytest-textual-snapshot), at 80×24, 120×40 and 160×48.
 
 The screen is drawn from a *recorded* session — the state the TUI held after a real run of the
 parallel-decoding example (stop on entry, three steps, an override), saved as JSON in
@@ -231,6 +231,11 @@ def test_token_tab_80x24(snap_compare, recorded_state):
 def test_main_screen_160x48(snap_compare, recorded_state):
     """Wide terminal: every pane at once."""
     assert snap_compare(make_app(recorded_state), terminal_size=(160, 48), run_before=_ready)
+
+
+def test_main_screen_120x40(snap_compare, recorded_state):
+    """The narrowest wide layout: the KV pane shows the named file and all 4 forks, labels whole."""
+    assert snap_compare(make_app(recorded_state), terminal_size=(120, 40), run_before=_ready)
 
 
 def test_main_screen_160x48_light(snap_compare, recorded_state):

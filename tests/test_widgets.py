@@ -16,14 +16,7 @@ from pathlib import Path
 
 import pytest
 
-_prev = os.environ.get("SYMPHONY_LAB_NO_AUTOSTART")
-os.environ["SYMPHONY_LAB_NO_AUTOSTART"] = "1"  # this module makes its own small Lab, not the default one
-from symphony_lab.lab import Lab  # noqa: E402
-
-if _prev is None:
-    os.environ.pop("SYMPHONY_LAB_NO_AUTOSTART")
-else:
-    os.environ["SYMPHONY_LAB_NO_AUTOSTART"] = _prev
+from symphony_lab.lab import Lab  # importing starts nothing: this module makes its own small Lab
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "symphony_lab" / "widgets" / "static"
@@ -61,7 +54,7 @@ def lab(engine):
             p.wait(10)
     lab.shutdown()
     rt = engine.runtime
-    assert rt.kernel.hook is not lab._tap and rt.kernel.hook is not lab.debugger, "the shared engine's hook restored"
+    assert rt.kernel.hook is not lab.tap and rt.kernel.hook is not lab.debugger, "the shared engine's hook restored"
     assert lab._on_process_start not in rt.on_process_start
 
 

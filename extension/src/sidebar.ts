@@ -11,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 
 import { renderFileDetails, renderTreeSvg } from './kvtree';
 import { EventMsg, labSocketUrl, Requester } from './protocol';
-import { describeStop, ProcessView, StopView, statusBadge, threadActions } from './state';
+import { describeStop, liveBreakpoints, ProcessView, splitThreads, StopView, statusBadge, threadActions, ThreadView } from './state';
 import { mergeBatches, renderTimelineLegend, renderTimelineSvg, Timeline } from './timeline';
 import { escapeHtml } from './tokens';
 
@@ -202,27 +202,39 @@ export class SymphonySidebar extends Widget {
     }
     const stops: StopView[] = v.stops ?? [];
     const procs: ProcessView[] = v.processes ?? [];
+    const threadRow = (p: ProcessView, t: ThreadView) => {
+      const stop = stops.find(s => s.pid === p.pid && s.tid === t.tid) ?? null;
+      const a = threadActions(t, stop);
+      const st = stop ? 'stopped' : t.state;
+      const btn = (cmd: string, label: string, on: boolean) =>
+        on ? `<button class="sl-btn sl-cmd" data-cmd="${cmd}" data-pid="${p.pid}" data-tid="${t.tid}">${label}</button>` : '';
+      return (
+        `<tr class="sl-thread" data-pid="${p.pid}" data-tid="${t.tid}"><td>t${t.tid}</td><td>${escapeHtml(t.tid > 1 ? t.name : 'main')}</td>` +
+        `<td><span class="sl-status" style="background:${statusBadge(st)}">${escapeHtml(st)}</span>${stop ? `<div class="sl-note">${escapeHtml(describeStop(stop))}</div>` : ''}` +
+        `<div class="sl-actions">${btn('step', 'step', a.step)}${btn('continue', 'continue', a.continue)}${btn('pause', 'pause', a.pause)}</div></td></tr>`
+      );
+    };
+    // threads grouped under their process; finished threads collapsed (a beam search's 16 stay one line)
     this.$('.sl-procs').innerHTML = procs.length
-      ? `<table><thead><tr><th>pid.tid</th><th>name</th><th>state</th></tr></thead><tbody>${procs
-          .map(p =>
-            p.threads
-              .map(t => {
-                const stop = stops.find(s => s.pid === p.pid && s.tid === t.tid) ?? null;
-                const a = threadActions(t, stop);
-                const st = stop ? 'stopped' : t.state;
-                const btn = (cmd: string, label: string, on: boolean) =>
-                  on ? `<button class="sl-btn sl-cmd" data-cmd="${cmd}" data-pid="${p.pid}" data-tid="${t.tid}">${label}</button>` : '';
-                return (
-                  `<tr class="sl-thread" data-pid="${p.pid}" data-tid="${t.tid}"><td>${p.pid}.${t.tid}</td><td>${escapeHtml(p.name)}${t.tid > 1 ? '/' + escapeHtml(t.name) : ''}</td>` +
-                  `<td><span class="sl-status" style="background:${statusBadge(p.done ? p.status : st)}">${escapeHtml(p.done ? p.status : st)}</span>${stop ? `<div class="sl-note">${escapeHtml(describeStop(stop))}</div>` : ''}` +
-                  `<div class="sl-actions">${btn('step', 'step', a.step)}${btn('continue', 'continue', a.continue)}${btn('pause', 'pause', a.pause)}</div></td></tr>`
-                );
-              })
-              .join('')
-          )
-          .join('')}</tbody></table>`
+      ? procs
+          .map(p => {
+            const { live, finished } = splitThreads(p, stops);
+            const state = p.done ? p.status : stops.some(s => s.pid === p.pid) ? 'stopped' : p.status;
+            return (
+              `<details class="sl-proc" data-pid="${p.pid}"${p.done ? '' : ' open'}><summary><b>pid ${p.pid}</b> ${escapeHtml(p.name)} ` +
+              `<span class="sl-status" style="background:${statusBadge(state)}">${escapeHtml(state)}</span> ` +
+              `<span class="sl-note">${p.threads.length} thread${p.threads.length === 1 ? '' : 's'}</span></summary>` +
+              (live.length ? `<table><tbody>${live.map(t => threadRow(p, t)).join('')}</tbody></table>` : '') +
+              (finished.length
+                ? `<details class="sl-finished-threads"><summary>${finished.length} finished thread${finished.length === 1 ? '' : 's'}</summary>` +
+                  `<table><tbody>${finished.map(t => threadRow(p, t)).join('')}</tbody></table></details>`
+                : '') +
+              `</details>`
+            );
+          })
+          .join('')
       : '<div class="sl-empty">no processes</div>';
-    const bps: any[] = v.breakpoints ?? [];
+    const bps: any[] = liveBreakpoints(v.breakpoints ?? [], procs);
     this.$('.sl-bps').innerHTML = bps.length
       ? `<table><tbody>${bps
           .map(

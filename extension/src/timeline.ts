@@ -128,8 +128,12 @@ export function renderTimelineSvg(tl: Timeline, width = 520, height = 170, byInd
 
 export function renderTimelineLegend(tl: Timeline): string {
   const tot = tl.totals;
+  const pids = [...new Set(tl.batches.flatMap(b => b.members.map(m => m.pid)))].sort((a, b) => (a ?? -1) - (b ?? -1));
+  const keys = pids
+    .map(pid => `<span class="sl-key sl-pid-key" data-pid="${pid ?? ''}" style="color:${pidColor(pid)}">■ pid ${pid ?? '?'}</span>`)
+    .join(' ');
   return (
-    `<div class="sl-legend"><span class="sl-key" style="color:#c0392b">━ queue depth</span> ` +
+    `<div class="sl-legend">${keys ? keys + ' · ' : ''}<span class="sl-key" style="color:#c0392b">━ queue depth</span> ` +
     `<span class="sl-key" style="color:#2471a3">━ pages in use</span> · ` +
     `${tot ? tot.batches : tl.batches.length} batches${tot ? `, ${tot.tokens} tokens` : ''} · queue now ${tl.queue_depth} · ` +
     `pages ${tl.pages_used}/${tl.pages_total}${tl.policy ? ' · policy ' + escapeHtml(tl.policy) : ''}</div>`

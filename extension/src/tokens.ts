@@ -97,3 +97,36 @@ export function renderTopK(topk: TopK[], chosen: number | null, canOverride: boo
     .join('');
   return `<table class="sl-topk"><thead><tr><th>token</th><th>id</th><th>p</th><th></th></tr></thead><tbody>${rows}</tbody></table>`;
 }
+
+/** One token of a thread's lane (symphony_lab/session_state.py `SessionState.lane`). */
+export interface LaneToken {
+  token: number | null;
+  text: string;
+  p?: number | null;
+  overridden?: boolean;
+  pending?: boolean;
+  fed?: boolean;
+}
+
+export interface Lane {
+  tid: number;
+  prompt: string;
+  tokens: LaneToken[];
+}
+
+/** One row per thread: its tokens coloured by probability (fed text dim), never interleaved. */
+export function renderLanes(lanes: Lane[]): string {
+  return lanes
+    .map(lane => {
+      const toks = lane.tokens
+        .map(t =>
+          t.fed || t.token === null
+            ? `<span class="sl-tok-fed">${escapeHtml(showText(t.text))}</span>`
+            : `<span class="sl-tok${t.overridden ? ' sl-tok-override' : ''}${t.pending ? ' sl-tok-pending' : ''}" ` +
+              `style="background:${probColor(t.p)}" title="${escapeHtml(`#${t.token} ${JSON.stringify(t.text)}  p=${formatProb(t.p)}${t.overridden ? '  (override)' : ''}`)}">${escapeHtml(showText(t.text))}</span>`
+        )
+        .join('');
+      return `<div class="sl-lane" data-tid="${lane.tid}"><span class="sl-lane-tid">t${lane.tid}</span>${toks || '<span class="sl-empty">no tokens yet</span>'}</div>`;
+    })
+    .join('');
+}

@@ -14,11 +14,13 @@ other threads and processes keep running and batching (non-stop mode) unless
 Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
 documented JSON commands onto these methods one to one; see docs/protocol.md.
 
-This file holds attaching, the kernel hook, stops, execution control, breakpoints and the
-event stream. The other commands are parts of the same class, one concept a file:
-inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), overrides.py
-(force / ban / bias), replaying.py (record, replay, step back), scheduler_step.py (one batch
-per command) and views.py (KV tree, timeline, trace, watch).
+This file holds attaching, the kernel hook, stops, execution control and breakpoints. Parts
+composed through explicit interfaces (each given what it needs, none reading the core's
+private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
+event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
+command), overrides.py (force / ban / bias). Parts still mixed into the class (they read its
+stops and locks): inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), replaying.py
+(record, replay, step back).
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ from symphony_core.kvfs import KV
 from symphony_core.lip.events import Event, now
 from symphony_core.model.dist import Dist
 
-from . import inspect as ins
+from . import viewdata as ins
 from .breakpoints import Breakpoint
 from .errors import DebuggerError
 from .inspection import Inspection
 from .overrides import Overrides, edit_dist
 from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
+from .event_stream import EventStream
 from .scheduler_step import SchedulerStepMode
+from .stepping import PLAN_OF_ACTION, Stepping
 from .views import Views
 
 
@@ -67,6 +71,7 @@ class Stop:
     ts: float
     frames: list[dict]
     tokens: list[int] | None
+    depth: int = 1  # frames of the LIP's own code on the stack (what step over / out compare)
     result: Any = None
     overridden: int | None = None  # the token forced by an override
     edits: list[dict] = field(default_factory=list)
@@ -88,7 +93,7 @@ class Stop:
         return f if isinstance(f, int) else None
 
 
-class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
+class Debugger(Inspection, RecordReplay):
     """Attach to `engine` (in-process). See the module docstring and docs/protocol.md.
 
     Every protocol command is a method of the same name (`continue` is `continue_`) returning
@@ -136,19 +141,20 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         self._stop_ids = itertools.count(1)
         self._bps: dict[int, Breakpoint] = {}
         self._stops: dict[tuple[int, int], Stop] = {}
-        self._stepping: dict[Any, str] = {}  # LIPThread -> "pred" | "syscall"
+        self.stepping = Stepping()
+        self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
-        self._edits: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
         self._entry_pids: set[int] = set()
         self._init_record_replay(record, max_recordings)
         self._launch_lock = threading.Lock()
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
-        self._subs: list[tuple[Callable[[dict], None], frozenset | None]] = []
-        self._evseq = itertools.count(1)
-        self._init_step_mode()
-        self._init_views()
+        self.events = EventStream()
+        self.overrides = Overrides(self.tokenizer, self._find_stop, self.stop_info, self._emit)
+        self.batch_steps = SchedulerStepMode(self.runtime, self._emit, lambda: self._attached)
+        self.views = Views(self.runtime, self.tokenizer, self._known_files, self._trace, self._emit,
+                           lambda: self._attached)
         self._attached = False
         self.attach()
 
@@ -181,16 +187,17 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         self.scheduler_step_mode(False)
         with self._cv:
             self._bps.clear()
-            self._stepping.clear()
+            self.stepping.clear()
+            self._awaiting_fed.clear()
             self._pause_req.clear()
             self._after_bp.clear()
-            self._edits.clear()
+            self.overrides.clear()
             self._entry_pids.clear()
             stops = list(self._stops.values())
             self._stops.clear()
             self._replays.clear()
             self._recording_pids.clear()
-            self._watch.clear()
+            self.views.unwatch()
             self._cv.notify_all()
         for s in stops:
             s.action = "detach"
@@ -205,8 +212,8 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
 
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
-        return bool(self._bps or self._stepping or self._pause_req or self._replays or self._recording_pids
-                    or self._edits or self._after_bp)
+        return bool(self._bps or self.stepping.active() or self._awaiting_fed or self._pause_req or self._replays or self._recording_pids
+                    or self.overrides.pending or self._after_bp)
 
     def before(self, th, ev: Event) -> None:
         prev = self._prev_hook
@@ -235,11 +242,16 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                     rs.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
                     self._emit("replay_diverged", {"pid": pid, "tid": tid, "seq": seq, "call": call, "why": diff})
                     reasons.append("diverged")
+        if call == "pred" and self._awaiting_fed:
+            fed = self._awaiting_fed.pop((pid, tid), None)
+            toks = tokens() if fed is not None else None
+            if toks:
+                self._emit("taken", {"pid": pid, "tid": tid, "stop_id": fed[0], "seq": fed[1], "token": toks[0],
+                                     "text": self.tokenizer.token_text(toks[0]), "by": "fed"})
         bp_ids: list[int] = []
+        if self.stepping.active():
+            reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
         with self._lock:
-            if self._stepping.get(th) == "syscall":
-                del self._stepping[th]
-                reasons.append("step")
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
@@ -282,12 +294,11 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         reasons: list[str] = []
         bp_ids: list[int] = []
         with self._lock:
-            ed = self._edits.pop(th, None)
+            ed = self.overrides.take_pending(th)
             ab = self._after_bp.pop(th, None)
-            mode = self._stepping.get(th)
-            if mode == "syscall" or (mode == "pred" and call == "pred"):
-                del self._stepping[th]
-                reasons.append("step")
+        if self.stepping.active():
+            reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
+        with self._lock:
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
@@ -341,7 +352,8 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         proc = th.proc
         frames = ins.capture_frames(sys._getframe(1))
         stop = Stop(next(self._stop_ids), th, reasons[0], reasons, where, ev.call, ev.seq, dict(ev.args), ev.file,
-                    ev.line, bp_ids, now(), frames, tokens, result, overridden)
+                    ev.line, bp_ids, now(), frames, tokens, max(1, ins.lip_depth(sys._getframe(1))), result,
+                    overridden)
         key = (proc.pid, th.tid)
         with proc.lock:
             prev_state = th.state
@@ -382,9 +394,13 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                                 "action": stop.action})
             self._emit("continued", {"pid": proc.pid, "tid": th.tid, "stop_id": stop.id, "action": stop.action,
                                      "stopped_for": round(t - stop.ts, 6)})
-        if stop.action in ("step", "step_syscall"):
-            with self._lock:
-                self._stepping[th] = "pred" if stop.action == "step" else "syscall"
+        if stop.action in PLAN_OF_ACTION:
+            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth)
+        if where == "after" and ev.call == "pred" and isinstance(stop.result, Dist) and stop.action != "detach":
+            info = self.stop_info(stop)
+            if (info.get("result") or {}).get("taken") is None:  # known once the program feeds its pick
+                with self._lock:
+                    self._awaiting_fed[(proc.pid, th.tid)] = (stop.id, stop.seq)
         return stop.result
 
     def stop_info(self, stop: Stop) -> dict:
@@ -426,7 +442,7 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             for s in stops:
                 if self._stops.get((s.pid, s.tid)) is s:
                     del self._stops[(s.pid, s.tid)]
-                self._stepping.pop(s.thread, None)
+                self.stepping.cancel(s.pid, s.tid)
                 self._pause_req.discard(s.thread)
                 s.action = action
                 s.resumed.set()
@@ -445,8 +461,9 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         return {"resumed": self._resume(stops, "continue")}
 
     def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:
-        """Run the stopped thread until its next `pred` returns (granularity "pred"), or to its next
-        stop point of any kind ("syscall": the after of this call, or the before of the next).
+        """Step into: run the stopped thread until its next `pred` returns — or, when it spawns
+        threads first, until the first pred one of them returns (granularity "pred"); or to its
+        next stop point of any kind ("syscall"). See stepping.py.
 
         Raises:
             DebuggerError: `step granularity must be 'pred' or 'syscall', got <x>`; `no stopped
@@ -458,6 +475,16 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
         s = self._find_stop(pid, tid)
         return {"resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
                 "granularity": granularity}
+
+    def step_over(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """Run the stopped thread until its next `pred` returns in this function or a caller
+        (preds in called functions and spawned threads run through)."""
+        return {"resumed": self._resume([self._find_stop(pid, tid)], "step_over")}
+
+    def step_out(self, pid: int | None = None, tid: int | None = None) -> dict:
+        """Run the stopped thread until its first stop point outside the function it is stopped
+        in (a spawned thread that ends: its process's main thread at its next stop point)."""
+        return {"resumed": self._resume([self._find_stop(pid, tid)], "step_out")}
 
     def pause(self, pid: int | None = None) -> dict:
         """Stop every running thread of process `pid` (or of every process) at its next syscall
@@ -667,45 +694,14 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
     # ============================================================================ events
     def subscribe(self, fn: Callable[[dict], None], kinds: list[str] | None = None) -> Callable[[], None]:
         """Call `fn(message)` for every event message (optionally only these event names)."""
-        entry = (fn, None if kinds is None else frozenset(kinds))
-        with self._lock:
-            self._subs = self._subs + [entry]
-
-        def unsubscribe() -> None:
-            with self._lock:
-                self._subs = [s for s in self._subs if s is not entry]
-
-        return unsubscribe
+        return self.events.subscribe(fn, kinds)
 
     def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
         """`subscribe` into a queue: returns `(queue, unsubscribe)`; events past `maxsize` are dropped."""
-        q: queue.Queue = queue.Queue(maxsize)
-
-        def put(m: dict) -> None:
-            try:
-                q.put_nowait(m)
-            except queue.Full:
-                pass
-
-        return q, self.subscribe(put, kinds)
+        return self.events.event_queue(kinds, maxsize)
 
     def _emit(self, name: str, body: dict | Callable[[], dict]) -> None:
-        """Send an event message to the subscribers that want `name` (`body` may be a function,
-        called only if someone does)."""
-        subs = self._subs
-        if not subs:
-            return
-        msg = None
-        for fn, kinds in subs:
-            if kinds is not None and name not in kinds:
-                continue
-            if msg is None:
-                b = body() if callable(body) else body
-                msg = {"type": "event", "event": name, "seq": next(self._evseq), "ts": now(), "body": ins.jsonable(b)}
-            try:
-                fn(msg)
-            except Exception:  # a broken front-end must never take a LIP down
-                pass
+        self.events.emit(name, body)
 
     def _on_event(self, ev: Event) -> None:
         """Bus subscriber: keep the trace, track files and process ends, forward to the stream."""
@@ -722,15 +718,19 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
             if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
                 self._known_files[ev.result["file"]] = {"parent": ev.args.get("file") if ev.call == "kv_fork" else None,
                                                         "path": ev.args.get("path")}
-            if self._watch and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
-                self._dirty.add("kv_tree")
+            if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
+                self.views.changed("kv_tree")
         elif kind == "batch":
-            with self._gate_cv:
-                self._last_batch = ev.args
-                self._gate_cv.notify_all()
-            if self._watch:
-                self._dirty.update(("timeline", "kv_tree"))
-        elif kind == "process_exit":
+            self.batch_steps.batch_fired(ev.args)
+            if self.views.watching:
+                self.views.changed("timeline", "kv_tree")
+        elif kind == "thread_exit" or kind == "process_exit":
+            proc = self.runtime.processes.get(ev.pid)
+            if proc is not None:
+                self.stepping.thread_exited(proc, ev.tid)
+            self._awaiting_fed.pop((ev.pid, ev.tid), None)
+        if kind == "process_exit":
+            self.stepping.clear(ev.pid)
             with self._cv:
                 self._recording_pids.discard(ev.pid)
                 self._entry_pids.discard(ev.pid)
@@ -743,8 +743,54 @@ class Debugger(Inspection, Overrides, RecordReplay, SchedulerStepMode, Views):
                 for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
                     del self._bps[bp.id]
                 self._cv.notify_all()
-        if self._subs:
-            self._emit(kind, ev.to_dict)
+        if self.events.active:
+            self.events.emit(kind, ev.to_dict)
+
+    # ============================================================================ overrides (overrides.py)
+    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
+                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
+        """Make the stopped thread's `pred` result choose `token` (or the one token of `text`)."""
+        return self.overrides.override(pid, tid, token, text, token_only, position)
+
+    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
+                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
+        """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
+        return self.overrides.edit_dist(pid, tid, ban, force, bias, position)
+
+    # ============================================================================ scheduler step mode (scheduler_step.py)
+    def scheduler_step_mode(self, enabled: bool = True) -> dict:
+        """In step mode the batch scheduler fires one batch per `step_batch`; before each, the
+        batch it is about to fire is shown (`pending_batch`, event "batch_pending")."""
+        return self.batch_steps.scheduler_step_mode(enabled)
+
+    def pending_batch(self) -> dict:
+        return self.batch_steps.pending_batch()
+
+    def wait_batch_pending(self, timeout: float = 30.0) -> dict:
+        return self.batch_steps.wait_batch_pending(timeout)
+
+    def step_batch(self, wait: bool = True, timeout: float = 30.0) -> dict:
+        """Fire the batch that is waiting at the gate (waits up to `timeout` for one to arrive);
+        with `wait`, return its record once it has run."""
+        return self.batch_steps.step_batch(wait, timeout)
+
+    # ============================================================================ views (views.py)
+    def kv_tree(self, with_text: bool = True) -> dict:
+        return self.views.kv_tree(with_text)
+
+    def timeline(self, since: int = 0, limit: int = 500) -> dict:
+        return self.views.timeline(since, limit)
+
+    def trace(self, path: str | None = None) -> dict:
+        """The run since attach as a Chrome trace (dict); also written to `path` if given."""
+        return self.views.trace(path)
+
+    def watch(self, view: str, interval: float = 0.25) -> dict:
+        """Stream a view ("kv_tree" or "timeline") as "view" events, at most every `interval` s."""
+        return self.views.watch(view, interval)
+
+    def unwatch(self, view: str | None = None) -> dict:
+        return self.views.unwatch(view)
 
     # ============================================================================ protocol
     def handle_command(self, msg: dict) -> dict:

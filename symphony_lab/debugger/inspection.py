@@ -1,6 +1,6 @@
 """Inspection at a stop: processes and threads, the stopped call's source and stack, its input
 tokens, its KV file in full, the distribution a stepped `pred` returned, and a check of a KV
-file against a fresh recompute (`verify_kv`). The views' JSON shapes are built in inspect.py.
+file against a fresh recompute (`verify_kv`). The views' JSON shapes are built in viewdata.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from symphony_core.kvfs import KV
 from symphony_core.model.dist import Dist
 
-from . import inspect as ins
+from . import viewdata as ins
 from .errors import DebuggerError
 
 

@@ -1,11 +1,17 @@
 """Overrides: change what a stopped `pred` hands its LIP — force a token, ban tokens, add biases.
 
 `edit_dist` makes the edited `Dist`; the `Overrides` part of `Debugger` applies it to a stop
-(at once after a pred, or when the pred returns for a stop before it). The LIP continues from
+(at once after a pred, or when the pred returns for a stop before it). It is composed through
+an explicit interface: given the tokenizer, how to find a stop and describe it, and where to
+emit events; it keeps the edits waiting for a pred to return, which the kernel hook takes
+(`take_pending`). The Debugger's `override` / `edit_dist` commands hand on to it. The LIP continues from
 the edited distribution, and its KV cache holds only what the LIP then feeds it.
 """
 
 from __future__ import annotations
+
+import threading
+from typing import Any, Callable
 
 import torch
 
@@ -69,7 +75,27 @@ def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None
 
 
 class Overrides:
-    """The override commands of `Debugger` (uses its stops, `_edits`, `_lock` and `_emit`)."""
+    def __init__(self, tokenizer, find_stop: Callable, stop_info: Callable[[Any], dict],
+                 emit: Callable[[str, dict], None]) -> None:
+        self.tokenizer = tokenizer
+        self._find_stop = find_stop
+        self.stop_info = stop_info
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._pending: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def take_pending(self, th) -> tuple[int, dict] | None:
+        """The edit waiting for `th`'s pred to return (seq, edit), taken."""
+        with self._lock:
+            return self._pending.pop(th, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
 
     def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
                  text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
@@ -119,7 +145,7 @@ class Overrides:
             return {"applied": True, "stop": info}
         if s.where == "before" and s.call == "pred":
             with self._lock:
-                self._edits[s.thread] = (s.seq, edit)
+                self._pending[s.thread] = (s.seq, edit)
             s.edits.append(edit)
             return {"applied": False, "pending": True, "edit": edit}
         raise DebuggerError(f"nothing to override at a stop {s.where} {s.call or 'entry'}; step to a pred")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect as _pyinspect
 from typing import Any
 
-from .inspect import jsonable
+from .viewdata import jsonable
 
 PROTOCOL_VERSION = 1
 
@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "restart": "restart",
     "continue": "continue_",
     "step": "step",
+    "step_over": "step_over",
+    "step_out": "step_out",
     "pause": "pause",
     "set_stop_on_entry": "set_stop_on_entry",
     "set_breakpoint": "set_breakpoint",
@@ -68,7 +70,7 @@ COMMANDS: dict[str, str] = {
 
 EVENTS = [
     # from the debugger
-    "stopped", "continued", "overridden", "batch_pending", "replay_diverged", "view",
+    "stopped", "continued", "overridden", "taken", "batch_pending", "replay_diverged", "view",
     # forwarded from the engine's event bus
     "syscall_enter", "syscall_exit", "process_start", "process_exit", "thread_start", "thread_exit", "batch",
 ]

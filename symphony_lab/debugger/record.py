@@ -34,7 +34,7 @@ import torch
 
 from symphony_core.model.dist import Dist
 
-from .inspect import jsonable
+from .viewdata import jsonable
 
 SUBSTITUTED = ("pred", "recv", "kv_list")
 _UNSTABLE_ARGS = ("kv", "file", "sampler")  # file ids and handle names differ between runs

@@ -3,6 +3,11 @@ before each the batch it is about to fire (members, token counts, the queue behi
 
 It works through the batch scheduler's `gate`: called with the chosen members just before a
 forward pass, it holds the scheduler's thread until `step_batch` releases that batch.
+
+One part of `Debugger`, composed through an explicit interface: it is given the runtime, where
+to emit events and how to tell that the debugger is still attached; the debugger's bus
+subscriber reports each fired batch (`batch_fired`); the Debugger's commands of the same names
+hand on to it.
 """
 
 from __future__ import annotations
@@ -10,15 +15,17 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from typing import Callable
 
-from . import inspect as ins
+from . import viewdata as ins
 from .errors import DebuggerError
 
 
 class SchedulerStepMode:
-    """The scheduler step mode commands of `Debugger` (state set up in `_init_step_mode`)."""
-
-    def _init_step_mode(self) -> None:
+    def __init__(self, runtime, emit: Callable[[str, dict], None], attached: Callable[[], bool]) -> None:
+        self.runtime = runtime
+        self._emit = emit
+        self._is_attached = attached
         self._gate_cv = threading.Condition()
         self._gate_on = False
         self._gate_ids = itertools.count(1)
@@ -26,6 +33,11 @@ class SchedulerStepMode:
         self._gate_released = 0
         self._last_batch: dict | None = None  # the newest batch record (kept by the bus subscriber)
         self._prev_gate = None
+
+    def batch_fired(self, record: dict) -> None:
+        with self._gate_cv:
+            self._last_batch = record
+            self._gate_cv.notify_all()
 
     def scheduler_step_mode(self, enabled: bool = True) -> dict:
         """In step mode the batch scheduler fires one batch per `step_batch`; before each, the
@@ -60,7 +72,7 @@ class SchedulerStepMode:
             self._gate_cv.notify_all()
         self._emit("batch_pending", info)
         with self._gate_cv:
-            while self._gate_on and self._attached and self._gate_released < gid:
+            while self._gate_on and self._is_attached() and self._gate_released < gid:
                 self._gate_cv.wait(0.1)
             self._gate_pending = None
 

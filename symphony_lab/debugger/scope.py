@@ -32,8 +32,8 @@ from .protocol import handle_command
 ENGINE_WIDE = {"scheduler_step_mode", "step_batch", "set_stop_on_entry",
                "clear_breakpoints", "detach", "trace", "launch", "save_recording"}
 # commands whose `pid` argument is required for a scoped user (without it they act on everyone)
-NEEDS_PID = {"continue", "pause", "record", "step", "stack", "tokens", "dist", "override", "edit_dist",
-             "restart", "recording", "replay_status", "step_back", "wait_stopped", "wait_process"}
+NEEDS_PID = {"continue", "pause", "record", "step", "step_over", "step_out", "stack", "tokens", "dist", "override",
+             "edit_dist", "restart", "recording", "replay_status", "step_back", "wait_stopped", "wait_process"}
 
 
 class ScopeError(Exception):

@@ -21,7 +21,7 @@ import ast
 import json
 from typing import Any, Iterable
 
-from .inspect import jsonable
+from .viewdata import jsonable
 
 SCHED_PID = 0
 BATCH_TID = 1

@@ -1,33 +1,53 @@
 """Views as data: the KV fork tree, the scheduler timeline and the Chrome trace of the run, as
 JSON-serialisable snapshots and as live "view" event streams (`watch`).
 
-The `Views` part of `Debugger` reads the engine through `inspect.py`; the trace is built from
-the events the debugger's bus subscriber keeps (`_trace`).
+One part of `Debugger`, composed through an explicit interface rather than mixed in: it is
+given the engine's runtime and tokenizer, the files the debugger has seen (`known_files`, so a
+fork's ancestry reads through closed files), the trace the debugger keeps, where to emit
+events and how to tell that the debugger is still attached. The core tells it what changed
+(`changed`); the Debugger's `kv_tree` / `timeline` / `trace` / `watch` / `unwatch` commands hand on
+to it. The JSON shapes are built in viewdata.py.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
+from typing import Callable
 
 from symphony_core.lip.events import now
 
-from . import inspect as ins
+from . import viewdata as ins
 from .errors import DebuggerError
 from .trace import chrome_trace
 
 
 class Views:
-    """The view commands of `Debugger` (state set up in `_init_views`)."""
-
-    def _init_views(self) -> None:
+    def __init__(self, runtime, tokenizer, known_files: dict[int, dict], trace_events: deque,
+                 emit: Callable[[str, dict], None], attached: Callable[[], bool]) -> None:
+        self.runtime = runtime
+        self.tokenizer = tokenizer
+        self.known_files = known_files
+        self.trace_events = trace_events
+        self.emit = emit
+        self.attached = attached
+        self._lock = threading.Lock()
         self._watch: dict[str, float] = {}
         self._dirty: set[str] = set()  # views changed since they were last sent
-        self._view_thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def watching(self) -> bool:
+        return bool(self._watch)
+
+    def changed(self, *views: str) -> None:
+        """The engine moved in a way these views show (called by the debugger's bus subscriber)."""
+        self._dirty.update(views)
 
     def kv_tree(self, with_text: bool = True) -> dict:
         """The KV fork tree: every live file (pages, sharing, holders) and the fork edges."""
-        return ins.kv_tree(self.runtime, self.tokenizer, self._known_files, with_text)
+        return ins.kv_tree(self.runtime, self.tokenizer, self.known_files, with_text)
 
     def timeline(self, since: int = 0, limit: int = 500) -> dict:
         """The batch scheduler's log from batch `since` on: each forward pass, its members and times."""
@@ -36,7 +56,7 @@ class Views:
     def trace(self, path: str | None = None) -> dict:
         """The run since attach as a Chrome trace (dict); also written to `path` if given."""
         names = {pid: p.name for pid, p in list(self.runtime.processes.items())}
-        tr = chrome_trace(list(self._trace), names, now())
+        tr = chrome_trace(list(self.trace_events), names, now())
         if path is not None:
             import json
 
@@ -51,9 +71,9 @@ class Views:
         with self._lock:
             self._watch[view] = max(0.02, float(interval))
             self._dirty.add(view)
-            if self._view_thread is None or not self._view_thread.is_alive():
-                self._view_thread = threading.Thread(target=self._view_loop, name="symphony-lab-views", daemon=True)
-                self._view_thread.start()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="symphony-lab-views", daemon=True)
+                self._thread.start()
         return {"watching": sorted(self._watch)}
 
     def unwatch(self, view: str | None = None) -> dict:
@@ -64,9 +84,9 @@ class Views:
                 self._watch.pop(view, None)
         return {"watching": sorted(self._watch)}
 
-    def _view_loop(self) -> None:
+    def _loop(self) -> None:
         last: dict[str, float] = {}
-        while self._attached and self._watch:
+        while self.attached() and self._watch:
             t = time.monotonic()
             for view, every in list(self._watch.items()):
                 if view in self._dirty and t - last.get(view, 0.0) >= every:
@@ -74,7 +94,7 @@ class Views:
                     last[view] = t
                     try:
                         data = self.kv_tree() if view == "kv_tree" else self.timeline(limit=100)
-                        self._emit("view", {"view": view, "data": data})
+                        self.emit("view", {"view": view, "data": data})
                     except Exception:
                         pass
             time.sleep(0.02)

@@ -89,7 +89,7 @@ class _LabMixin:
         info = registry.read_entry(kernel_id, self.runtime_dir)
         if info is None:
             raise web.HTTPError(404, f"kernel {kernel_id} has no running Symphony Lab "
-                                     "(run `from symphony_lab import lab` in its notebook first)")
+                                     "(use `lab` in its notebook first: `lab.start()` or `lab.run(...)`)")
         return info
 
 

@@ -17,7 +17,7 @@ from typing import Any
 # Jupyter server process can check messages without importing the debugger (and torch with it);
 # tests/test_jupyter_server.py keeps the two lists equal.
 COMMANDS = frozenset({
-    "initialize", "detach", "launch", "restart", "continue", "step", "pause", "set_stop_on_entry",
+    "initialize", "detach", "launch", "restart", "continue", "step", "step_over", "step_out", "pause", "set_stop_on_entry",
     "set_breakpoint", "remove_breakpoint", "enable_breakpoint", "clear_breakpoints", "breakpoints", "threads",
     "stops", "stack", "tokens", "token_texts", "kv", "dist", "override", "edit_dist", "verify_kv", "kv_tree",
     "timeline", "trace",
@@ -33,6 +33,7 @@ LAB_COMMANDS: dict[str, set[str]] = {
     "lab_view": {"pid", "since"},  # the whole picture: processes, stops, breakpoints, KV tree, timeline
     "relaunch": {"pid", "stop_on_entry"},  # run a process again with the cell's *current* definition
     "cancel": {"pid"},  # cancel a running process
+    "set_view": {"pid", "scope", "kv_index"},  # a run's widget: its process or the whole engine; a kept KV tree
 }
 
 # Debugger commands a browser may not send: they run arbitrary code by import path, touch the

@@ -9,7 +9,6 @@ freezes while the model works.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -21,12 +20,13 @@ from textual.css.query import NoMatches
 from textual.content import Content
 from textual.widgets import Footer, Static, Tab, Tabs
 
-from .labels import Quiet
+from .labels import Quiet, describe_stop, quiet_when_gone
 from .kv import KVPane
 from .processes import ProcessesPane, ProcTree, failure_line
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
 from .screens import HelpScreen, OverrideScreen
+from .command_queue import CommandQueue
 from .session import Session
 from .tokens import TokensPane, TopK
 
@@ -39,27 +39,6 @@ PANES = [
 ]
 # Grid order in the wide layout (see app.tcss): program spans two rows on the left.
 GRID_ORDER = ["program", "procs", "kv", "tokens", "sched"]
-
-
-def _quiet_when_gone(fn):
-    """Workers finish after the app has closed: their redraws then find no widgets; skip them."""
-
-    @functools.wraps(fn)
-    def wrapper(self, *a, **kw):
-        try:
-            return fn(self, *a, **kw)
-        except (NoMatches, ScreenStackError):
-            if self.is_running and not getattr(self, "_exit", False):
-                raise
-
-    return wrapper
-
-
-def describe_stop(stop: dict) -> str:
-    """'on entry', 'after pred (step)', 'before kv_fork (breakpoint)'."""
-    if stop.get("where") == "entry" or stop.get("call") is None:
-        return "on entry"
-    return f"{stop.get('where', 'at')} {stop.get('call')} ({stop.get('reason')})"
 
 
 FOCUS_IN_PANE = {"program": "#source", "tokens": "#topk", "kv": "#kv-tree", "sched": "#sched-table",
@@ -91,7 +70,8 @@ class SymphonyLab(App):
         Binding("f7", "step_back", "Step back", show=False),
         Binding("r", "relaunch", "Relaunch"),
         Binding("t", "toggle_dark", "Theme", show=False),
-        Binding("question_mark,f1", "help", "Help"),
+        # priority: a focused pane (source view, tables, trees) must not swallow `?` (F1 works anyway)
+        Binding("question_mark,f1", "help", "Help", priority=True),
         Binding("q", "quit", "Quit"),
         *[Binding(str(i + 1), f"show_pane('{key}')", label, show=False) for i, (key, label, _) in enumerate(PANES)],
     ]
@@ -107,6 +87,7 @@ class SymphonyLab(App):
         self.active_pane = "program"
         self.last_error: str | None = None
         self.busy: str | None = None
+        self.commands = CommandQueue()  # keys pressed while busy wait there (command_queue.py)
         self._refreshing = False
         self._refresh_again = False
         self._want_focus: tuple | None = None
@@ -144,7 +125,11 @@ class SymphonyLab(App):
             launched = getattr(self.session, "pid", None)
             if launched is not None:
                 self.call_from_thread(self._set_focus, (launched, None))
+        self.call_from_thread(self._mark_started)
         self.call_from_thread(self.refresh_state)
+
+    def _mark_started(self) -> None:
+        self.commands.started = True
 
     # --- state -------------------------------------------------------------------------------------
     def refresh_state(self) -> None:
@@ -169,11 +154,14 @@ class SymphonyLab(App):
         self._refreshing = False
         if st is not None:
             self.apply_state(st)
+            if self.commands.check_landed(self.state):
+                self._set_busy(None)
+            self._run_queued()
         if self._refresh_again:
             self._refresh_again = False
             self.refresh_state()
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def apply_state(self, st: dict) -> None:
         self.state = st
         self._pick_focus()
@@ -262,7 +250,8 @@ class SymphonyLab(App):
 
         self.query_one(KVPane).show(st.get("kv", {}))
         self.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
-        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}))
+        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}),
+                                           st.get("results", {}))
 
     def _draw_status(self, stop: dict | None, proc: dict | None) -> None:
         """One line: what the focused thread is doing first (it must survive 80 columns), then the program."""
@@ -281,10 +270,14 @@ class SymphonyLab(App):
             parts.append(Content.styled(f"  {self.state['loading']}", "$text-accent"))
         if self.busy:
             parts.append(Content.styled(f"  {self.busy}…", "$text-accent"))
+        elif not self.commands.started:
+            parts.append(Content.styled("  starting…", "$text-accent"))
+        if self.queued:
+            parts.append(Content.styled("  queued: " + " ".join(self.queued), "$text-accent"))
         parts += ["  ", Content.styled(self.session.title, "dim")]
         self.query_one("#status", Static).update(Content.assemble(*parts))
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def notice(self, text: str | None) -> None:
         self.last_error = text
         n = self.query_one("#notice", Static)
@@ -292,26 +285,74 @@ class SymphonyLab(App):
         n.set_class(bool(text), "-shown")
 
     # --- commands --------------------------------------------------------------------------------
+    @property
+    def queued(self) -> list[str]:
+        return self.commands.pending
+
+    def _queue(self, action: str) -> bool:
+        """True if `action` must wait (it is queued, and the status line says so)."""
+        if not self.commands.push(action, self.busy):
+            return False
+        self._draw_status(self.focused_stop(), self.focused_proc())
+        return True
+
+    def _act(self, action: str) -> None:
+        if not self._queue(action):
+            getattr(self, f"_do_{action}")()
+
+    def action_step(self) -> None:
+        self._act("step")
+
+    def action_continue(self) -> None:
+        self._act("continue")
+
+    def action_pause(self) -> None:
+        self._act("pause")
+
+    def action_step_batch(self) -> None:
+        self._act("step_batch")
+
+    def action_step_back(self) -> None:
+        self._act("step_back")
+
+    def action_relaunch(self) -> None:
+        self._act("relaunch")
+
+    def _run_queued(self) -> None:
+        action, dropped = self.commands.next_ready(self.state, self.focus_pt, self.busy)
+        if dropped:
+            self.notice(dropped)
+            self._draw_status(self.focused_stop(), self.focused_proc())
+        if action is not None:
+            getattr(self, f"_do_{action}")()
+
     @work(thread=True, exclusive=False, group="cmd")
-    def run_command(self, label: str, fn, *args) -> None:
+    def run_command(self, label: str, fn, *args, lands: bool = False) -> None:
+        """Run a session verb on a worker thread. `lands`: the verb resumes a thread (a step):
+        the app stays busy until its stop shows (or the process ends)."""
         self.call_from_thread(self._set_busy, label)
+        landing = False
         try:
             r = fn(*args)
             err = r.get("error") if isinstance(r, dict) else None
             self.call_from_thread(self.notice, f"{label}: {err}" if err else None)
             if isinstance(r, dict) and r.get("focus"):
                 self.call_from_thread(self._set_focus, tuple(r["focus"]))
+            landing = lands and not err
         except Exception as e:  # the session said no: show it, keep going
             self.call_from_thread(self.notice, f"{label}: {type(e).__name__}: {e}")
         finally:
-            self.call_from_thread(self._set_busy, None)
+            if lands and not landing:
+                self.call_from_thread(self.commands.step_failed)
+            if not landing:
+                self.call_from_thread(self._set_busy, None)
             self.call_from_thread(self.refresh_state)
 
     def _set_focus(self, pt: tuple) -> None:
         self.focus_pt = (pt[0], pt[1])
         self._want_focus = self.focus_pt
 
-    @_quiet_when_gone
+    @quiet_when_gone
     def _set_busy(self, label: str | None) -> None:
         self.busy = label
         self._draw_status(self.focused_stop(), self.focused_proc())
@@ -323,15 +364,16 @@ class SymphonyLab(App):
             return None
         return pid, tid
 
-    def action_step(self) -> None:
+    def _do_step(self) -> None:
         pt = self._need_thread("step")
         if pt:
-            self.run_command("step", self.session.step, *pt)
+            self.commands.step_began(pt[0], self.state)
+            self.run_command("step", self.session.step, *pt, lands=True)
 
-    def action_continue(self) -> None:
+    def _do_continue(self) -> None:
         self.run_command("continue", self.session.cont, self.focus_pt[0])
 
-    def action_pause(self) -> None:
+    def _do_pause(self) -> None:
         self.run_command("pause", self.session.pause, self.focus_pt[0])
 
     def action_toggle_breakpoint(self) -> None:
@@ -363,20 +405,27 @@ class SymphonyLab(App):
         if pt and self.focused_stop() is not None:
             self.run_command("override", self.session.override, pt[0], pt[1], ev.token, None)
 
-    def action_step_batch(self) -> None:
+    def _do_step_batch(self) -> None:
         self.run_command("step batch", self.session.step_batch)
 
     def action_step_mode(self) -> None:
         self.run_command("step mode", self.session.set_step_mode, not self.state.get("step_mode", False))
 
-    def action_step_back(self) -> None:
+    def _do_step_back(self) -> None:
         pt = self._need_thread("step back")
         if pt:
             self.run_command("step back", self.session.step_back, *pt)
 
-    def action_relaunch(self) -> None:
+    def _do_relaunch(self) -> None:
         self.query_one(SourceView).forget()  # the file may have been edited: read it again
         self.run_command("relaunch", self.session.relaunch, self.focus_pt[0])
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if action == "help":  # `?` typed into an input (the override box) is a character there
+            from textual.widgets import Input
+
+            return not isinstance(self.focused, Input) and not isinstance(self.screen, HelpScreen)
+        return True
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -2,18 +2,16 @@
 
 It speaks only the protocol of `symphony_lab.debugger` (docs/protocol.md): commands through
 `handle_command` in-process, or `RemoteDebugger.request` over WebSocket, and the event
-stream through `subscribe`. From the events it keeps what the debugger does not hand out as
-one view: per thread, the tokens it fed and the probability each generated one had (so the
-token pane can colour text produced while nobody was stepping), the last line each thread
-was seen at, and the overrides made.
+stream through `subscribe`, folded into the shared client-side model
+(`symphony_lab.session_state.SessionState`, the same one the notebook widgets use): per
+thread, the tokens it fed and the probability each generated one had, where each thread was
+last seen, the overrides, the stops in order.
 
-Three things the TUI adds on top of the debugger's verbs, all through the same commands:
+Stepping is the debugger's own (`step` follows into spawned threads, see
+debugger/stepping.py). Two things the TUI adds on top, through the same commands:
 
 - **line breakpoints**: a breakpoint on a source line is a `pred` (or the syscall named on
   that line) breakpoint whose stops at other lines are continued at once;
-- **step follows spawned threads**: stepping a thread that spawns threads and then waits for
-  them (`join`) stops at the first `pred` any thread of the process returns, so stepping from
-  entry walks into the parallel decode instead of running it to the end;
 - **step lands after a pred**: a line breakpoint's stop *before* the `pred` being stepped to
   is passed over, so one step is one token.
 """
@@ -26,14 +24,12 @@ import re
 import sys
 import threading
 import time
-from collections import defaultdict
 from typing import Any, Callable
 
+from ..session_state import EVENTS, SessionState
 from .session import Session, SessionError
 
 _SYSCALL_ON_LINE = re.compile(r"\bsym\.(\w+)\s*\(")
-EVENTS = ["stopped", "continued", "overridden", "batch_pending", "replay_diverged", "syscall_enter", "syscall_exit",
-          "process_start", "process_exit", "thread_start", "thread_exit", "batch"]
 
 
 def resolve_target(target: str, *, load: bool = True) -> tuple[str, str | None]:
@@ -128,23 +124,14 @@ class DebuggerSession(Session):
         self._lock = threading.RLock()
         self.pid: int | None = None
         self.pids: list[int] = []
-        self.version = 0  # bumped by every event (a front-end may skip a refresh when it has not moved)
-        # per (pid, tid)
-        self._preds: dict[tuple[int, int], dict[int, dict]] = defaultdict(dict)  # seq -> pred record
-        self._loc: dict[tuple[int, int], dict] = {}
-        self._after: dict[tuple[int, int, int], dict] = {}  # (pid, tid, seq) -> first dist view seen after it
-        self._over: dict[tuple[int, int, int], int] = {}  # (pid, tid, seq) -> forced token
+        self.model = SessionState()
         self._stepping: set[tuple[int, int]] = set()
-        self._follow: set[tuple[int, int]] = set()  # stepping threads that spawned: follow their children
-        self._follow_bps: dict[int, int] = {}  # pid -> its one-shot follow breakpoint
         self._line_bps: dict[int, tuple[str | None, int, str]] = {}  # bp id -> (file, line, call)
-        self._texts: dict[int, str] = {}
         self._unnamed: set[int] = set()  # token ids seen in events whose text is not known yet
         self._rec_top: dict[int, dict[tuple[int, int], list]] = {}  # pid -> (tid, seq) -> top5
         self._rec_seen: dict[int, tuple[int, float]] = {}
-        self._exits: dict[int, dict] = {}
         self._tracebacks: dict[int, str] = {}
-        self._diverged: list[dict] = []
+        self._results: dict[int, dict] = {}
         self._replaying: set[int] = set()  # step-back replays on their way to the target pred
         self._backing = 0
         self._unsub: Callable[[], None] | None = None
@@ -240,49 +227,38 @@ class DebuggerSession(Session):
                 except Exception:
                     pass
 
+    @property
+    def version(self) -> int:
+        return self.model.version
+
     def _on_event(self, msg: dict) -> None:
+        self.model.apply(msg)
         name, b = msg.get("event"), msg.get("body") or {}
-        self.version += 1
-        pid, tid = b.get("pid"), b.get("tid")
-        key = (pid, tid)
-        if name == "syscall_enter":
-            call = b.get("call")
-            if b.get("file"):
-                self._loc[key] = {"file": b.get("file"), "line": b.get("line"), "call": call}
-            if call == "pred":
-                a = b.get("args") or {}
-                self._preds[key][b.get("seq", 0)] = {"seq": b.get("seq", 0), "tokens": list(a.get("tokens") or []),
-                                                     "n": a.get("n_tokens", 0), "file": a.get("file")}
-                with self._lock:
-                    self._unnamed.update(a.get("tokens") or ())
-            elif call == "spawn" and key in self._stepping and key not in self._follow:
-                self._follow.add(key)
-                self._react(lambda: self._set_follow_bp(pid))
-        elif name == "syscall_exit" and b.get("call") == "pred":
-            rec = self._preds[key].get(b.get("seq", 0))
-            r = b.get("result")
-            if rec is not None and isinstance(r, dict):
-                rec["argmax"], rec["token"] = r.get("argmax"), r.get("token")
-                with self._lock:
-                    self._unnamed.update(x for x in (rec["argmax"], rec["token"]) if isinstance(x, int))
-            if rec is not None and b.get("error"):
-                rec["error"] = b.get("error")
+        pid = b.get("pid")
+        if name == "syscall_enter" and b.get("call") == "pred":
+            with self._lock:
+                self._unnamed.update((b.get("args") or {}).get("tokens") or ())
+        elif name == "syscall_exit" and b.get("call") == "pred" and isinstance(b.get("result"), dict):
+            r = b["result"]
+            with self._lock:
+                self._unnamed.update(x for x in (r.get("argmax"), r.get("token")) if isinstance(x, int))
         elif name == "stopped":
             self._on_stopped(b)
-        elif name == "overridden":
-            edit = b.get("edit") or {}
-            seq = self._stop_seq(b)
-            if edit.get("force") is not None and seq is not None:
-                self._over[(pid, tid, seq)] = edit["force"]
         elif name == "process_start":
             if self._backing:
                 self._replaying.add(pid)
         elif name == "process_exit":
-            self._exits[pid] = {"status": (b.get("args") or {}).get("status"), "error": b.get("error")}
             if b.get("error"):
                 self._fetch_traceback(pid)
-        elif name == "replay_diverged":
-            self._diverged.append(b)
+
+    def _result_of(self, pid: int) -> dict | None:
+        """A finished process's return value (asked once, kept)."""
+        if pid not in self._results:
+            try:
+                self._results[pid] = self.request("wait_process", pid=pid, timeout=0.5)
+            except (SessionError, TimeoutError):
+                return None
+        return self._results[pid]
 
     def _fetch_traceback(self, pid: int) -> str | None:
         """A failed process's traceback from the `traceback_of` helper, kept once found."""
@@ -296,31 +272,10 @@ class DebuggerSession(Session):
             self._tracebacks[pid] = tb
         return tb
 
-    def _stop_seq(self, b: dict) -> int | None:
-        sid = b.get("stop_id")
-        for (p, t, s), info in list(self._after.items()):
-            if info.get("stop_id") == sid:
-                return s
-        return None
-
-    def _remember_texts(self, info: dict) -> None:
-        inp = info.get("input") or {}
-        for i, piece in zip(inp.get("ids", []), inp.get("pieces", [])):
-            self._texts.setdefault(i, piece)
-        res = info.get("result") or {}
-        for row in res.get("topk", []) or []:
-            self._texts.setdefault(row["token"], row.get("text", ""))
-
     def _on_stopped(self, b: dict) -> None:
         pid, tid = b.get("pid"), b.get("tid")
         key = (pid, tid)
-        self._remember_texts(b)
-        res = b.get("result")
-        if b.get("where") == "after" and b.get("call") == "pred" and isinstance(res, dict) and res.get("kind") == "dist":
-            self._after.setdefault((pid, tid, b.get("seq")), {**res, "stop_id": b.get("stop_id")})
         reasons = b.get("reasons") or [b.get("reason")]
-        if key in self._follow and b.get("where") == "after":
-            self._follow.discard(key)
         if pid in self._replaying:
             if b.get("where") == "after" or "diverged" in reasons or "entry" in reasons:
                 self._replaying.discard(pid)  # the step-back target (or where the replay went live)
@@ -340,12 +295,8 @@ class DebuggerSession(Session):
                     # Stepping to this very pred: go on to its result (one step = one token).
                     self._react(lambda: self._quiet_step(pid, tid))
                     return
-        if b.get("where") == "after" or "entry" in reasons or "pause" in reasons:
-            self._stepping.discard(key)
-            # A stop anywhere in a followed process ends the follow.
-            for k in [k for k in self._follow if k[0] == pid]:
-                self._follow.discard(k)
-            self._remove_follow_bps(pid)
+        if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
+            self._stepping = {k for k in self._stepping if k[0] != pid}
         self._adopt_if_new(pid)
 
     def _adopt_if_new(self, pid: int | None) -> None:
@@ -365,22 +316,6 @@ class DebuggerSession(Session):
         except SessionError:
             pass
 
-    def _set_follow_bp(self, pid: int) -> None:
-        """A one-shot breakpoint after the next `pred` any thread of `pid` returns."""
-        bp = self.request("set_breakpoint", call="pred", pid=pid, when="after", temporary=True)
-        self._follow_bps[pid] = bp["id"]
-
-    def _remove_follow_bps(self, pid: int) -> None:
-        bid = self._follow_bps.pop(pid, None)
-        if bid is not None:
-            self._react(lambda: self._quiet_remove(bid))
-
-    def _quiet_remove(self, bid: int) -> None:
-        try:
-            self.request("remove_breakpoint", id=bid)
-        except SessionError:
-            pass
-
     # --- the snapshot ---------------------------------------------------------------------------
     def _fetch_texts(self) -> None:
         """Over the protocol (no local tokenizer), ask once per snapshot for the text of the
@@ -389,28 +324,28 @@ class DebuggerSession(Session):
             return
         with self._lock:  # events add to the set on the connection's reader thread
             ids, self._unnamed = self._unnamed, set()
-        missing = sorted(i for i in ids if isinstance(i, int) and i not in self._texts)
+        missing = sorted(i for i in ids if isinstance(i, int) and i not in self.model.texts)
         for start in range(0, len(missing), 4096):
             try:
                 texts = self.request("token_texts", ids=missing[start:start + 4096])["texts"]
             except SessionError:  # an older debugger without the command: ids stay shown as ⟨id⟩
                 return
-            self._texts.update((int(k), v) for k, v in texts.items())
+            self.model.texts.update((int(k), v) for k, v in texts.items())
 
     def text_of(self, tok: int) -> str:
-        t = self._texts.get(tok)
+        t = self.model.texts.get(tok)
         if t is None and self._token_text is not None:
             try:
                 t = self._token_text(tok)
             except Exception:
                 t = None
             if t is not None:
-                self._texts[tok] = t
+                self.model.texts[tok] = t
         return t if t is not None else f"⟨{tok}⟩"
 
     def _recorded_top(self, pid: int, live: bool) -> dict[tuple[int, int], list]:
         """(tid, seq) -> top-5 [[token, p], …] from the process's recording (re-read when it grew)."""
-        n = sum(len(v) for k, v in self._preds.items() if k[0] == pid)
+        n = sum(len(v) for k, v in list(self.model.preds.items()) if k[0] == pid)
         seen = self._rec_seen.get(pid)
         if seen is not None and (seen[0] == n or (live and time.monotonic() - seen[1] < 1.0)):
             return self._rec_top.get(pid, {})
@@ -428,91 +363,50 @@ class DebuggerSession(Session):
         return top
 
     def history(self, pid: int, tid: int, live: bool) -> dict:
-        """What thread `tid` fed and generated: prompt text, then each token with its probability."""
-        preds = [self._preds[(pid, tid)][s] for s in sorted(self._preds.get((pid, tid), {}))]
-        if not preds:
+        """What thread `tid` fed and generated (the shared model's lane), with the top-5 of the
+        process's recording for the tokens no stop showed."""
+        if not self.model.preds.get((pid, tid)):
             return {"prompt": "", "tokens": []}
-        top = self._recorded_top(pid, live)
-
-        def prob(seq: int, tok: int) -> tuple[float | None, bool]:
-            over = self._over.get((pid, tid, seq))
-            info = self._after.get((pid, tid, seq))
-            p = None
-            if info is not None:
-                for row in info.get("topk", []):
-                    if row["token"] == tok:
-                        p = row["p"]
-                        break
-                if p is None and (info.get("chosen") or {}).get("token") == tok and over is None:
-                    p = info["chosen"].get("p")
-            if p is None and (tid, seq) in top and over is None:
-                for t, q in top[(tid, seq)]:
-                    if t == tok:
-                        p = q
-                        break
-                else:
-                    p = 0.0 if top[(tid, seq)] else None  # outside the top 5: unlikely
-            return p, over is not None and over == tok
-
-        prompt_parts: list[str] = []
-        tokens: list[dict] = []
-        prev = None
-        for pr in preds:
-            toks, n = pr["tokens"], pr["n"]
-            if prev is not None and n == 1 and toks:
-                p, ov = prob(prev["seq"], toks[0])
-                tokens.append({"token": toks[0], "text": self.text_of(toks[0]), "p": p, "overridden": ov})
-            elif not tokens:
-                prompt_parts.append("".join(self.text_of(t) for t in toks) + ("…" if n > len(toks) else ""))
-            else:  # fed text in the middle (a tool result, a re-prompt): dim, no probability
-                tokens.append({"token": None, "text": "".join(self.text_of(t) for t in toks), "p": None, "fed": True})
-            prev = pr
-        # The last pick, not fed yet: shown once the pred has returned.
-        last = preds[-1]
-        info = self._after.get((pid, tid, last["seq"]))
-        over = self._over.get((pid, tid, last["seq"]))
-        pick = over if over is not None else (info or {}).get("chosen", {}).get("token") if info else None
-        if pick is None and "argmax" in last:
-            pick = last["token"] if isinstance(last.get("token"), int) else last.get("argmax")
-        if pick is not None:
-            p, ov = prob(last["seq"], pick)
-            tokens.append({"token": pick, "text": self.text_of(pick), "p": p, "overridden": ov, "pending": True})
-        prompt = "".join(prompt_parts)
-        return {"prompt": prompt[-600:], "tokens": tokens[-2000:]}
+        for (t, seq), top in self._recorded_top(pid, live).items():
+            if t == tid:
+                self.model.note_topk(pid, tid, seq, top)
+        return self.model.lane(pid, tid, self.text_of)
 
     def state(self) -> dict:
         procs = self.request("threads", include_done=True)["processes"]
         stops = self.request("stops")["stops"]
         for s in stops:
-            self._remember_texts(s)
+            self.model.remember_texts(s)
+            rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
             res = s.get("result") or {}
-            if (s.get("where") == "after" and s.get("call") == "pred" and res.get("kind") == "dist"
-                    and (res.get("chosen") or {}).get("by") != "override"):
-                self._after.setdefault((s["pid"], s["tid"], s.get("seq")), {**res, "stop_id": s.get("stop_id")})
-            first = self._after.get((s["pid"], s["tid"], s.get("seq")))
+            if (rec is not None and rec.dist is None and s.get("where") == "after" and s.get("call") == "pred"
+                    and res.get("kind") == "dist" and (res.get("chosen") or {}).get("by") != "override"):
+                rec.dist = {**res, "stop_id": s.get("stop_id")}
+            first = rec.dist if rec is not None else None
             if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
                 s["original"] = {k: v for k, v in first.items() if k != "stop_id"}  # before any override
         kv = self.request("kv_tree", with_text=True)
         tl = self.request("timeline", limit=120)
         bps = self.request("breakpoints")["breakpoints"]
         pend = self.request("pending_batch")
-        follow_ids = set(self._follow_bps.values())
         shown_bps = []
         for b in bps:
-            if b["id"] in follow_ids or b.get("temporary"):
+            if b.get("temporary"):
                 continue
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
             shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
         self._fetch_texts()
-        history, locations, tracebacks = {}, {}, {}
+        history, locations, tracebacks, results = {}, {}, {}, {}
         for p in procs:
             pid = p["pid"]
             for t in p.get("threads", []):
                 key = f"{pid}.{t['tid']}"
                 history[key] = self.history(pid, t["tid"], live=not p.get("done"))
-                loc = self._loc.get((pid, t["tid"]))
+                loc = self.model.locations.get((pid, t["tid"]))
                 if loc:
                     locations[key] = loc
+            if p.get("status") == "finished":
+                results[pid] = self._result_of(pid)
             if p.get("status") in ("failed", "cancelled"):
                 tb = self._tracebacks.get(pid) or p.get("traceback") or self._fetch_traceback(pid)
                 tracebacks[pid] = tb or p.get("error") or ""
@@ -528,11 +422,12 @@ class DebuggerSession(Session):
             "next_batch": pending.get("members") if pending else None,
             "breakpoints": shown_bps,
             "tracebacks": tracebacks,
+            "results": {k: v for k, v in results.items() if v is not None},
             "program_file": self.program_file,
             # a program run by a server carries its source under the server's file name for it
             "sources": ({f"<lip {self.program.get('name') or self.program['entry']}>": self.program["source"]}
                         if self.program else {}),
-            "diverged": list(self._diverged[-5:]),
+            "diverged": list(self.model.diverged[-5:]),
             "version": self.version,
         }
 
@@ -593,7 +488,7 @@ class DebuggerSession(Session):
             stop = next((s for s in self.request("stops")["stops"] if s["pid"] == pid and s["tid"] == tid), None)
             force = (r.get("edit") or {}).get("force")
             if stop is not None and force is not None:
-                self._over[(pid, tid, stop["seq"])] = force
+                self.model.note_forced(pid, tid, stop["seq"], force)
         return r
 
     def set_step_mode(self, on: bool) -> dict:

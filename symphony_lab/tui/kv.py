@@ -1,7 +1,7 @@
 """The KV pane: the fork tree of KV files, and the pages of the selected file.
 
 Built from the debugger's `kv_tree` snapshot (files, fork parents, shared pages, token text
-per page). A node reads `#fid path  len · pages · shared`; selecting it lists its pages with
+per page). A node reads `#fid path  len · pages · shared` (no path for an unnamed file); selecting it lists its pages with
 the files each page is shared with and the text its token slots hold.
 """
 
@@ -16,13 +16,16 @@ from .labels import ContentTree, Quiet
 from .tokens import visible
 
 
-def file_label(f: dict) -> Content:
-    name = f.get("path") or "(unnamed)"
-    shared = f.get("shared_pages", 0)
-    held = f.get("held_by") or []
+def file_label(f: dict, holders: bool = True, sharing: bool = True) -> Content:
+    """`#fid name  len tok · pages pg · n shared · pid p`: the name is a named file's last path
+    component (the full path heads its pages), an unnamed file has none, and the holders are
+    left out when one process holds every file, and so is the shared count of a file whose forks
+    hang below it (they say it) — so the labels of 5 forks fit a 46-column pane."""
+    shared = f.get("shared_pages", 0) if sharing else 0
+    held = (f.get("held_by") or []) if holders else []
     parts = [
-        Content.styled(f"#{f['file']} ", "bold"),
-        Content.styled(name, "$text-primary" if f.get("path") else "dim"),
+        Content.styled(f"#{f['file']}", "bold"),
+        Content.styled(f" {f['path'].rstrip('/').rsplit('/', 1)[-1]}", "$text-primary") if f.get("path") else "",
         f"  {f.get('length', 0)} tok · {f.get('n_pages', 0)} pg",
     ]
     if shared:
@@ -62,17 +65,18 @@ class KVTree(ContentTree):
             key = parent if parent in files else (anc[0] if anc else None)
             children.setdefault(key, []).append(fid)
         target = None
+        holders = len({p for f in files.values() for p in f.get("held_by") or []}) > 1
 
         def add(node, fid: int) -> None:
             nonlocal target
             f = files[fid]
             kids = sorted(children.get(fid, []))
             if kids:
-                n = node.add(file_label(f), data=fid, expand=True)
+                n = node.add(file_label(f, holders, sharing=False), data=fid, expand=True)
                 for k in kids:
                     add(n, k)
             else:
-                n = node.add_leaf(file_label(f), data=fid)
+                n = node.add_leaf(file_label(f, holders), data=fid)
             if fid == cursor:
                 target = n
 

@@ -1,9 +1,13 @@
-"""Theme-aware labels for widgets that still take Rich `Text` (Textual's `Tree`)."""
+"""Theme-aware labels for widgets that still take Rich `Text` (Textual's `Tree`); how a stop reads."""
 
 from __future__ import annotations
 
+import functools
+
 from rich.text import Text
+from textual.app import ScreenStackError
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Static, Tree
 
 
@@ -35,3 +39,25 @@ class Quiet(Static):
             return
         self._last = key
         super().update(content, **kw)
+
+
+def quiet_when_gone(fn):
+    """Workers finish after the app has closed: their redraws then find no widgets; skip them."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *a, **kw):
+        try:
+            return fn(self, *a, **kw)
+        except (NoMatches, ScreenStackError):
+            if self.is_running and not getattr(self, "_exit", False):
+                raise
+
+    return wrapper
+
+
+def describe_stop(stop: dict) -> str:
+    """'on entry', 'after pred (step)', 'after pred (step into thread)', 'before kv_fork (breakpoint)'."""
+    if stop.get("where") == "entry" or stop.get("call") is None:
+        return "on entry"
+    reason = "step into thread" if "follow" in (stop.get("reasons") or []) else stop.get("reason")
+    return f"{stop.get('where', 'at')} {stop.get('call')} ({reason})"

@@ -131,13 +131,25 @@ class ProcTree(ContentTree):
             self.post_message(self.Focus(*ev.node.data))
 
 
+def return_value_text(v) -> str:
+    """A program's return value (as the protocol's JSON) on a few lines."""
+    import json
+
+    try:
+        text = json.dumps(v, ensure_ascii=False, indent=None)
+    except (TypeError, ValueError):
+        text = repr(v)
+    return text if len(text) <= 600 else text[:600] + "…"
+
+
 class ProcessesPane(Vertical):
     def compose(self):
         yield ProcTree(id="proc-tree")
         with VerticalScroll(id="proc-detail-scroll"):
             yield Quiet("", id="proc-detail")
 
-    def show(self, procs: list[dict], focus: tuple[int | None, int | None], tracebacks: dict[int, str]) -> None:
+    def show(self, procs: list[dict], focus: tuple[int | None, int | None], tracebacks: dict[int, str],
+             results: dict | None = None) -> None:
         self.query_one(ProcTree).show(procs, focus)
         detail = self.query_one("#proc-detail", Static)
         p = next((p for p in procs if p["pid"] == focus[0]), None)
@@ -156,6 +168,10 @@ class ProcessesPane(Vertical):
             self.add_class("-failed")
         else:
             self.remove_class("-failed")
-            detail.update(Content.styled(f"pid {p['pid']} {p.get('name')} · user {p.get('user')} · "
-                                         f"{len(p.get('threads', []))} threads · {p.get('tokens', 0)} tokens fed",
-                                         "dim"))
+            about = Content.styled(f"pid {p['pid']} {p.get('name')} · user {p.get('user')} · "
+                                   f"{len(p.get('threads', []))} threads · {p.get('tokens', 0)} tokens fed", "dim")
+            res = (results or {}).get(p["pid"]) or (results or {}).get(str(p["pid"]))
+            if res is not None and p.get("status") == "finished":
+                about = Content.assemble(about, Content.styled("\nreturned ", "bold $text-success"),
+                                         return_value_text(res.get("result")))
+            detail.update(about)

@@ -18,6 +18,7 @@ The snapshot (`state()`):
     next_batch  [queued call] | None  what the next batch will hold (step mode)
     breakpoints [{id, call, source, line}]
     tracebacks  {pid: str}            of failed processes
+    results     {pid: {status, result, error}}  the return value of finished processes
     program_file str | None           the launched program's file
     sources     {file: text}          optional: source text to show instead of reading the file
 """

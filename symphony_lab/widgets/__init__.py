@@ -65,7 +65,7 @@ class LIPWidget(_Base):
     def __init__(self, run) -> None:
         super().__init__(run.lab, kind="run")
         self._run = run
-        self.view = run.lab._run_view(run)
+        self.view = run.lab.run_views.run_view(run)
 
 
 class LabViewWidget(_Base):
@@ -74,9 +74,9 @@ class LabViewWidget(_Base):
     def __init__(self, lab) -> None:
         super().__init__(lab, kind="engine")
         if lab.ready:
-            self.view = lab.view()
+            self.view = lab.run_views.lab_view()
         else:
-            self.view = {"engine": lab._engine_view()}
+            self.view = {"engine": lab.run_views.engine_view()}
 
 
 __all__ = ["LIPWidget", "LabViewWidget"]

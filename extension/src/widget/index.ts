@@ -12,7 +12,7 @@
 import { renderFileDetails, renderTreeSvg } from '../kvtree';
 import { describeStop, primaryStop, statusBadge, stopDist, threadActions } from '../state';
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
-import { escapeHtml, renderTokens, renderTopK, showText } from '../tokens';
+import { escapeHtml, renderLanes, renderTokens, renderTopK, showText } from '../tokens';
 import { WidgetTransport } from '../transport';
 import { recordInfo } from './record';
 
@@ -57,6 +57,17 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const outputBox = h('pre', 'sl-output');
   const kvBox = h('div', 'sl-kv');
   const kvDetails = h('div', 'sl-kv-details');
+  // the run's KV tree: its own processes or the whole engine; a range input scrubs the kept trees
+  const kvControls = h('div', 'sl-kv-controls');
+  const kvScope = document.createElement('input');
+  kvScope.type = 'checkbox';
+  kvScope.className = 'sl-kv-scope';
+  const kvScrub = document.createElement('input');
+  kvScrub.type = 'range';
+  kvScrub.className = 'sl-kv-scrub';
+  kvScrub.min = '0';
+  const kvNote = h('span', 'sl-kv-note');
+  const kvLive = button('newest', 'sl-kv-live', 'show the newest KV tree again');
   const tlBox = h('div', 'sl-tl');
 
   const bBack = button('◀ Step back', 'sl-step-back', 'replay the recorded run to the previous pred (a new process)');
@@ -93,11 +104,14 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     controls.appendChild(transportTag);
     root.append(head, controls, errorBox, stopBox);
     root.appendChild(section('Tokens', [tokensBox]));
+    const scopeLabel = h('label', 'sl-kv-scope-label');
+    scopeLabel.append(kvScope, document.createTextNode(' whole engine '));
+    kvControls.append(scopeLabel, kvScrub, kvLive, kvNote);
     root.appendChild(section('Output', [outputBox]));
   } else {
     root.append(head, errorBox);
   }
-  root.appendChild(section('KV fork tree', [kvBox, kvDetails]));
+  root.appendChild(section('KV fork tree', kind === 'run' ? [kvControls, kvBox, kvDetails] : [kvBox, kvDetails]));
   root.appendChild(section('Scheduler timeline', [tlBox]));
 
   const showError = (text: string) => {
@@ -164,6 +178,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       act('override', { ...stopArgs(), token: Number(t.dataset.token) });
     }
   });
+  kvScope.onchange = () => act('set_view', { pid: view().pid, scope: kvScope.checked ? 'engine' : 'process' });
+  kvScrub.oninput = () => act('set_view', { pid: view().pid, kv_index: Number(kvScrub.value) });
+  kvLive.onclick = () => act('set_view', { pid: view().pid, kv_index: null });
   kvBox.addEventListener('click', e => {
     const g = (e.target as Element).closest('[data-file]') as HTMLElement | null;
     if (g) {
@@ -233,7 +250,30 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
         stopBox.innerHTML = '';
         stopBox.style.display = 'none';
       }
-      tokensBox.innerHTML = (v.tokens ?? []).length ? renderTokens(v.tokens) : '<div class="sl-empty">no tokens yet</div>';
+      // one lane per thread (a beam search's threads never interleave); the flat stream carries
+      // each token's top-k tooltip when there is only one thread
+      const lanes = (v.lanes ?? []).filter((l: any) => l.tokens.length);
+      tokensBox.innerHTML =
+        lanes.length > 1
+          ? renderLanes(lanes)
+          : (v.tokens ?? []).length
+            ? renderTokens(v.tokens)
+            : lanes.length
+              ? renderLanes(lanes)
+              : '<div class="sl-empty">no tokens yet</div>';
+      const kv = v.kv_tree ?? {};
+      kvScope.checked = v.scope === 'engine';
+      kvScrub.max = String(Math.max(0, (kv.kept ?? 1) - 1));
+      kvScrub.value = String(kv.index ?? 0);
+      kvScrub.disabled = busy || !(kv.kept > 1);
+      kvLive.disabled = busy || kv.source !== 'kept';
+      root.dataset.kvSource = kv.source ?? '';
+      kvNote.textContent =
+        kv.source === 'kept'
+          ? `kept tree ${(kv.index ?? 0) + 1}/${kv.kept}${status === 'finished' || status === 'failed' ? ' (the run has ended)' : ''}`
+          : kv.kept
+            ? `live · ${kv.kept} kept`
+            : 'live';
       const out = (v.messages ?? []).join('');
       const res = v.result === null || v.result === undefined ? '' : `\n── result ──\n${typeof v.result === 'string' ? v.result : JSON.stringify(v.result)}`;
       outputBox.textContent = out + res + (v.error ? `\n── error ──\n${v.error}` : '');

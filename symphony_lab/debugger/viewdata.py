@@ -1,4 +1,5 @@
-"""What the debugger shows at a stop, and its views, as JSON-serialisable data.
+"""What the debugger shows at a stop, and its views, as JSON-serialisable data (named so as not to
+shadow the standard library's `inspect`).
 
 Every function here returns plain dicts / lists / numbers / strings, so the same value goes to
 a notebook widget, the terminal UI or over a WebSocket. Nothing here blocks a LIP: the
@@ -138,6 +139,21 @@ def capture_frames(frame: types.FrameType | None, max_frames: int = 16, max_loca
     return out
 
 
+def lip_depth(frame: types.FrameType | None) -> int:
+    """How many frames of the LIP's own code (libraries included) are on the stack from `frame`
+    outwards: what step over / step out compare (cheaper than `capture_frames`)."""
+    n = 0
+    f = frame
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "_thread_main" and code.co_filename.startswith(_LIP_DIR):
+            break
+        if not _is_machinery(code):
+            n += 1
+        f = f.f_back
+    return n
+
+
 def syscall_locals(frame: types.FrameType | None, call: str) -> dict:
     """The arguments of the `sym.<call>` method on the stack (full token list, KV handle)."""
     f = frame
@@ -166,26 +182,41 @@ def tokens_view(ids: list[int], tokenizer) -> dict:
     return {"ids": list(ids), "text": tokenizer.detokenize(ids), "pieces": [tokenizer.token_text(t) for t in ids]}
 
 
-def dist_view(d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int | None = None) -> dict:
-    """Top-k of one position of a Dist with probabilities and text, and the chosen token.
+def dist_view(d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int | None = None,
+              fed: int | None = None) -> dict:
+    """Top-k of one position of a Dist with probabilities and text, what the model preferred and
+    what the program took.
 
-    `chosen` is the engine's pick (`Dist.token`) when it sampled, else the argmax (what a
-    greedy LIP takes).
+    `preferred` is the argmax. `taken` is the token the program takes, when known: an override
+    (`chosen`), the engine's sample (`Dist.token`, `pred(sampler=)`), or `fed` (the token the
+    program fed to its next `pred`, known only later); else None. `chosen` is `taken` when
+    known, else the argmax (`by: "argmax"`, what a greedy LIP takes).
     """
     row = d if d.logits.dim() == 1 else d[position]
     top = row.topk(k)
-    if chosen is None:
-        tok = row.token if row.token is not None and not isinstance(row.token, list) else None
-        chosen, chosen_by = (tok, "engine") if tok is not None else (row.argmax(), "argmax")
-    else:
-        chosen_by = "override"
     probs = row.probs
+
+    def tok_view(t: int, by: str | None = None) -> dict:
+        v = {"token": t, "text": tokenizer.token_text(t), "p": float(probs[t])}
+        return v if by is None else {**v, "by": by}
+
+    taken = None
+    if chosen is not None:
+        taken = tok_view(chosen, "override")
+    else:
+        tok = row.token if row.token is not None and not isinstance(row.token, list) else None
+        if tok is not None:
+            taken = tok_view(tok, "engine")
+        elif fed is not None:
+            taken = tok_view(fed, "fed")
+    preferred = row.argmax()
     return {
         "positions": len(d),
         "position": position,
         "topk": [{"token": t, "text": tokenizer.token_text(t), "p": p, "logit": float(row.logits[t])} for t, p in top],
-        "chosen": {"token": chosen, "text": tokenizer.token_text(chosen), "p": float(probs[chosen]),
-                   "by": chosen_by},
+        "preferred": tok_view(preferred),
+        "taken": taken,
+        "chosen": taken if taken is not None else tok_view(preferred, "argmax"),
         "entropy": row.entropy(),
     }
 
@@ -368,5 +399,5 @@ def where_is(code_or_fn) -> tuple[str | None, int | None]:
     return code.co_filename, code.co_firstlineno
 
 
-__all__ = ["as_token_list", "batch_plan", "capture_frames", "dist_view", "jsonable", "kv_file", "kv_tree",
+__all__ = ["as_token_list", "batch_plan", "capture_frames", "dist_view", "jsonable", "kv_file", "kv_tree", "lip_depth",
            "pending_view", "process_view", "summarize_value", "syscall_locals", "timeline", "tokens_view"]

@@ -1,0 +1,50 @@
+"""Where the notebook runs: the Jupyter kernel's id and the notebook's current definitions."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+
+def kernel_id() -> str | None:
+    """The id of the Jupyter kernel we run in (from its connection file), or None outside one."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        base = os.path.basename(get_connection_file())
+    except Exception:
+        return None
+    if base.startswith("kernel-") and base.endswith(".json"):
+        return base[len("kernel-"):-len(".json")]
+    return None
+
+
+def in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        return ip is not None and getattr(ip, "kernel", None) is not None
+    except Exception:
+        return False
+
+
+
+
+def current_definition(fn: Callable) -> Callable:
+    """The function now bound to `fn`'s name in the notebook (an edited cell's new version)."""
+    name = getattr(fn, "__name__", None)
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        ns = ip.user_ns if ip is not None else {}
+    except Exception:
+        ns = {}
+    new = ns.get(name) if name else None
+    if callable(new) and getattr(new, "__module__", None) == getattr(fn, "__module__", None):
+        return new
+    return fn
+
+
+__all__ = ["current_definition", "in_kernel", "kernel_id"]
