@@ -19,13 +19,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from symphony_core.client import Client, RemoteLIPError, ServerError  # noqa: E402
-from symphony_core.scaleout.pids import decode_pid  # noqa: E402
-from symphony_core.scaleout.serve import NAMESPACE, ray_env  # noqa: E402
+from symphony_core.client import Client, RemoteLIPError, ServerError
+from symphony_core.scaleout.pids import decode_pid
+from symphony_core.scaleout.serve import NAMESPACE, ray_env
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ray_lips  # noqa: E402
-from server_harness import ROOT, free_port, symphony_cmd  # noqa: E402
+import ray_lips
+from server_harness import ROOT, free_port, symphony_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -77,17 +77,14 @@ class Front:
 
 @pytest.fixture(scope="module")
 def front(tmp_path_factory):
-    from ray.cluster_utils import Cluster
+    from symphony_core.scaleout.local_cluster import start_local_cluster
 
     saved = dict(os.environ)
-    os.environ.update(ray_env({**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}))
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 100 << 20,
-                                                            "include_dashboard": False})
-    fr = None
+    cluster = fr = None
     try:
-        cluster.add_node(num_cpus=1, object_store_memory=100 << 20)
-        cluster.wait_for_nodes()
+        os.environ.update(ray_env({**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}))
+        cluster = start_local_cluster(nodes=2, num_cpus=1, object_store_mb=100)
         fr = Front(cluster.address, str(tmp_path_factory.mktemp("front")))
         ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING")
         yield fr
@@ -95,7 +92,8 @@ def front(tmp_path_factory):
         if fr is not None:
             fr.stop()
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         os.environ.clear()
         os.environ.update(saved)
 

@@ -24,8 +24,8 @@ class ReplicaDeath:
     reason: str
 
     def describe(self) -> str:
-        when = time.strftime("%H:%M:%S", time.gmtime(self.at))
-        return (f"replica {replica_name(self.replica)} (generation {self.generation}) died at {when} UTC "
+        when = time.strftime("at %H:%M:%S UTC", time.gmtime(self.at)) if self.at else "earlier"
+        return (f"replica {replica_name(self.replica)} (generation {self.generation}) died {when} "
                 f"({self.reason}); Ray restarts it with empty KV files")
 
 

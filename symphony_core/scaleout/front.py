@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -27,6 +28,8 @@ from .faults import ReplicaDeath, lost_outcome
 from .pids import decode_pid, replica_name
 from .pool import ReplicaPool
 from .proxy import ReplicaUnreachable, forward, relay_ws, request_headers
+
+MAX_OWNERS = 100_000  # pids remembered with their user, to answer for them after their replica died
 
 
 class FrontError(Exception):
@@ -68,8 +71,8 @@ class Front:
         try:
             resp = await self.http.get(self.pool.url(r) + "/v1/whoami",
                                        headers={"authorization": f"Bearer {tok}"} if tok else {})
-        except Exception as e:
-            self.pool.mark_down(r, f"its server stopped answering ({type(e).__name__})")
+        except httpx.HTTPError:
+            await self._check_alive(r)
             raise FrontError(503, f"replica {replica_name(r)} did not answer; try again", "unavailable",
                              {"Retry-After": "2"}) from None
         if resp.status_code != 200:
@@ -82,7 +85,7 @@ class Front:
         want = headers.get("x-symphony-replica")
         if want is None:
             return None
-        idx = want[1:] if want.startswith("r") else want
+        idx = want.removeprefix("r")
         if not idx.isdigit() or int(idx) not in self.pool.replicas:
             raise FrontError(422, f"X-Symphony-Replica names no replica: {want!r} (there are r1..r{self.pool.n})")
         return int(idx)
@@ -105,11 +108,18 @@ class Front:
         try:
             return await forward(self.http, url, request, body, stream)
         except ReplicaUnreachable as e:
-            self.pool.mark_down(r, f"its server stopped answering ({e})")
+            if await self._check_alive(r) is None:  # a broken connection, not a dead replica
+                raise FrontError(502, f"the connection to replica {replica_name(r)} broke ({e}); try again",
+                                 "bad_gateway") from None
             raise FrontError(503, f"replica {replica_name(r)} stopped answering; Ray is restarting it", "unavailable",
                              {"Retry-After": "5"}) from None
         finally:
             self.pool.placement.end(r)
+
+    def _own(self, pid: int, user: str) -> None:
+        self.owners[pid] = user
+        while len(self.owners) > MAX_OWNERS:  # oldest first: a bounded memory of who ran what
+            self.owners.pop(next(iter(self.owners)))
 
     # --- processes by pid -------------------------------------------------------------------------
     def _death_for_pid(self, pid: int, user: str) -> tuple[int, ReplicaDeath | None]:
@@ -171,7 +181,7 @@ class Front:
         resp = await self._send(self.home(user, request.headers), request)
         if resp.status_code == 201:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                self.owners[json.loads(resp.body)["pid"]] = user
+                self._own(json.loads(resp.body)["pid"], user)
         return resp
 
     async def list_processes(self, request: Request) -> Response:
@@ -315,7 +325,7 @@ class Front:
         except FrontError as e:
             await _ws_close(ws, {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}},
                             4401 if e.status == 401 else (1013 if e.status == 503 else 4400))
-        except (asyncio.TimeoutError, RuntimeError):
+        except (TimeoutError, RuntimeError):
             return
 
     async def _relay(self, ws: WebSocket, r: int, path: str, first: str | None, user: str) -> None:
@@ -324,13 +334,14 @@ class Front:
         url = "ws" + base[len("http"):] + path + query
 
         async def started(pid: int) -> None:
-            self.owners[pid] = user
+            self._own(pid, user)
 
         self.pool.placement.begin(r)
         try:
             end = await relay_ws(ws, url, request_headers(ws), first, started)
         except ReplicaUnreachable as e:
-            self.pool.mark_down(r, f"its server stopped answering ({e})")
+            if await self._check_alive(r) is None:
+                raise FrontError(502, f"could not reach replica {replica_name(r)} ({e}); try again", "bad_gateway") from None
             raise FrontError(503, f"replica {replica_name(r)} stopped answering; Ray is restarting it", "unavailable") from None
         finally:
             self.pool.placement.end(r)
@@ -346,13 +357,17 @@ class Front:
             await ws.close(code=end.close_code or 1000, reason=end.close_reason[:120])
 
     async def _check_alive(self, r: int) -> ReplicaDeath | None:
+        """None when the replica's server answers /health on a fresh connection; else its recorded death."""
         url = self.pool.url(r)
-        try:
-            if url is not None:
-                await self.http.get(url + "/health", timeout=5)
+        if url is not None:
+            try:
+                async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0)) as fresh:
+                    await fresh.get(url + "/health")
                 return None
-        except Exception as e:
-            return self.pool.mark_down(r, f"its server stopped answering ({type(e).__name__})")
+            except httpx.ConnectError as e:
+                return self.pool.mark_down(r, f"its server stopped answering ({type(e).__name__})")
+            except httpx.HTTPError:
+                return None  # slow, not dead: the monitor decides later
         return self.pool.faults.death_of(r, self.pool.generation(r) or 0)
 
     # --- anything else (plugins such as the debugger at /v1/debug): the user's home ----------------

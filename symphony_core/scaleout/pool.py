@@ -24,7 +24,7 @@ from .replica import ReplicaInfo, ReplicaSpec, SymphonyReplica
 
 log = logging.getLogger("symphony.scaleout")
 
-_RUNNING = re.compile(r'^symphony_processes\{status="running"\}\s+([0-9.]+)', re.M)
+_RUNNING = re.compile(r'^symphony_processes\{status="running"\}\s+([0-9.]+)', re.MULTILINE)
 
 
 @dataclass
@@ -113,7 +113,7 @@ class ReplicaPool:
 
         try:
             info: ReplicaInfo = await asyncio.wait_for(r.actor.info.remote(), self.poll_interval * 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return  # busy (or loading after a restart): nothing learnt
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
             if r.up:
@@ -131,5 +131,5 @@ class ReplicaPool:
             r.up = True
         except httpx.ConnectError:
             self.mark_down(r.index, "its server stopped answering")
-        except (httpx.HTTPError, asyncio.TimeoutError, ray.exceptions.RayError):
+        except (TimeoutError, httpx.HTTPError, ray.exceptions.RayError):
             pass

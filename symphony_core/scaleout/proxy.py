@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 import httpx
 from starlette.background import BackgroundTask
@@ -66,7 +66,7 @@ class SessionEnd:
     close_reason: str = ""
 
 
-async def relay_ws(ws: WebSocket, upstream_url: str, headers: dict[str, str], first: str,
+async def relay_ws(ws: WebSocket, upstream_url: str, headers: dict[str, str], first: str | None,
                    on_started: Callable[[int], Awaitable[None]] | None = None) -> SessionEnd:
     """Open the replica's WebSocket, send the client's first message, relay both ways until one side
     ends. The client's WebSocket is accepted but not closed here."""
@@ -77,10 +77,11 @@ async def relay_ws(ws: WebSocket, upstream_url: str, headers: dict[str, str], fi
     try:
         up = await connect(upstream_url, additional_headers=headers, max_size=None, ping_interval=None,
                            open_timeout=10)
-    except (OSError, asyncio.TimeoutError) as e:
+    except (TimeoutError, OSError) as e:
         raise ReplicaUnreachable(f"{type(e).__name__}: {e}") from None
     try:
-        await up.send(first)
+        if first is not None:
+            await up.send(first)
 
         async def client_to_replica() -> None:
             while True:

@@ -14,9 +14,9 @@ reports where it listens. Fate is shared both ways:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,8 +56,15 @@ class ReplicaInfo:
     started: float
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+# The server's first step, before it becomes `python -m symphony_core.cli serve …` (exec keeps the
+# death signal): die with the actor. Not a preexec_fn: forking a threaded process (Ray's are) must
+# not run Python in the child before exec.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    f"ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os._exit(1)  # the actor died before the line above\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
 
 
 def _free_port(host: str) -> int:
@@ -96,15 +103,15 @@ class SymphonyReplica:
         self._tokens = {u["name"]: u["token"] for u in users}
         port = _free_port(host)
         env = {**os.environ, **spec.env, "SYMPHONY_PID_BASE": str(pid_base(index, self.generation))}
-        cmd = [sys.executable, "-m", "symphony_core.cli", "serve", "--host", host, "--port", str(port),
-               "--users-file", users_file, *spec.serve_args]
+        cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), "-m", "symphony_core.cli", "serve",
+               "--host", host, "--port", str(port), "--users-file", users_file, *spec.serve_args]
         self._log = open(os.path.join(self.dir, "server.log"), "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
         self.url = f"http://{host}:{port}"
         self.info_ = ReplicaInfo(index, replica_name(index), self.generation, self.url, ctx.get_node_id(), node_ip,
                                  self.proc.pid, time.time())
         self._wait_ready(spec.ready_timeout)
+        os.unlink(users_file)  # read at start; the tokens stay in memory only (for named_files)
         self._stopping = False
         threading.Thread(target=self._watchdog, name="symphony-replica-watchdog", daemon=True).start()
 
@@ -171,4 +178,5 @@ class SymphonyReplica:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
         return self.proc.returncode

@@ -87,8 +87,10 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         print(f"symphony serve: --replicas must be at least 1, got {args.replicas}", file=sys.stderr)
         return 2
     if args.ray == "local":
+        from .local_cluster import init_local_ray
+
         os.environ.update(ray_env())  # the local Ray's processes inherit it
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, namespace=NAMESPACE)
+        init_local_ray(logging_level=logging.WARNING, namespace=NAMESPACE)
     else:
         ray.init(address=args.ray, logging_level=logging.WARNING, namespace=NAMESPACE)
     spec = ReplicaSpec(serve_args=replica_serve_args(args), users=users, host=args.replica_host, env={"PYTHONPATH": ray_env()["PYTHONPATH"]})
