@@ -44,7 +44,7 @@ class Front:
         self._log = open(self.log_path, "w")
         cmd = symphony_cmd() + ["serve", "--ray", address, "--replicas", "2", "--replica-host", "127.0.0.1",
                                 "--port", str(self.port), "--users-file", users_file, "--num-pages", "1024",
-                                "--threads", "1", "--max-workers", "4"]
+                                "--threads", "1", "--max-workers", "4", "--plugin", "debugger"]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=ray_env())
         deadline = time.time() + 400
         while True:
@@ -174,6 +174,22 @@ def test_openai_client(front):
     text = "".join(ch.choices[0].text for ch in oc.completions.create(
         model="smollm2", prompt="The capital of France is", max_tokens=4, temperature=0, stream=True) if ch.choices)
     assert text
+
+
+def test_debugger_plugin_through_the_front(front):
+    debugger = pytest.importorskip("symphony_lab.debugger")
+    alice = client(front, "alice")
+    home = replica_of(alice.run(ray_lips.greedy, "Hi", n=1).pid)
+    dbg = debugger.RemoteDebugger(front.url.replace("http://", "ws://") + "/v1/debug", token="tok-alice", timeout=120)
+    try:
+        with open(ray_lips.__file__) as f:
+            src = f.read()
+        r = dbg.run_program(src, "greedy", "The capital of France is", kwargs={"n": 3})
+        assert replica_of(r["pid"]) == home  # the session runs on the user's home replica, with global pids
+        assert dbg.wait_process(r["pid"], timeout=120)["status"] == "finished"
+        assert any(p["pid"] == r["pid"] for p in alice.processes())
+    finally:
+        dbg.close()
 
 
 def test_killing_a_replica(front):

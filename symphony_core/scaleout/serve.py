@@ -74,6 +74,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
     try:
         users = load_users_doc(args.users_file, args.user)
     except (OSError, ValueError) as e:
