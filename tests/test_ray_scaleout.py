@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -149,6 +150,19 @@ def test_named_kv_files_follow_their_user(front):
     q2 = bob.run(ray_lips.recall, "notes.kv")
     assert q2.result(timeout=120) > 0
     assert replica_of(q1.pid) == replica_of(q2.pid) != replica_of(pa.pid)
+    # a /shared/ file lives on its owner's home replica; another user's program reads it there
+    alice.run(ray_lips.remember, "/shared/alice-notes.kv", "Shared notes.").result(timeout=120)
+    run = {"source": Path(ray_lips.__file__).read_text(), "entry": "recall", "args": ["/shared/alice-notes.kv"]}
+
+    def bob_run(headers: dict) -> dict:
+        h = {"Authorization": "Bearer tok-bob", **headers}
+        pid = httpx.post(f"{front.url}/v1/processes", headers=h, json=run).json()["pid"]
+        return httpx.get(f"{front.url}/v1/processes/{pid}/result?wait=120", headers=h, timeout=130).json()
+
+    there = bob_run({"X-Symphony-Replica": f"r{replica_of(pa.pid)}"})
+    assert there["status"] == "finished" and there["result"] > 0, there
+    home = bob_run({})
+    assert home["status"] == "failed" and home["error"]["type"] == "KVNotFound", home
 
 
 def test_messages_and_cancel(front):
@@ -171,6 +185,9 @@ def test_openai_client(front):
     r = oc.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=4,
                                    temperature=0)
     assert r.choices[0].message.content and r.usage.completion_tokens == 4
+    # the same prompt prefix lands on the same replica (the response id carries the pid)
+    again = oc.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=2)
+    assert replica_of(int(r.id.split("-")[1])) == replica_of(int(again.id.split("-")[1]))
     text = "".join(ch.choices[0].text for ch in oc.completions.create(
         model="smollm2", prompt="The capital of France is", max_tokens=4, temperature=0, stream=True) if ch.choices)
     assert text
@@ -211,19 +228,26 @@ def test_killing_a_replica(front):
     # Ray restarts the replica; alice's named file is reported lost, not silently recreated
     deadline = time.time() + 300
     while True:
-        reps = {r["replica"]: r for r in httpx.get(front.url + "/health", timeout=10).json()["replicas"]}
+        health = httpx.get(front.url + "/health", timeout=10).json()
+        assert health["status"] == "ok", health  # the other replica answers all along
+        reps = {r["replica"]: r for r in health["replicas"]}
         if reps[f"r{ra}"]["up"] and reps[f"r{ra}"]["generation"] == 1:
             break
         assert time.time() < deadline, f"replica r{ra} did not come back: {reps}\n{front.log()[-3000:]}"
         time.sleep(1)
     body = httpx.get(f"{front.url}/v1/kv", headers=h).json()
     lost = {f["path"]: f for f in body["lost"]}
-    assert "/users/alice/ctx.kv" in lost and lost["/users/alice/ctx.kv"]["replica"] == f"r{ra}"
+    assert {"/users/alice/ctx.kv", "/shared/alice-notes.kv"} <= set(lost), lost
+    assert lost["/users/alice/ctx.kv"]["replica"] == f"r{ra}"
     assert "/users/alice/ctx.kv" not in {f["path"] for f in body["files"]}
     with pytest.raises(ServerError) as e:
         alice.run(ray_lips.recall, "ctx.kv")
     assert e.value.status == 409 and "ctx.kv" in str(e.value)
-    alice.kv_remove("ctx.kv")  # acknowledges the loss
+    alice.kv_remove("ctx.kv")  # acknowledges the loss, one file at a time
+    with pytest.raises(ServerError, match="alice-notes.kv"):
+        alice.run(ray_lips.recall, "ctx.kv")
+    alice.kv_remove("/shared/alice-notes.kv")
+    assert httpx.get(f"{front.url}/v1/kv", headers=h).json()["lost"] == []
     p = alice.run(ray_lips.greedy, "Hello", n=2)
     p.result(timeout=120)
     rp = decode_pid(p.pid)

@@ -266,14 +266,21 @@ class Front:
 
     # --- the server as a whole --------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        r = self._any_live()
-        resp = await self._send(r, request)
-        out = json.loads(resp.body)
+        """The first replica that answers, plus every replica's state; 503 when none answers."""
+        out: dict = {"status": "unavailable"}
+        for r in self.pool.live():
+            try:
+                resp = await self._send(r, request)
+            except FrontError:
+                continue
+            if resp.status_code == 200:
+                out = json.loads(resp.body)
+                break
         out["replicas"] = [{"replica": replica_name(i), "up": st.up, "generation": None if st.info is None else st.info.generation,
                             "url": None if st.info is None else st.info.url,
                             "node": None if st.info is None else st.info.node_id[:12], "down_reason": st.down_reason or None}
                            for i, st in sorted(self.pool.replicas.items())]
-        return JSONResponse(out)
+        return JSONResponse(out, status_code=200 if out["status"] == "ok" else 503)
 
     async def metrics(self, request: Request) -> Response:
         """Every replica's samples with a `replica` label, grouped by metric family."""
