@@ -45,6 +45,27 @@ def package_version(dist: str = "symphony-lip") -> str:
         return "unknown"
 
 
+def _add_scale_out(serve: argparse.ArgumentParser) -> None:
+    """`symphony serve --ray [ADDRESS] --replicas N` (symphony_core/scaleout, docs/scale-out.md)."""
+    serve.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                       help="serve through N replicas on Ray: a local Ray without ADDRESS, else the cluster at "
+                            "ADDRESS ('auto', 'host:6379', 'ray://host:10001'); needs the [ray] extra")
+    serve.add_argument("--replicas", type=int, default=2, help="engine replicas with --ray (default 2)")
+    serve.add_argument("--replica-cpus", type=float, default=1, help="CPUs Ray reserves per replica with --ray")
+    serve.add_argument("--replica-host", default=None, help="address each replica's server listens on with --ray "
+                       "(default: its node's IP when tokens are configured, else loopback)")
+    single = serve.get_default("fn")
+
+    def run(args: argparse.Namespace) -> int:
+        if args.ray is None:
+            return single(args)
+        from .scaleout.serve import serve_on_ray
+
+        return serve_on_ray(args)
+
+    serve.set_defaults(fn=run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `symphony` parser with every subcommand (the docs' CLI reference is rendered from it)."""
     parser = argparse.ArgumentParser(prog="symphony", description="Serve LLM inference programs, not prompts.")
@@ -62,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .server.commands import add_server_commands  # `serve` and `run`
 
     add_server_commands(sub)
+    _add_scale_out(sub.choices["serve"])
     return parser
 
 

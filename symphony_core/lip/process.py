@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import queue
 import threading
 import traceback
@@ -13,7 +14,8 @@ from typing import Any, Callable, Iterator
 from ..errors import SymphonyError
 from .events import now
 
-_pids = itertools.count(1)
+# A scale-out replica (symphony_core/scaleout) starts its pids at its own base, so a pid names its replica.
+_pids = itertools.count(int(os.environ.get("SYMPHONY_PID_BASE", "0")) + 1)
 
 
 class LIPError(SymphonyError):
