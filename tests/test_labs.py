@@ -160,3 +160,30 @@ def check_lab1_widgets(nb) -> None:
     assert runs and any(v["status"] == "finished" for v in runs), [v.get("status") for v in runs]
     assert any(v["tokens"] and v["kv_tree"] and v["timeline"]["batches"] for v in runs)
     assert json.dumps(views)
+
+
+@pytest.mark.slow
+def test_grading_a_folder_without_docker(bundle, tmp_path):
+    """`make grade-labs`: the solved notebook of lab 6 gets full marks from `otter run` (public and
+    hidden tests, in a fresh kernel); a file that is no lab's notebook is skipped with a reason."""
+    import csv
+    import subprocess
+
+    name = "06_controlling_generation"
+    subs = tmp_path / "submissions"
+    (subs / "alice").mkdir(parents=True)
+    solved = bundle[name]["student"].parent.parent / "build" / name / "autograder" / f"{name}.ipynb"
+    shutil.copyfile(solved, subs / "alice" / f"{name}.ipynb")
+    (subs / "notes.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    out = tmp_path / "grades"
+    bundle_dir = bundle[name]["student"].parent.parent
+    proc = subprocess.run([sys.executable, str(ROOT / "tutorials" / "grade_labs.py"), str(subs), "--bundle", str(bundle_dir),
+                           "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipping" in proc.stderr and "notes.ipynb" in proc.stderr
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    assert [r["submission"] for r in rows] == [f"alice/{name}"], rows
+    row = rows[0]
+    assert row["error"] == "" and float(row["total"]) == float(row["max"]) > 0, row
+    report = json.loads((out / "alice" / name / "results.json").read_text())
+    assert any(t.get("name") == "q1" and t.get("score") == t.get("max_score") for t in report["tests"]), report
