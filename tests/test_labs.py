@@ -164,12 +164,12 @@ def check_lab1_widgets(nb) -> None:
 
 @pytest.mark.slow
 def test_grading_a_folder_without_docker(bundle, tmp_path):
-    """`make grade-labs`: the solved notebook of lab 6 gets full marks from `otter run` (public and
+    """`make grade-labs`: the solved notebook of lab 1 gets full marks from `otter run` (public and
     hidden tests, in a fresh kernel); a file that is no lab's notebook is skipped with a reason."""
     import csv
     import subprocess
 
-    name = "06_controlling_generation"
+    name = "01_debugging_lips"
     subs = tmp_path / "submissions"
     (subs / "alice").mkdir(parents=True)
     solved = bundle[name]["student"].parent.parent / "build" / name / "autograder" / f"{name}.ipynb"
