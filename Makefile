@@ -97,3 +97,27 @@ test-lab: setup
 LAB_ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=tutorials $(LAB_ROOT_ARGS) $(LAB_ARGS)
+
+# --- Course labs (tutorials/NN_*.ipynb, otter-grader masters; docs/teaching.md) ----------------------
+# `make labs` builds the student notebooks and the autograder zips into $(LABS_OUT) with `otter assign`;
+# `make grade-labs SUBMISSIONS=folder` grades every submitted notebook in it with `otter run` (no
+# Docker) against those zips and writes $(GRADES_OUT)/grades.csv; `make test-labs` runs every master
+# (all tests pass) and every student notebook (blanks fail their tests) in a real kernel.
+LABS_OUT ?= dist/labs
+GRADES_OUT ?= grades
+LAB_MASTERS := $(wildcard tutorials/[0-9][0-9]_*.ipynb)
+
+.PHONY: labs grade-labs test-labs
+
+labs: $(LABS_OUT)/.built
+
+$(LABS_OUT)/.built: $(STAMP) $(LAB_MASTERS) tutorials/build_labs.py
+	$(BIN)/python tutorials/build_labs.py $(LABS_OUT)
+	touch $@
+
+grade-labs: labs
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade-labs SUBMISSIONS=folder-of-notebooks [GRADES_OUT=grades]"; exit 2; }
+	$(BIN)/python tutorials/grade_labs.py "$(SUBMISSIONS)" --bundle $(LABS_OUT) --out $(GRADES_OUT)
+
+test-labs: setup
+	$(BIN)/python -m pytest -q tests/test_labs.py --timeout=900 --durations=0

@@ -296,7 +296,7 @@ def test_undo_interactive_over_messages(engine):
 
 # 11 ------------------------------------------------------------------------------------------------
 def test_select(engine):
-    ex = load("select")
+    ex = load("select_option")
     prompt = "Q: Which planet is known as the Red Planet?\nA:"
     options = [" Mars", " Venus", " Jupiter", " the planet Saturn"]
     res = engine.run(ex.select, prompt, options).result(timeout=120)
@@ -346,3 +346,10 @@ def test_undo_after_the_engine_reclaimed_the_snapshot(fresh_engine):
         assert log[-1]["suggestion"] == log[0]["suggestion"]
     finally:
         eng.shutdown()
+
+
+def test_no_example_shadows_the_standard_library():
+    """Notebooks put examples/lips on sys.path: a file named like a stdlib module (select.py did)
+    would replace that module for every import after it, e.g. inside an HTTP client."""
+    clashes = sorted(p.name for p in EXAMPLES.glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not clashes, f"rename these examples, they shadow the standard library: {clashes}"

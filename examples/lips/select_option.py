@@ -6,7 +6,7 @@ token plus the option's tokens: row i of the result is the distribution the opti
 is drawn from. The option's score is the sum of those log-probabilities — log p(option |
 prompt) — or their mean (`normalize="mean"`, which does not favour short options).
 
-    python examples/lips/select.py "The capital of France is" " Paris" " London" " Berlin"
+    python examples/lips/select_option.py "The capital of France is" " Paris" " London" " Berlin"
 """
 
 from __future__ import annotations
