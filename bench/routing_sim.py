@@ -22,7 +22,7 @@ own utilisation is reported). A fourth policy, **affinity-bounded** (not built: 
 user's home to the least loaded replica when the home's backlog exceeds it by a margin, paying one
 recomputation of the file. Costs: prefill 1 unit per 1,000 tokens, decode 20 units per 1,000 tokens.
 
-    python -m bench.routing_sim [--quick] [--out bench/plots/routing_sim.png] [--seed 0]
+    python -m bench.routing_sim [--quick] [--out docs/img/routing_sim.png] [--seed 0]
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1,000 programs, 8 and 16 replicas (for tests)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(HERE / "plots" / "routing_sim.png"), help="the plot ('' for none)")
+    ap.add_argument("--out", default=str(HERE.parent / "docs" / "img" / "routing_sim.png"), help="the plot ('' for none)")
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)
     n, sizes = (1000, (8, 16)) if a.quick else (10_000, (8, 16, 32, 64))
