@@ -98,7 +98,7 @@ class ProfileCollector:
         self.max_records = max_records
         self.threads: dict[tuple[int, int], ThreadLog] = {}
         self.pages: deque = deque(maxlen=max_records)  # (t, pages used, pages total) at each batch
-        self.batches: deque = deque(maxlen=max_records)  # (t_start, t_end, tokens, size)
+        self.batches: deque = deque(maxlen=max_records)  # (t_start, t_end, tokens, size, member threads)
         self._main: dict[int, tuple[int, int]] = {}  # pid -> its main thread's key
         self._lock = threading.Lock()
         self._unsub = None
@@ -200,7 +200,7 @@ class ProfileCollector:
         total = d["tokens"] or 1
         with self._lock:
             self.pages.append((t1, d["pages_used"], d["pages_total"]))
-            self.batches.append((t0, t1, d["tokens"], d["size"]))
+            self.batches.append((t0, t1, d["tokens"], d["size"], {(m["pid"], m["tid"]) for m in d["members"]}))
             for m in d["members"]:
                 t = self.threads.get((m["pid"], m["tid"]))
                 if t is None:

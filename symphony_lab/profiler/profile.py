@@ -116,6 +116,7 @@ class Profile:
     stacks: dict[Stack, Times]  # per call stack (the flame graph's leaves)
     pages: list[tuple[float, int, int]]  # (t, pages used, pages total) after each batch
     slices: list[Slice]
+    batches: list[tuple[float, float, int, int]] = field(default_factory=list)  # (t_start, t_end, tokens, size)
 
     def line(self, file: str, line: int, tid: int | None = None) -> LineRow:
         """One line's row summed over threads (or for one thread); the file may be a basename."""
@@ -265,4 +266,7 @@ def build_profile(col: Any, end_ts: float) -> Profile:
         threads.append(ThreadProfile(t.pid, t.tid, t.name, t.t_start, t_end, tt, t.dropped))
     threads.sort(key=lambda th: (th.pid, th.tid))
     lines = sorted(rows.values(), key=lambda r: (r.pid, r.tid, r.file, r.line))
-    return Profile(threads, lines, dict(stacks), list(col.pages), sorted(slices, key=lambda s: s.t0))
+    keys = {(th.pid, th.tid) for th in threads}
+    batches = [b for b in col.batches if b[4] & keys] if col.pids is not None else list(col.batches)
+    return Profile(threads, lines, dict(stacks), list(col.pages), sorted(slices, key=lambda s: s.t0),
+                   [b[:4] for b in batches])
