@@ -74,3 +74,25 @@ def test_bad_position_is_a_clear_error(engine, recorded):
         what_if(engine, tokens, len(tokens), 0)
     with pytest.raises(ValueError, match="one token"):
         what_if(engine, tokens, 3, "hello world again")
+
+
+def test_lab_run_profile_and_what_if(engine):
+    """Both from a notebook run: `run.profile()` and `run.what_if()` (the lab section's API)."""
+    from symphony_lab.notebook.lab import Lab
+
+    lab = Lab(engine=engine)
+    lab.wait(300)
+    try:
+        path = "/shared/whatif-lab.kv"
+        run = lab.run(greedy, PROMPT, 6, path, record=True, profile=True, display=False)
+        stream = run.result(timeout=300)
+        prof = run.profile()
+        th = prof.thread(1)
+        assert th.times.preds == 6 and th.times.forward > 0
+        assert abs(th.times.total - th.wall) <= 0.05 * th.wall
+        pos = len(engine.tokenize(PROMPT)) + 1
+        w = run.what_if(1, pos, stream[pos], max_tokens=4, source=path)
+        assert w.original == stream[pos:pos + 4] == w.alternative
+        engine.kv_remove(path)
+    finally:
+        lab.shutdown()

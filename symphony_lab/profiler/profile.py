@@ -24,6 +24,7 @@ Stack = tuple[Frame, ...]  # outermost first
 
 BUCKETS = ("queue", "forward", "own", "blocking", "kernel")
 WAITING_CALLS = ("recv", "join")
+PROFILE_PID_OFFSET = 1_000_000  # trace processes of the profile tracks
 _STDLIB = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
 
 
@@ -178,17 +179,41 @@ class Profile:
         walk(tree, 0)
         return "\n".join(lines)
 
-    def trace_events(self, names: dict[int, str] | None = None) -> list[dict]:
-        """Chrome/Perfetto trace events: one slice per syscall or stretch between syscalls (on the
-        thread's track, named by bucket and line) and a counter of KV pages held."""
+    def trace_events(self, pid_offset: int = PROFILE_PID_OFFSET) -> list[dict]:
+        """Chrome/Perfetto trace events, on tracks of their own (trace process `pid_offset + pid`,
+        named "profile: ..."), so they sit beside a debugger trace without crossing its slices:
+        one `X` slice per syscall or stretch between syscalls (named by what it was and its line,
+        its buckets in `args`) and counters of KV pages held and of each thread's tokens fed."""
         ev: list[dict] = []
+        for th in self.threads:
+            tp = pid_offset + th.pid
+            ev.append({"name": "process_name", "ph": "M", "pid": tp, "tid": 0,
+                       "args": {"name": f"profile: pid {th.pid}"}})
+            ev.append({"name": "thread_name", "ph": "M", "pid": tp, "tid": th.tid,
+                       "args": {"name": f"profile {th.pid}.{th.tid} {th.name}"}})
         for s in self.slices:
-            ev.append({"name": s.name, "cat": "profile", "ph": "X", "ts": s.t0 * 1e6,
-                       "dur": max(0.0, (s.t1 - s.t0) * 1e6), "pid": s.pid, "tid": s.tid, "args": s.args})
+            ev.append({"name": s.name, "cat": "profile", "ph": "X", "ts": round(s.t0 * 1e6, 3),
+                       "dur": round(max(0.0, s.t1 - s.t0) * 1e6, 3), "pid": pid_offset + s.pid, "tid": s.tid,
+                       "args": s.args})
+        fed: dict[tuple[int, int], int] = defaultdict(int)
+        for s in self.slices:
+            if s.args.get("tokens"):
+                fed[(s.pid, s.tid)] += s.args["tokens"]
+                ev.append({"name": f"tokens fed {s.pid}.{s.tid}", "cat": "profile", "ph": "C",
+                           "ts": round(s.t1 * 1e6, 3), "pid": pid_offset + s.pid, "tid": 0,
+                           "args": {"tokens": fed[(s.pid, s.tid)]}})
+        if self.pages:
+            ev.append({"name": "process_name", "ph": "M", "pid": pid_offset, "tid": 0,
+                       "args": {"name": "profile: KV pages"}})
         for t, used, total in self.pages:
-            ev.append({"name": "kv pages held", "cat": "profile", "ph": "C", "ts": t * 1e6, "pid": 0,
-                       "args": {"used": used, "free": total - used}})
+            ev.append({"name": "kv pages held", "cat": "profile", "ph": "C", "ts": round(t * 1e6, 3),
+                       "pid": pid_offset, "tid": 0, "args": {"used": used, "free": total - used}})
         return ev
+
+    def add_to_trace(self, trace: dict) -> dict:
+        """Append this profile's slices and counters to a Chrome trace dict (`Debugger.trace()`)."""
+        trace.setdefault("traceEvents", []).extend(self.trace_events())
+        return trace
 
 
 def _where(stack: Stack) -> str:
