@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from symphony_lab.debugger.trace import validate_trace
 from symphony_lab.profiler import ProfileCollector, profile_run
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "lips"
@@ -73,11 +74,12 @@ def test_prefix_parallel_buckets_add_up_to_wall(engine):
     assert abs(forward - batch_time) <= 0.05 * batch_time, (forward, batch_time)
     # the text views and the trace
     table = prof.table()
-    assert "prefix_parallel.py" in table and "thread 1.2" in table
+    assert "prefix_parallel.py" in table and f"thread {main.pid}.2 answer" in table
     assert "answer" in prof.flame()
     ev = prof.trace_events()
     assert any(e["ph"] == "X" and e["name"].startswith("pred @ prefix_parallel.py") for e in ev)
     assert any(e["ph"] == "C" and e["name"] == "kv pages held" for e in ev)
+    assert validate_trace({"traceEvents": ev}) == []
 
 
 def test_no_subscriber_when_off(engine):
