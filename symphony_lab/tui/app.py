@@ -23,6 +23,7 @@ from textual.widgets import Footer, Static, Tab, Tabs
 from .labels import Quiet, describe_stop, quiet_when_gone
 from .kv import KVPane
 from .processes import ProcessesPane, ProcTree, failure_line
+from .profile_screen import ProfileScreen
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
 from .screens import HelpScreen, OverrideScreen
@@ -70,6 +71,7 @@ class SymphonyLab(App):
         Binding("f7", "step_back", "Step back", show=False),
         Binding("r", "relaunch", "Relaunch"),
         Binding("t", "toggle_dark", "Theme", show=False),
+        Binding("f3", "profile", "Profile", show=False),
         # priority: a focused pane (source view, tables, trees) must not swallow `?` (F1 works anyway)
         Binding("question_mark,f1", "help", "Help", priority=True),
         Binding("q", "quit", "Quit"),
@@ -429,6 +431,9 @@ class SymphonyLab(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_profile(self) -> None:
+        self.push_screen(ProfileScreen(self.session))
 
     def action_toggle_dark(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
