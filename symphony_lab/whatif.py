@@ -10,6 +10,7 @@ With the original token and greedy decoding the "original" branch reproduces the
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -38,6 +39,17 @@ class WhatIf:
         mark = "identical" if self.diverge_at is None else f"diverge at +{self.diverge_at}"
         return (f"position {self.position} ({mark}; {len(self.shared_pages)} prefix pages shared)\n"
                 f"{'original':<{width}} | alternative\n{o[:width]:<{width}} | {a[:width]}")
+
+    def _repr_html_(self) -> str:
+        """The notebook view: both continuations side by side, the divergence marked."""
+        d = self.diverge_at
+        head = "identical" if d is None else f"diverge at +{d}"
+        cells = []
+        for name in ("original", "alternative"):
+            cells.append(f"<td style='vertical-align:top'><b>{name}</b><br><pre>"
+                         f"{html.escape(self.texts.get(name, ''))}</pre></td>")
+        return (f"<div class='symphony-whatif'>position {self.position}: {head}; "
+                f"{len(self.shared_pages)} prefix pages shared<table><tr>{''.join(cells)}</tr></table></div>")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("position", "original", "alternative", "recorded", "diverge_at",

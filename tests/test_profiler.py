@@ -76,6 +76,7 @@ def test_prefix_parallel_buckets_add_up_to_wall(engine):
     table = prof.table()
     assert "prefix_parallel.py" in table and f"thread {main.pid}.2 answer" in table
     assert "answer" in prof.flame()
+    assert "prefix_parallel.py" in prof._repr_html_() and "symphony-profile" in prof._repr_html_()
     ev = prof.trace_events()
     assert any(e["ph"] == "X" and e["name"].startswith("pred @ prefix_parallel.py") for e in ev)
     assert any(e["ph"] == "C" and e["name"] == "kv pages held" for e in ev)

@@ -62,7 +62,7 @@ def test_alternative_token_diverges_in_a_fork_sharing_the_prefix(engine, recorde
     assert len(w.shared_pages) >= pos // ps >= 1  # every full page of the prefix is held by both forks
     base, o, a = w.files["base"], w.files["original"], w.files["alternative"]
     assert o["parent"] == base["fid"] == a["parent"]  # the KV tree: two forks of one prefix file
-    assert "original" in w.side_by_side() and w.texts["alternative"].startswith(engine.detokenize([alt]))
+    assert "diverge at +0" in w._repr_html_() and "original" in w.side_by_side() and w.texts["alternative"].startswith(engine.detokenize([alt]))
     assert engine.kvfs.pool.free_pages == free  # the forks were closed: nothing leaked
     engine.kvfs.check()
 

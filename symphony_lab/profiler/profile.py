@@ -13,6 +13,7 @@ They add up to the thread's wall time (`ThreadProfile.accounted`).
 
 from __future__ import annotations
 
+import html
 import os
 import sysconfig
 from collections import defaultdict
@@ -155,6 +156,25 @@ class Profile:
                        f" + forward {t.forward * 1e3:.1f} + own {t.own * 1e3:.1f} + blocking {t.blocking * 1e3:.1f}"
                        f" + kernel {t.kernel * 1e3:.1f}")
         return "\n".join(out)
+
+    def _repr_html_(self, top: int = 30) -> str:
+        """The notebook's profile view: the line table with each row's buckets as a stacked bar."""
+        colours = {"queue": "#f2b134", "forward": "#4a90d9", "own": "#5cb85c", "blocking": "#d9534f",
+                   "kernel": "#999"}
+        rows = sorted(self.lines, key=lambda r: -r.times.total)[:top]
+        most = max((r.times.total for r in rows), default=0.0) or 1.0
+        out = ["<table class='symphony-profile'><tr><th>line</th><th>thread</th><th>ms</th><th>preds</th>"
+               "<th>tokens</th><th>" + " ".join(f"<span style='color:{c}'>■ {b}</span>" for b, c in colours.items())
+               + "</th></tr>"]
+        for r in rows:
+            t = r.times
+            bar = "".join(f"<span title='{b} {getattr(t, b) * 1e3:.1f} ms' style='display:inline-block;height:10px;"
+                          f"background:{c};width:{300 * getattr(t, b) / most:.1f}px'></span>" for b, c in colours.items())
+            out.append(f"<tr><td><code>{html.escape(os.path.basename(r.file))}:{r.line}</code> "
+                       f"{html.escape(r.function)}</td><td>{r.pid}.{r.tid}</td><td>{t.total * 1e3:.1f}</td>"
+                       f"<td>{t.preds}</td><td>{t.tokens}</td><td>{bar}</td></tr>")
+        out.append("</table>")
+        return "".join(out)
 
     def flame(self, width: int = 60, min_share: float = 0.01) -> str:
         """A text flame graph: the call tree of the program's frames, each with its share of time."""
