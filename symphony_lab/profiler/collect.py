@@ -33,16 +33,25 @@ _LAB_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 
+_kept: dict[str, bool] = {}  # file name -> is it the LIP's (cached: a frame walk per syscall)
+
+
 def lip_stack(frame) -> Stack:
     """The LIP's frames of a Python stack: everything outside symphony_core, symphony_lab and
     the thread machinery, outermost first (the standard library's frames are kept: a tool that
     waits in `socket.recv` shows there)."""
     out: list[tuple[str, int, str]] = []
+    kept = _kept
     f = frame
     while f is not None:
-        name = f.f_code.co_filename
-        if not (name.startswith(_CORE_PKG) or name.startswith(_LAB_PKG) or name.endswith("threading.py")):
-            out.append((name, f.f_lineno, f.f_code.co_name))
+        code = f.f_code
+        name = code.co_filename
+        keep = kept.get(name)
+        if keep is None:
+            keep = kept[name] = not (name.startswith(_CORE_PKG) or name.startswith(_LAB_PKG)
+                                     or name.endswith("threading.py"))
+        if keep:
+            out.append((name, f.f_lineno, code.co_name))
         f = f.f_back
     out.reverse()
     return tuple(out)
