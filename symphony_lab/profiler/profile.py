@@ -212,9 +212,10 @@ class Profile:
             ev.append({"name": "thread_name", "ph": "M", "pid": tp, "tid": th.tid,
                        "args": {"name": f"profile {th.pid}.{th.tid} {th.name}"}})
         for s in self.slices:
-            ev.append({"name": s.name, "cat": "profile", "ph": "X", "ts": round(s.t0 * 1e6, 3),
-                       "dur": round(max(0.0, s.t1 - s.t0) * 1e6, 3), "pid": pid_offset + s.pid, "tid": s.tid,
-                       "args": s.args})
+            ts, end = round(s.t0 * 1e6, 3), round(s.t1 * 1e6, 3)
+            # a slice ends where the next begins: 1 ns short, so rounding never makes them overlap
+            ev.append({"name": s.name, "cat": "profile", "ph": "X", "ts": ts, "dur": max(0.0, round(end - ts - 0.001, 3)),
+                       "pid": pid_offset + s.pid, "tid": s.tid, "args": s.args})
         fed: dict[tuple[int, int], int] = defaultdict(int)
         for s in self.slices:
             if s.args.get("tokens"):
