@@ -11,8 +11,9 @@ With the original token and greedy decoding the "original" branch reproduces the
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from symphony_core.model.sampling import Sampler
 

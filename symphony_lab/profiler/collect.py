@@ -48,8 +48,7 @@ def lip_stack(frame) -> Stack:
         name = code.co_filename
         keep = kept.get(name)
         if keep is None:
-            keep = kept[name] = not (name.startswith(_CORE_PKG) or name.startswith(_LAB_PKG)
-                                     or name.endswith("threading.py"))
+            keep = kept[name] = not (name.startswith((_CORE_PKG, _LAB_PKG)) or name.endswith("threading.py"))
         if keep:
             out.append((name, f.f_lineno, code.co_name))
         f = f.f_back
@@ -115,7 +114,7 @@ class ProfileCollector:
         self._stop = threading.Event()
 
     # --- attaching ------------------------------------------------------------------------------
-    def attach(self, bus) -> "ProfileCollector":
+    def attach(self, bus) -> ProfileCollector:
         if self._unsub is not None:
             raise RuntimeError("this collector is already attached")
         self._stop.clear()
@@ -133,10 +132,10 @@ class ProfileCollector:
             self._sampler.join(2.0)
             self._sampler = None
 
-    def __enter__(self) -> "ProfileCollector":
+    def __enter__(self) -> ProfileCollector:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.detach()
 
     # --- events ---------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class Times:
     def add(self, bucket: str, seconds: float) -> None:
         setattr(self, bucket, getattr(self, bucket) + seconds)
 
-    def merge(self, other: "Times") -> None:
+    def merge(self, other: Times) -> None:
         for f in BUCKETS + ("preds", "tokens", "syscalls"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 

@@ -12,6 +12,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from symphony_core.errors import SymphonyError
+
 from ..whatif import thread_tokens, what_if
 
 
@@ -37,7 +39,7 @@ def run_what_if(session: Any, pid: int, tid: int, text: str) -> str:
         pos, token, n = parse_request(text)
         tokens = thread_tokens(dbg.get_recording(pid), tid)
         w = what_if(engine, tokens, pos, token, n)
-    except Exception as e:  # shown to the user, who can correct the request
+    except (ValueError, SymphonyError) as e:  # shown to the user, who can correct the request
         return f"{type(e).__name__}: {e}"
     mark = "identical" if w.diverge_at is None else f"diverge at +{w.diverge_at}"
     return (f"thread {pid}.{tid}, position {w.position} ({mark}; {len(w.shared_pages)} prefix pages shared)\n\n"
