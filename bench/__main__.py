@@ -30,6 +30,7 @@ WORKLOADS = {
     "graph_of_thought": "bench.graph_of_thought",
     "runtime_overhead": "bench.runtime_overhead:suite",
     "debugger_overhead": "bench.debugger_overhead:suite",
+    "profiler_overhead": "bench.profiler_overhead:suite",
     "sandbox_latency": "bench.sandbox_latency",
 }
 

@@ -24,7 +24,7 @@ from .token_tap import TokenTap
 from .views import RunViews
 
 VIEW_INTERVAL = 0.2  # seconds between view refreshes while something changes
-RESERVED_KWARGS = ("stop_on_entry", "record", "user", "name", "priority", "limits")
+RESERVED_KWARGS = ("stop_on_entry", "record", "profile", "user", "name", "priority", "limits")
 
 GLOBAL_WIDGETS: "weakref.WeakSet" = weakref.WeakSet()
 
@@ -114,12 +114,14 @@ class Lab:
 
     # --- launching ----------------------------------------------------------------------------
     def run(self, fn: Callable, *args: Any, stop_on_entry: bool = False, record: bool = False,
-            breakpoints: list | tuple = (), name: str | None = None, display: bool = True, **kwargs: Any) -> LabRun:
+            breakpoints: list | tuple = (), name: str | None = None, display: bool = True, profile: bool = False,
+            **kwargs: Any) -> LabRun:
         """Launch the LIP `fn(sym, *args, **kwargs)` under the debugger and show its live widget.
 
         Returns at once (the launch waits for the engine on a background thread if it is
         still loading). `breakpoints`: syscall names or `set_breakpoint` dicts, bound to this
-        process. Returns a `LabRun` (`.result()`, `.step()`, `.override()`, `.relaunch()`...)."""
+        process. `profile=True`: profile it (`run.profile()`); `record=True`: record it (`run.what_if()`).
+        Returns a `LabRun` (`.result()`, `.step()`, `.override()`, `.relaunch()`...)."""
         if not callable(fn):
             raise TypeError(f"lab.run expects a LIP function, got {type(fn).__name__}")
         clash = [k for k in kwargs if k in RESERVED_KWARGS]
@@ -127,6 +129,7 @@ class Lab:
             raise TypeError(f"lab.run: keyword(s) {clash} are launch options; pass them positionally to the LIP")
         run = LabRun(self, fn, tuple(args), dict(kwargs), stop_on_entry=stop_on_entry, record=record,
                      breakpoints=list(breakpoints), name=name)
+        run.profiling = profile
         if display and in_kernel():
             from IPython.display import display as _display
 

@@ -7,6 +7,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..profiler import Profile, ProfileCollector
+from ..whatif import WhatIf, thread_tokens, what_if
 from .kernel import current_definition
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ class LabRun:
         self._widget = None
         self.scope = "process"  # the widget's KV tree and timeline: this run's processes, or "engine"
         self.kv_index: int | None = None  # a kept KV tree to show (scrubbing), None: the newest
+        self.profiling = False  # set by `Lab.run(profile=True)`: a collector is attached at launch
+        self._collector = None
 
     # --- the widget ---------------------------------------------------------------------------
     @property
@@ -66,9 +70,13 @@ class LabRun:
         bps = self.breakpoints
         self.tokens, self.messages, self.launch_error = [], [], None
         self._replay_overrides = set()
+        if self.profiling:
+            self._collector = start_collector(self.lab.engine, self._collector)
         r = dbg.launch(self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name,
                        **self.kwargs)
         pid = r["pid"]
+        if self._collector is not None:
+            self._collector.pids = {pid}
         self.lab.tap.watch.add(pid)
         self.pid = pid
         self.pids.append(pid)
@@ -208,6 +216,34 @@ class LabRun:
 
     def view(self) -> dict:
         return self.lab.run_views.run_view(self)
+
+
+    # --- profile and what-if ----------------------------------------------------------------------
+    def profile(self, timeout: float | None = 600) -> Profile:
+        """Where this run's time went, per line and thread (`lab.run(..., profile=True)`); waits
+        for the run to end, then stops collecting."""
+        if self._collector is None:
+            raise RuntimeError("this run was not profiled: launch it with lab.run(..., profile=True)")
+        self.wait(timeout)
+        if self.pid is not None:
+            self._collector.wait_ended(self.pid)
+        self._collector.detach()
+        return self._collector.profile()
+
+    def what_if(self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None,
+                source: str | None = None) -> WhatIf:
+        """Feed `token` at `position` of thread `tid`'s recorded token stream and decode the
+        alternative in a KV fork beside the original (`lab.run(..., record=True)`)."""
+        if self.pid is None:
+            raise RuntimeError("this run has not launched")
+        rec = self.lab.debugger.get_recording(self.pid)
+        return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
+
+
+def start_collector(engine: Any, old: ProfileCollector | None) -> ProfileCollector:
+    if old is not None:
+        old.detach()
+    return ProfileCollector().attach(engine.bus)
 
 
 __all__ = ["LabRun"]

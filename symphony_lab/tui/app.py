@@ -23,11 +23,13 @@ from textual.widgets import Footer, Static, Tab, Tabs
 from .labels import Quiet, describe_stop, quiet_when_gone
 from .kv import KVPane
 from .processes import ProcessesPane, ProcTree, failure_line
+from .profile_screen import ProfileScreen
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
 from .screens import HelpScreen, OverrideScreen
 from .command_queue import CommandQueue
 from .session import Session
+from .whatif_screen import WhatIfScreen
 from .tokens import TokensPane, TopK
 
 PANES = [
@@ -70,6 +72,8 @@ class SymphonyLab(App):
         Binding("f7", "step_back", "Step back", show=False),
         Binding("r", "relaunch", "Relaunch"),
         Binding("t", "toggle_dark", "Theme", show=False),
+        Binding("f3", "profile", "Profile", show=False),
+        Binding("f4", "what_if", "What if", show=False),
         # priority: a focused pane (source view, tables, trees) must not swallow `?` (F1 works anyway)
         Binding("question_mark,f1", "help", "Help", priority=True),
         Binding("q", "quit", "Quit"),
@@ -429,6 +433,12 @@ class SymphonyLab(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_profile(self) -> None:
+        self.push_screen(ProfileScreen(self.session))
+
+    def action_what_if(self) -> None:
+        self.push_screen(WhatIfScreen(self.session, *self.focus_pt))
 
     def action_toggle_dark(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
