@@ -23,7 +23,10 @@ from pathlib import Path
 # name -> module under bench/; add a workload with one line here.
 WORKLOADS = {
     "matmul": "bench.matmul",
+    "kernels": "bench.kernels",
     "decode": "bench.decode",
+    "weights": "bench.weights",
+    "quality": "bench.quality",
     "profile": "bench.profile_forward",
     "shared_prefix": "bench.shared_prefix",
     "agents": "bench.agents",

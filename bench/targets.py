@@ -59,6 +59,11 @@ def targets_table(n: dict) -> str:
     w7 = n.get("graph_of_thought")
     out.append(f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |" if w7 else
                "| W7 | — | report the ratio | not run |")
+    wf = n.get("weights", {})
+    for name, measured, goal, ok in wf.get("verdicts", []):
+        add(f"CPU: {name}", measured, goal, ok)
+    if wf and not wf.get("verdicts"):
+        add("CPU vs llama.cpp", "—", "the issue's weight-format targets", None)
     pair = _c_pair(n)
     if pair:
         widest, r32, m32 = pair
