@@ -7,7 +7,7 @@ bench/decode.py), same threads; each repeat runs every engine once, in a rotated
 drift on a shared machine spreads over all of them; medians of the repeats. Ratios are
 Symphony ÷ peer.
 
-    python -m bench.weights [--quick] [--batches 1,8,32] [--new 128] [--prefill 512] [--repeats 3]
+    python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy size: batches 1 and 4, 8 new tokens, prefill 64, 1 repeat")
     ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--new", type=int, default=64, help="new tokens per sequence (default 64: six engines share the run)")
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
