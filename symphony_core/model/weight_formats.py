@@ -26,9 +26,11 @@ from ..errors import ModelError
 from .quant import DenseLinear, Int4Linear, Int8Linear, RowsSwitchLinear, quantize_int4, quantize_int8
 
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
-# Which kernel runs at how many rows, from bench/kernels.py on the 2-core AVX2 machine: the int4
-# kernel up to INT4_MAX_ROWS (q4 only), the int8 one up to INT8_MAX_ROWS, MKL's fp32 sgemm above
-# (wide batches and prefill are compute-bound there, and the weight-only kernels lose).
+# Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
+# to INT8_MAX_ROWS, MKL's fp32 sgemm above (wide batches and prefill are compute-bound there, and the
+# weight-only kernels lose). Set from issue 18's probes on the 2-core AVX2 machine (int4 15 / 34-50 /
+# 133-145 ms per step's matmuls at 1 / 8 / 32 rows against fp32's 49 / 88 / 144); the int8 bound is
+# a first estimate: re-derive both from `python -m bench.kernels` on a quiet machine.
 INT4_MAX_ROWS = 8
 INT8_MAX_ROWS = 16
 WIDE = 1 << 30
