@@ -129,9 +129,10 @@ def main(argv=None) -> str:
         lines.append(f"| {r['weights']} | {r['first8']}/{r['prompts']} | {r['all']}/{r['prompts']} | "
                      f"{r['prefix']:.1f} of {new} | {r['ppl']:.3f} |")
     lines += ["", "fp32 is the reference (the GGUF's Q4_1 weights dequantised exactly). q4 runs those same Q4_1 "
-                  "blocks (bf16 activations, scales rounded to bf16) up to 4 rows and int8 above, so a batch of "
-                  f"{len(prompts)} here runs its int8 path, a single stream its int4 one; q8 is per-row int8 "
-                  "everywhere. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows)]
+                  "blocks (bf16 activations, scales rounded to bf16) up to INT4_MAX_ROWS rows, per-row int8 up to "
+                  "INT8_MAX_ROWS, fp32 above (symphony_core/model/weight_formats.py), so the batch size picks the "
+                  "kernel; q8 is per-row int8 (bf16 activations) up to INT8_MAX_ROWS. The LM head runs on the "
+                  "output rows only. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows)]
     md = "\n".join(lines)
     print(md)
     return md
