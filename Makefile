@@ -36,7 +36,9 @@ lint: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" --timeout=900
 
+# the [bench] extra brings the llama.cpp peer (llama-cpp-python compiles llama.cpp: 10-25 min the first time)
 bench: setup
+	SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m bench
 
 clean:

@@ -17,13 +17,17 @@ import argparse
 import datetime
 import importlib
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
 # name -> module under bench/; add a workload with one line here.
 WORKLOADS = {
     "matmul": "bench.matmul",
+    "kernels": "bench.kernels",
     "decode": "bench.decode",
+    "weights": "bench.weights",
+    "quality": "bench.quality",
     "profile": "bench.profile_forward",
     "shared_prefix": "bench.shared_prefix",
     "agents": "bench.agents",
@@ -50,7 +54,15 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run just these workloads")
     ap.add_argument("--out", type=Path, default=None, help="where to write the results (default bench/RESULTS.md on full runs)")
     ap.add_argument("--render", action="store_true", help="run nothing: rewrite RESULTS.md from results.json")
+    ap.add_argument("--args", action="append", default=[], metavar="NAME:ARGS",
+                    help="extra arguments for one workload, e.g. --args 'weights:--new 16 --repeats 3' (repeatable)")
     args = ap.parse_args(argv)
+    extra = {}
+    for item in args.args:
+        name, _, rest = item.partition(":")
+        if name not in WORKLOADS:
+            ap.error(f"--args {item!r}: no workload named {name!r}")
+        extra[name] = shlex.split(rest)
     names = [] if args.render else (args.only or list(WORKLOADS))
     sections: dict[str, str] = {}
     numbers = {}
@@ -58,7 +70,7 @@ def main(argv=None) -> None:
         print(f"[{i}/{len(names)}] {name}", flush=True)
         modname, _, fname = WORKLOADS[name].partition(":")
         module = importlib.import_module(modname)
-        sections[name] = getattr(module, fname or "main")(["--quick"] if args.quick else [])
+        sections[name] = getattr(module, fname or "main")((["--quick"] if args.quick else []) + extra.get(name, []))
         if getattr(module, "last_results", None):
             numbers[name] = dict(module.last_results)
     out = args.out or (None if args.quick else Path(__file__).with_name("RESULTS.md"))

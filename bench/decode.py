@@ -91,42 +91,6 @@ def run_hf(model, prompts: list[list[int]], new: int, pad_id: int) -> tuple[floa
     return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
 
 
-def load_llama_cpp(threads: int, n_ctx: int):
-    """llama.cpp (llama-cpp-python) on the GGUF file our engine loads, or (None, why not)."""
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        return None, "llama-cpp-python not installed; `pip install -e '.[bench]'` adds it"
-    from symphony_core.model.registry import DEFAULT_MODEL, resolve_model
-
-    src = resolve_model(DEFAULT_MODEL, install=False)
-    if src.kind != "gguf":
-        return None, f"the model {src.name} is not a GGUF file"
-    llm = Llama(model_path=str(src.path), n_ctx=n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads,
-                logits_all=False, verbose=False)
-    return llm, src.path.name
-
-
-def run_llama_cpp(llm, prompts: list[list[int]], new: int) -> tuple[float, float, list[list[int]]]:
-    """(seconds to the first token, total seconds, tokens): llama-cpp-python decodes one sequence
-    at a time, so the prompts run one after another; greedy, exactly `new` tokens (its
-    `generate` iterator does not stop at EOS by itself)."""
-    first = total = 0.0
-    outs = []
-    for p in prompts:
-        t0 = time.perf_counter()
-        out = []
-        for tok in llm.generate(p, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
-            if not out:
-                first += time.perf_counter() - t0
-            out.append(int(tok))
-            if len(out) == new:
-                break
-        total += time.perf_counter() - t0
-        outs.append(out)
-    return first, total, outs
-
-
 def flops_per_token(eng, context: float) -> float:
     """Model FLOPs of one decode token: every projection and the LM head, plus attention."""
     m, cfg = eng.model, eng.config
@@ -149,19 +113,15 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
     pad_id = hf.generation_config.pad_token_id
     if pad_id is None:
         pad_id = hf.config.pad_token_id if hf.config.pad_token_id is not None else min(eng.eos_token_ids)
-    llm, llama_note = load_llama_cpp(torch.get_num_threads(), n_ctx=hi + new + 16)
     # Warm both (allocator, oneDNN/MKL kernels, lazy imports) outside the timings.
     warm = make_prompts(eng.tokenize, 2, lo, hi, seed=99)
     run_ours(eng, warm, 4)
     run_hf(hf, warm, 4, pad_id)
-    if llm is not None:
-        run_llama_cpp(llm, warm, 4)
 
     rows = []
     for b in batches:
         prompts = make_prompts(eng.tokenize, b, lo, hi, seed=b)
         ours_pre, ours_dec, hf_e2e, hf_first = [], [], [], []
-        ll_first, ll_total, ll_same = [], [], None
         same, contended = 0, 0
         for r in range(repeats):
             contended += _busy(wait_until_idle(idle_wait))
@@ -175,13 +135,6 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             hf_first.append(run_hf(hf, prompts, 1, pad_id)[0])
             if r == 0:
                 same = sum(a == h for a, h in zip(ours_out, hf_out))
-            if llm is not None:
-                contended += _busy(wait_until_idle(idle_wait))
-                f, t, ll_out = run_llama_cpp(llm, prompts, new)
-                ll_first.append(f)
-                ll_total.append(t)
-                if r == 0:
-                    ll_same = sum(a == o for a, o in zip(ours_out, ll_out))
             print(f"  batch {b} repeat {r + 1}/{repeats}: ours {pre + dec:.2f} s, transformers {e2e:.2f} s", flush=True)
         med = statistics.median
         decode_tokens, all_tokens = b * (new - 1), b * new
@@ -194,14 +147,8 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             "ours_e2e": all_tokens / med(p + d for p, d in zip(ours_pre, ours_dec)),
             "hf_e2e": all_tokens / med(hf_e2e),
             "same": same,
-            "contended": f"{contended}/{(4 if llm is not None else 3) * repeats}" if idle_wait > 0 else "not checked",
-            "llama_cpp": llama_note if llm is None else None,
+            "contended": f"{contended}/{3 * repeats}" if idle_wait > 0 else "not checked",
         }
-        if llm is not None:
-            row["llama_decode"] = decode_tokens / max(1e-9, med(t - f for t, f in zip(ll_total, ll_first)))
-            row["llama_e2e"] = all_tokens / med(ll_total)
-            row["llama_same"] = ll_same
-            row["llama_gguf"] = llama_note
         rows.append(row)
     return rows
 
@@ -223,23 +170,7 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
             f"| {r['ours_e2e']:.1f} | {r['hf_e2e']:.1f} | {r['ours_e2e'] / r['hf_e2e']:.2f}× | {r['same']}/{r['batch']} "
             f"| {r['contended']} |"
         )
-    llama = [r for r in rows if "llama_decode" in r]
-    if llama:
-        lines += [
-            "",
-            f"llama.cpp (llama-cpp-python) on the same GGUF ({llama[0]['llama_gguf']}, run in its own quantised "
-            "format; we dequantise it to fp32), one sequence at a time (its Python API has no batched generate), greedy:",
-            "",
-            "| sequences | llama.cpp decode tok/s | ours ÷ llama.cpp | llama.cpp end-to-end tok/s | ours ÷ llama.cpp | same greedy tokens as ours |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-        for r in llama:
-            lines.append(
-                f"| {r['batch']} | {r['llama_decode']:.1f} | {r['ours_decode'] / r['llama_decode']:.2f}× "
-                f"| {r['llama_e2e']:.1f} | {r['ours_e2e'] / r['llama_e2e']:.2f}× | {r['llama_same']}/{r['batch']} |"
-            )
-    elif rows:
-        lines += ["", f"llama.cpp: skipped ({rows[0]['llama_cpp']})."]
+    lines += ["", "llama.cpp: in the weight formats section (bench/weights.py: its low-level API, every sequence in one batch)."]
     lines += [
         "",
         "Decode-only counts the tokens after the first (ours: the `pred_batch` steps; transformers: "

@@ -119,6 +119,35 @@ def _pages(plt, res: dict, out: Path) -> Path | None:
     return path
 
 
+def _weights(plt, res: dict, out: Path) -> Path | None:
+    """Decode tok/s against sequences for each weight format and llama.cpp variant; prefill beside it."""
+    w = res.get("weights")
+    if not w or not w.get("rows"):
+        return None
+    b = w["batches"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
+    for r in w["rows"]:
+        ours = r["engine"].startswith("ours")
+        axes[0].plot(b, [r[f"decode_{x}"] for x in b], "o-" if ours else "^--", label=r["engine"])
+    axes[0].set_xscale("log", base=2)
+    axes[0].set_xticks(b, [str(x) for x in b])
+    axes[0].set_xlabel("sequences decoded together")
+    axes[0].set_ylabel("new tokens / s")
+    axes[0].set_title(f"greedy decode, {w['new']} new tokens")
+    axes[0].grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    names = [r["engine"].replace("llama.cpp ", "llama ") for r in w["rows"]]
+    axes[1].barh(names, [r["prefill"] for r in w["rows"]],
+                 color=[OURS if n.startswith("ours") else PEER for n in names])
+    axes[1].set_xlabel("prefill tokens / s")
+    axes[1].set_title(f"prefill {w['prefill']} tokens")
+    fig.tight_layout()
+    path = out / "weights_vs_llama_cpp.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def make_plots(results: dict, out: Path) -> list[Path]:
     """Draw every plot the results allow into `out`; returns the files written."""
     plt = _plt()
@@ -126,7 +155,7 @@ def make_plots(results: dict, out: Path) -> list[Path]:
     paths = []
     if "decode" in results and results["decode"].get("rows"):
         paths.append(_decode(plt, results["decode"], out))
-    for fn in (_programs, _pages):
+    for fn in (_programs, _pages, _weights):
         p = fn(plt, results, out)
         if p is not None:
             paths.append(p)

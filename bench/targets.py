@@ -59,6 +59,11 @@ def targets_table(n: dict) -> str:
     w7 = n.get("graph_of_thought")
     out.append(f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |" if w7 else
                "| W7 | — | report the ratio | not run |")
+    wf = n.get("weights", {})
+    for name, measured, goal, ok in wf.get("verdicts", []):
+        add(f"CPU: {name}", measured, goal, ok)
+    if wf and not wf.get("verdicts"):
+        add("CPU vs llama.cpp", "—", "the issue's weight-format targets", None)
     pair = _c_pair(n)
     if pair:
         widest, r32, m32 = pair
@@ -110,7 +115,30 @@ def missed_notes(n: dict) -> str:
             "dispatch, not arithmetic. What would close it: fuse those elementwise steps per layer (a compiled "
             "or hand-written fused RMSNorm + RoPE + SwiGLU path with fixed decode shapes) and a decode "
             "attention that reads the pages in place instead of gathering them.")
+    out += _cpu_notes(n)
     return "### Missed targets: where the time goes\n\n" + "\n".join(out) if out else ""
+
+
+def _cpu_notes(n: dict) -> list[str]:
+    """The weight-format targets against llama.cpp that were missed, with the forward-pass profile's split."""
+    wf = n.get("weights", {})
+    missed = [v for v in wf.get("verdicts", []) if v[3] is False]
+    if not missed:
+        return []
+    prof = {r["case"]: r for r in n.get("profile", {}).get("rows", [])}
+
+    def split(case: str) -> str:
+        r = prof.get(case)
+        if not r:
+            return ""
+        return (f"; a `{case}` forward takes {r['wall_ms']:.1f} ms: matmul {r.get('matmul', 0):.0f}%, attention "
+                f"{r.get('attention', 0):.0f}%, K/V gather + write {r.get('K/V gather + write', 0):.0f}%, "
+                f"other ops {r.get('other ops', 0):.0f}%")
+
+    cases = {"fp32 single stream": "fp32: decode, 1 sequences", "quantised single stream": "q4: decode, 1 sequences",
+             "quantised 8 sequences": "q4: decode, 8 sequences", "quantised 32 sequences": "q4: decode, 32 sequences",
+             "prefill 512": "q4: prefill, 512 tokens"}
+    return [f"- **CPU: {name}** ({measured}, goal {goal}){split(cases.get(name, ''))}." for name, measured, goal, _ in missed]
 
 
 __all__ = ["missed_notes", "targets_table"]

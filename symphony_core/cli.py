@@ -10,7 +10,7 @@ def _demo(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .programs import chat_answer
 
-    eng = Engine(args.model)
+    eng = Engine(args.model, weights=args.weights)
     print(f"model: {eng.model_name} on {eng.device} ({eng.dtype})", file=sys.stderr)
     print(f"Q: {args.question}\nA: ", end="", flush=True)
     proc = eng.run(chat_answer, args.question, args.max_tokens)
@@ -71,17 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="symphony", description="Serve LLM inference programs, not prompts.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
+    from .server.commands import WEIGHT_FORMATS, WEIGHTS_HELP, add_server_commands  # `serve` and `run`
+
     d = sub.add_parser("demo", help="answer a question with an example LIP on the real model")
     d.add_argument("question", nargs="?", default="What is the capital of France?", help="the question to answer")
     d.add_argument("--model", default="smollm2", help="a built-in model name, a GGUF file or a model directory")
     d.add_argument("--max-tokens", type=int, default=48, help="most tokens in the answer")
+    d.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP)
     d.set_defaults(fn=_demo)
     m = sub.add_parser("models", help="list built-in models, or convert one now (--prepare)")
     m.add_argument("--prepare", action="store_true", help="convert --model to the cached safetensors form now")
     m.add_argument("--model", default="smollm2", help="the model --prepare converts")
     m.set_defaults(fn=_models)
-    from .server.commands import add_server_commands  # `serve` and `run`
-
     add_server_commands(sub)
     _add_scale_out(sub.choices["serve"])
     return parser

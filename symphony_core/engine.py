@@ -14,6 +14,7 @@ from .errors import SymphonyError
 from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
+from .model.weight_formats import apply_weight_format, check_weight_format
 
 DEFAULT_USER = "local"
 
@@ -61,9 +62,12 @@ class Engine:
         num_pages: int | None = None,
         kv_cache_gb: float = 2.0,
         threads: int | None = None,
+        weights: str = "fp32",
     ) -> None:
+        """`weights`: "fp32" (exact), or on CPU "q8" / "q4" (quantised, faster; see model/weight_formats.py)."""
         self.device = torch.device(device) if device else _default_device()
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.weight_format = check_weight_format(weights, self.device)
         if threads:
             torch.set_num_threads(threads)
         loaded = load_model(model, dtype=self.dtype, device=str(self.device))
@@ -73,6 +77,7 @@ class Engine:
         cfg = self.config
         self.tokenizer = loaded.tokenizer
         self.model = PagedLlama(cfg, loaded.weights, self.device, self.dtype)
+        apply_weight_format(self.model, weights, loaded.gguf_path, loaded.directory if loaded.gguf_path else None)
         if num_pages is None:
             per_page = PagePool.bytes_per_page(page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.dtype)
             num_pages = max(16, int(kv_cache_gb * 1e9) // per_page)
@@ -209,5 +214,5 @@ class Engine:
             return self.executor.run(calls)
 
     def stats(self) -> dict:
-        """The model, device, dtype and the page pool's counts (`pages_total`, `pages_used`, …)."""
-        return {"model": self.model_name, "device": str(self.device), "dtype": str(self.dtype), **self.kvfs.stats()}
+        """The model, device, dtype, weight format and the page pool's counts (`pages_total`, `pages_used`, …)."""
+        return {"model": self.model_name, "device": str(self.device), "dtype": str(self.dtype), "weights": self.weight_format, **self.kvfs.stats()}

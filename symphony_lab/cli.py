@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     t.add_argument("--num-pages", type=int, help="KV pages in the pool (default: from --kv-cache-gb)")
     t.add_argument("--kv-cache-gb", type=float, help="KV cache size in GB")
+    t.add_argument("--weights", choices=("fp32", "q8", "q4"), help="weight format of the embedded engine on CPU "
+                   "(fp32 exact, the default; q8/q4 quantised and faster)")
     t.add_argument("--no-stop-on-entry", action="store_true", help="run straight away (breakpoints still stop)")
     t.add_argument("--theme", choices=["dark", "light"], help="colour theme (t toggles it in the app)")
     t.add_argument("--poll", type=float, default=0.25, help="seconds between screen refreshes (default 0.25)")
@@ -106,7 +108,7 @@ def make_session(ns):
         raise SystemExit("symphony-lab tui: give FILE:FUNC (e.g. examples/lips/prefix_parallel.py:prefix_parallel) "
                          "or --server URL")
     opts = {k: v for k, v in (("model", ns.model), ("device", ns.device), ("num_pages", ns.num_pages),
-                              ("kv_cache_gb", ns.kv_cache_gb)) if v is not None}
+                              ("kv_cache_gb", ns.kv_cache_gb), ("weights", ns.weights)) if v is not None}
     try:
         return EmbeddedSession(ns.target, args, kwargs, engine_options=opts, stop_on_entry=not ns.no_stop_on_entry)
     except Exception as e:

@@ -28,14 +28,14 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert "transformers" in text
     for title in ("(W1/W2)", "Shared prefix (W3)", "ReAct agents (W4)", "Graph of thought (W7)"):
         assert title in text, title
-    assert re.search(r"llama\.cpp: skipped \(llama-cpp-python not installed|llama\.cpp decode tok/s", text)
+    assert re.search(r"llama\.cpp: skipped \(llama-cpp-python not installed|\| llama\.cpp Q4_1 \|", text)
     # The budget is 2 minutes: measured 40-70 s on the 2-core dev machine, but up to ~6 min
     # while other jobs saturated it, so the time is reported, not asserted; what is asserted is
     # that every workload really ran at its toy size (below).
     print(f"quick benchmark suite: {took:.0f} s")
 
     numbers = json.loads((tmp_path / "results.json").read_text())
-    assert set(WORKLOADS) - {"matmul", "profile"} <= set(numbers), sorted(numbers)
+    assert set(WORKLOADS) - {"matmul", "profile", "kernels"} <= set(numbers), sorted(numbers)
 
     w3 = numbers["shared_prefix"]
     assert (w3["doc_tokens"], w3["questions"], w3["new"]) == (128, 4, 16)

@@ -57,9 +57,12 @@ def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return x if x.shape[0] == rows else F.pad(x, (0, 0, 0, rows - x.shape[0]))
 
 
-def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [T, in] row-major -> W xᵀ [out, T] feature-major."""
-    return torch.mm(w, x.t())
+def project(x: torch.Tensor, w) -> torch.Tensor:
+    """x [T, in] -> W xᵀ [out, T] feature-major. `w` is an fp32 tensor (the exact path) or a
+    quantised linear from weight_formats.py (whose [T, out] result is returned transposed)."""
+    if isinstance(w, torch.Tensor):
+        return torch.mm(w, x.t())
+    return w(x).t()
 
 
 # Below this many rows the down projection wants its input row-major (W @ xᵀ is 2x faster
@@ -99,6 +102,7 @@ class PagedLlama:
         self.cos = torch.cat((cos, cos), dim=-1).to(device=self.device, dtype=dtype)
         self.sin = torch.cat((-sin, sin), dim=-1).to(device=self.device, dtype=dtype)
         self.pad = self.device.type == "cpu"  # the row padding is an MKL effect
+        self.weight_format = "fp32"  # weight_formats.apply_weight_format swaps in quantised linears
         self.attention = choose_backend(self.device)
 
     def rows_for(self, t: int) -> int:
@@ -139,7 +143,7 @@ class PagedLlama:
                 torch.mul(F.silu(gate), up, out=act.t())
                 x.add_(project(act, layer.w_down).t())
             else:
-                x.add_(torch.mm(layer.w_down, F.silu(gate).mul_(up)).t())
+                x.add_(project(F.silu(gate).mul_(up).t(), layer.w_down).t())
         x = rms_norm(x.index_select(0, fb.output_rows), self.norm, cfg.rms_eps)
         r = x.shape[0]
         logits = project(pad_rows(x, self.rows_for(r)), self.lm_head)[:, :r]

@@ -34,6 +34,7 @@ class LoadedModel:
     config: dict
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
+    gguf_path: Path | None = None  # the GGUF it was converted from (its Q4_1 blocks feed weights="q4")
 
 
 def _cache_dir_for(src: ModelSource) -> Path:
@@ -110,4 +111,4 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
     weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
     eos = config.get("eos_token_id")
     tokenizer = Tokenizer(directory, [] if eos is None else [eos] if isinstance(eos, int) else list(eos))
-    return LoadedModel(src.name, directory, config, weights, tokenizer)
+    return LoadedModel(src.name, directory, config, weights, tokenizer, src.path if src.kind == "gguf" else None)

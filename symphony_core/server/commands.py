@@ -9,6 +9,13 @@ import os
 import sys
 from typing import Any, Iterable
 
+from ..errors import ModelError
+
+# symphony_core.model.weight_formats.WEIGHT_FORMATS, spelled out so that parsing flags imports no torch
+WEIGHT_FORMATS = ("fp32", "q8", "q4")
+WEIGHTS_HELP = ("weight format on CPU: fp32 (exact, default), q8 (int8) or q4 (4-bit from the GGUF's Q4_1 blocks); "
+                "quantised formats decode faster and agree with fp32 less than fully (bench/RESULTS.md)")
+
 
 def _parse_value(s: str) -> Any:
     """A command-line argument as JSON when it is JSON (16, 0.5, true, [..], {..}), else as text."""
@@ -91,7 +98,11 @@ def _run(args: argparse.Namespace) -> int:
         from ..engine import Engine
 
         fn = _load_function(args.target)
-        eng = Engine(args.model)
+        try:
+            eng = Engine(args.model, weights=args.weights)
+        except ModelError as e:
+            print(f"symphony run: {e}", file=sys.stderr)
+            return 2
         from ..lip.process import Limits
 
         proc = eng.launch(fn, *lip_args, name=args.name, kwargs=kwargs,
@@ -124,7 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
                  sandbox=not args.no_sandbox, max_workers=args.max_workers, cpu_seconds=args.cpu_seconds,
                  memory_mb=args.memory_mb, num_pages=args.num_pages, kv_cache_gb=args.kv_cache_gb,
                  threads=args.threads, max_body=args.max_body, wall_time=args.wall_time, log_level=args.log_level,
-                 plugins=args.plugin or [], keep_finished_s=args.keep_finished, drain_s=args.drain)
+                 plugins=args.plugin or [], keep_finished_s=args.keep_finished, drain_s=args.drain,
+                 weights=args.weights)
 
 
 def add_server_commands(sub) -> None:
@@ -143,6 +155,7 @@ def add_server_commands(sub) -> None:
     s.add_argument("--num-pages", type=int, default=None, help="KV pages in the pool (default: from --kv-cache-gb)")
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
+    s.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP)
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
     s.add_argument("--keep-finished", type=float, default=600.0, metavar="SECONDS",
                    help="how long a finished process's result and messages are kept for late readers")
@@ -163,6 +176,7 @@ def add_server_commands(sub) -> None:
     r.add_argument("--server", default=os.environ.get("SYMPHONY_SERVER"), help="server URL (default: run embedded)")
     r.add_argument("--token", default=None, help="API token (default: $SYMPHONY_TOKEN)")
     r.add_argument("--model", default="smollm2", help="model for an embedded run")
+    r.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP + " (embedded run)")
     r.add_argument("--name", default=None)
     r.add_argument("--wall-time", type=float, default=None)
     r.add_argument("--no-sandbox", action="store_true", help="ask the server to run it in-process (trusted users)")

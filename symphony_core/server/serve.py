@@ -43,10 +43,11 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
           user_flags: list[str] | None = None, sandbox: bool = True, max_workers: int = 32, cpu_seconds: int = 60,
           memory_mb: int = 1024, num_pages: int | None = None, kv_cache_gb: float = 1.0, threads: int | None = None,
           max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info",
-          plugins: list[str] | None = None, keep_finished_s: float = 600.0, drain_s: float = 5.0) -> int:
+          plugins: list[str] | None = None, keep_finished_s: float = 600.0, drain_s: float = 5.0, weights: str = "fp32") -> int:
     import uvicorn
 
     from ..engine import Engine
+    from ..errors import ModelError
     from ..sandbox.confine import SandboxSpec
     from ..sandbox.pool import SandboxManager
     from .app import create_app
@@ -74,7 +75,11 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
         return 2
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve() must run on the main thread (the sandbox is tied to it)")
-    engine = Engine(model, num_pages=num_pages, kv_cache_gb=kv_cache_gb, threads=threads)
+    try:
+        engine = Engine(model, num_pages=num_pages, kv_cache_gb=kv_cache_gb, threads=threads, weights=weights)
+    except ModelError as e:
+        print(f"symphony serve: {e}", file=sys.stderr)
+        return 2
     mgr = None
     if sandbox:
         mgr = SandboxManager(engine, max_workers=max_workers, defaults=SandboxSpec(cpu_seconds=cpu_seconds, memory_mb=memory_mb))

@@ -1,0 +1,229 @@
+"""Weight formats next to llama.cpp, side by side in one run: prefill 512, greedy decode of 1/8/32 sequences.
+
+Rows: Symphony with `weights="fp32" | "q8" | "q4"` and llama.cpp (llama-cpp-python's low-level
+API, every sequence in one `llama_batch`) on the shipped Q4_1 GGUF and on F32 / Q8_0 files made
+from it by llama.cpp's own quantiser. Same prompts (32-64-token windows of one English text, as
+bench/decode.py), same threads; each repeat runs every engine once, in a rotated order, so
+drift on a shared machine spreads over all of them; medians of the repeats. Ratios are
+Symphony ÷ peer.
+
+    python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from . import llama_cpp_peer
+from .decode import TEXT, make_prompts, run_ours
+from .machine import describe, wait_until_idle
+
+OURS = ("fp32", "q8", "q4")
+PEERS = ("Q4_1", "F32", "Q8_0")
+
+
+def _prefill_prompt(tokenize, n: int) -> list[int]:
+    ids = tokenize(TEXT)
+    return (ids * (n // len(ids) + 1))[:n]
+
+
+def _ours_prefill(eng, prompt: list[int]) -> float:
+    kv = eng.kv_create()
+    try:
+        t0 = time.perf_counter()
+        eng.pred(kv, prompt)
+        return time.perf_counter() - t0
+    finally:
+        eng.kv_close(kv)
+
+
+def _peer_files(threads: int) -> tuple[dict[str, Path], str | None]:
+    from symphony_core.model.loader import cache_root
+    from symphony_core.model.registry import DEFAULT_MODEL, resolve_model
+
+    why = llama_cpp_peer.available()
+    if why:
+        return {}, why
+    src = resolve_model(DEFAULT_MODEL, install=False).path
+    out = cache_root() / "llama-cpp"
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"Q4_1": src}
+    for ft in ("F32", "Q8_0"):
+        try:
+            files[ft] = llama_cpp_peer.quantize(src, out / f"{src.stem.rsplit('.', 1)[0]}.{ft}.gguf", ft, threads)
+        except Exception as e:  # noqa: BLE001 - report it, keep the others
+            print(f"  llama.cpp quantiser could not make {ft}: {e}", flush=True)
+    return files, None
+
+
+def bench(batches, new, prefill_n, repeats, idle_wait, threads):
+    from symphony_core import Engine
+
+    hi = 64
+    pages = (max(batches) * (hi + new) + prefill_n) // 16 + 64
+    engines = {f: Engine(num_pages=pages, weights=f) for f in OURS}
+    files, skipped = _peer_files(threads)
+    peers = {}
+    for ft, path in files.items():
+        try:
+            peers[ft] = llama_cpp_peer.Peer(path, threads, n_seq=max(batches), n_ctx=max(batches) * (hi + new) + prefill_n)
+        except Exception as e:  # noqa: BLE001
+            print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
+    names = [f"ours {f}" for f in OURS] + [f"llama.cpp {p}" for p in peers]
+
+    def run_decode(name, prompts):
+        if name.startswith("ours"):
+            return run_ours(engines[name.split()[1]], prompts, new)
+        return peers[name.split()[1]].decode(prompts, new)
+
+    def run_prefill(name, prompt):
+        if name.startswith("ours"):
+            return _ours_prefill(engines[name.split()[1]], prompt)
+        return peers[name.split()[1]].prefill(prompt)
+
+    tok = engines["fp32"].tokenize
+    warm = make_prompts(tok, 2, 8, 16, seed=99)
+    for n in names:
+        run_decode(n, warm)
+    times: dict[str, dict] = {n: {"prefill": [], **{b: [] for b in batches}} for n in names}
+    outs: dict[str, dict] = {n: {} for n in names}
+    contended = runs = 0
+    prompt = _prefill_prompt(tok, prefill_n)
+    cases = [("prefill", None)] + [("decode", b) for b in batches]
+    for r in range(repeats):
+        for kind, b in cases:
+            order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+            prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
+            for n in order:
+                busy = wait_until_idle(idle_wait)
+                contended += int(busy is not None and busy >= 0.1)
+                runs += 1
+                if kind == "prefill":
+                    times[n]["prefill"].append(run_prefill(n, prompt))
+                else:
+                    _, dec, out = run_decode(n, prompts)
+                    times[n][b].append(dec)
+                    outs[n].setdefault(b, out)
+            print(f"  repeat {r + 1}/{repeats} {kind} {b or prefill_n}: "
+                  + ", ".join(f"{n} {times[n][b or 'prefill'][-1]:.2f}s" for n in names), flush=True)
+    for p in peers.values():
+        p.close()
+    med = statistics.median
+    rows = []
+    for n in names:
+        row = {"engine": n, "prefill": prefill_n / med(times[n]["prefill"])}
+        for b in batches:
+            row[f"decode_{b}"] = b * (new - 1) / med(times[n][b])
+            ref = outs["ours fp32"][b]
+            row[f"same8_{b}"] = sum(a[:8] == o[:8] for a, o in zip(outs[n][b], ref))
+            row[f"same_{b}"] = sum(a == o for a, o in zip(outs[n][b], ref))
+        rows.append(row)
+    return rows, skipped, f"{contended}/{runs}"
+
+
+def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, bool | None]]:
+    """The issue's targets for weight formats: (target, measured, goal, met)."""
+    by = {r["engine"]: r for r in rows}
+    out = []
+    f32 = by.get("llama.cpp F32")
+    peers = [r for n, r in by.items() if n.startswith("llama.cpp")]
+
+    def best(key):
+        q = max((by[f"ours {f}"] for f in ("q8", "q4") if f"ours {f}" in by), key=lambda r: r[key])
+        return q, q["engine"].split()[1]
+
+    if f32 and 1 in batches:
+        x = by["ours fp32"]["decode_1"] / f32["decode_1"]
+        out.append(("fp32 single stream", f"{x:.2f}× llama.cpp F32", "≥ 1.0×", x >= 1.0))
+    q41 = by.get("llama.cpp Q4_1")
+    if q41 and 1 in batches:
+        q, f = best("decode_1")
+        x = q["decode_1"] / q41["decode_1"]
+        out.append(("quantised single stream", f"{x:.2f}× llama.cpp Q4_1 ({f})", "≥ 0.6× (aim 1.0×)", x >= 0.6))
+    if peers and 8 in batches:
+        q, f = best("decode_8")
+        worst = min(q["decode_8"] / p["decode_8"] for p in peers)
+        out.append(("quantised 8 sequences", f"{worst:.2f}× the fastest llama.cpp variant ({f})", "≥ 1.0× every variant",
+                    worst >= 1.0))
+    if f32 and 32 in batches:
+        q, f = best("decode_32")
+        x = q["decode_32"] / f32["decode_32"]
+        out.append(("quantised 32 sequences", f"{x:.2f}× llama.cpp F32 ({f})", "≥ 1.3×", x >= 1.3))
+    if f32:
+        q, f = best("prefill")
+        x = q["prefill"] / f32["prefill"]
+        out.append(("prefill 512", f"{x:.2f}× llama.cpp F32 ({f}; fp32 {by['ours fp32']['prefill'] / f32['prefill']:.2f}×)",
+                    "≥ 1.2×", x >= 1.2))
+    return out
+
+
+def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
+    lines = [
+        f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, median of {repeats}",
+        "",
+        f"Machine: {describe()}; llama.cpp through llama-cpp-python's low-level API, every sequence in one batch",
+        "",
+        "| engine | prefill tok/s | " + " | ".join(f"decode {b} seq tok/s" for b in batches)
+        + " | " + " | ".join(f"same first 8 / all tokens as ours fp32 ({b} seq)" for b in batches) + " |",
+        "|---|---:|" + "---:|" * len(batches) * 2,
+    ]
+    for r in rows:
+        lines.append(f"| {r['engine']} | {r['prefill']:.0f} | " + " | ".join(f"{r[f'decode_{b}']:.1f}" for b in batches)
+                     + " | " + " | ".join(f"{r[f'same8_{b}']}/{b} · {r[f'same_{b}']}/{b}" for b in batches) + " |")
+    peers = [r for r in rows if r["engine"].startswith("llama.cpp")]
+    if peers:
+        lines += ["", "Ratios, Symphony ÷ llama.cpp (columns: the peer; rows: our format; prefill / decode 1 / 8 / 32):",
+                  "", "| ours | " + " | ".join(p["engine"] for p in peers) + " |", "|---|" + "---|" * len(peers)]
+        for r in rows:
+            if r["engine"].startswith("ours"):
+                cells = []
+                for p in peers:
+                    keys = ["prefill"] + [f"decode_{b}" for b in batches]
+                    cells.append(" / ".join(f"{r[k] / p[k]:.2f}×" for k in keys))
+                lines.append(f"| {r['engine']} | " + " | ".join(cells) + " |")
+        lines += ["", "| target | measured | goal | verdict |", "|---|---|---|---|"]
+        for name, measured, goal, ok in verdicts(rows, batches):
+            lines.append(f"| {name} | {measured} | {goal} | {'met' if ok else '**missed**'} |")
+    else:
+        lines += ["", f"llama.cpp: skipped ({skipped})."]
+    lines += ["", f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
+                  "the tokens after the first (the prompts' prefill excluded); \"same\" compares each sequence's "
+                  "greedy tokens with Symphony fp32's."]
+    return "\n".join(lines)
+
+
+last_results: dict = {}
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="toy size: batches 1 and 4, 8 new tokens, prefill 64, 1 repeat")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--new", type=int, default=64, help="new tokens per sequence (default 64: six engines share the run)")
+    ap.add_argument("--prefill", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each run (default 10; quick 0)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    batches = [int(b) for b in args.batches.split(",")]
+    new, prefill_n, repeats = args.new, args.prefill, args.repeats
+    if args.quick:
+        batches, new, prefill_n, repeats = [1, 4], 8, 64, 1
+    idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
+    rows, skipped, contended = bench(batches, new, prefill_n, repeats, idle, args.threads)
+    last_results.clear()
+    last_results.update({"rows": rows, "batches": batches, "new": new, "prefill": prefill_n, "skipped": skipped,
+                         "verdicts": [list(v) for v in verdicts(rows, batches)]})
+    md = table(rows, batches, new, prefill_n, repeats, skipped, contended)
+    print(md)
+    return md
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Quantised linear layers for CPU decoding: int8 (fbgemm) and int4 weight-only (torch's own kernels).
+
+Each layer computes `x @ Wᵀ` for x [T, in] fp32 and returns [T, out] fp32, like `F.linear`.
+Kernels were chosen by measurement at SmolLM2-135M's shapes on a 2-core AVX2 CPU
+(bench/kernels.py; bench/RESULTS.md):
+
+- `Int8Linear`: per-row int8 weights, bf16 activations (torch's int8 weight-only kernel).
+  fbgemm's dynamic int8 (activations quantised per tensor) was measured and rejected: fast, but
+  it agrees with fp32 on under half of the next tokens of this model.
+- `Int4Linear`: `aten._weight_int4pack_mm_for_cpu`, 4-bit weights in groups of 32 with a scale
+  and zero per group (the GGUF's Q4_1 blocks map onto it exactly), bf16 activations. Reads half
+  the bytes of int8, fastest for one or two rows; slower than int8 from ~8 rows.
+- `DenseLinear`: the fp32 weight, for wide batches and prefill, where MKL's sgemm is compute-bound
+  and faster than either weight-only kernel.
+- `RowsSwitchLinear`: one weight held in two forms, run by whichever is faster at the batch's rows.
+
+fp32 stays `torch.mm` on the plain tensors in llama.py, the exact reference.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT4_GROUP = 32
+
+
+class Int8Linear:
+    """Per-row int8 weights, bf16 activations (`aten._weight_int8pack_mm`): weight-only, so the
+    activations keep bf16's per-element precision (fbgemm's dynamic int8 quantises each call's
+    activations per tensor, which this model's outlier channels do not survive: bench/RESULTS.md)."""
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor) -> None:
+        """qweight int8 [out, in]; scales fp32 [out] (w ≈ qweight * scale)."""
+        self.qweight = qweight.contiguous()
+        self.scales = scales.to(torch.bfloat16).contiguous()
+        self.shape = tuple(qweight.shape)
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.qweight, self.scales).float()
+
+
+class DenseLinear:
+    """The fp32 weight itself (`W·xᵀ`, MKL sgemm), for row counts where that beats the quantised kernels."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+        self.shape = tuple(weight.shape)
+
+    def numel(self) -> int:
+        return self.weight.numel()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.mm(self.weight, x.t()).t()
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8: (qweight int8 [out, in], scales fp32 [out])."""
+    scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).float()
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+class Int4Linear:
+    """4-bit weights in groups of 32 along `in` (w = q * scale + min, q in 0..15), bf16 activations."""
+
+    def __init__(self, nibbles: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> None:
+        """nibbles uint8 [out, in] with values 0..15; scale, minimum fp32 [out, in / 32]."""
+        out_f, in_f = nibbles.shape
+        if in_f % (2 * 16) or in_f % INT4_GROUP:
+            raise ValueError(f"int4 weights need the input size to be a multiple of 32, got {in_f}")
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(nibbles.to(torch.int32).contiguous(), 2)
+        # The kernel computes (q - 8) * scale + zero: zero = minimum + 8 * scale.
+        zero = minimum + 8 * scale
+        self.scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
+        self.shape = (out_f, in_f)
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16).contiguous(), self.packed, INT4_GROUP, self.scales_zeros)
+        return y.float()
+
+
+def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit groups of 32 from min/max (as Q4_1 does): (nibbles, scale, minimum)."""
+    out_f, in_f = w.shape
+    g = w.float().view(out_f, in_f // INT4_GROUP, INT4_GROUP)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15.0).clamp(min=1e-12)
+    q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.uint8)
+    return q.view(out_f, in_f), scale, lo
+
+
+class RowsSwitchLinear:
+    """One weight held in several forms: `tiers` [(max_rows, linear), ...] in increasing max_rows;
+    a call runs the first tier whose max_rows covers its rows (the last tier takes the rest)."""
+
+    def __init__(self, tiers: list[tuple[int, object]]) -> None:
+        self.tiers = tiers
+        self.shape = tiers[0][1].shape
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def pick(self, rows: int):
+        for max_rows, lin in self.tiers:
+            if rows <= max_rows:
+                return lin
+        return self.tiers[-1][1]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pick(x.shape[0])(x)
+
+
+QuantLinear = Int8Linear | Int4Linear | DenseLinear | RowsSwitchLinear

@@ -1,0 +1,129 @@
+"""Weight formats a CPU engine can run: "fp32" (exact), "q8" (int8) and "q4" (4-bit, int8 for wide batches).
+
+- fp32: the dequantised weights as they are; the reference the parity tests check.
+- q8: every projection and the LM head as per-row int8 weights (bf16 activations), quantised
+  from the fp32 weights.
+- q4: the projections as 4-bit groups of 32 — straight from the GGUF's Q4_1 blocks when the model
+  came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
+  int8 (the shipped file keeps it at 8 bits).
+
+Both keep the fp32 weights too and switch kernels by the rows of the call (`INT4_MAX_ROWS`,
+`INT8_MAX_ROWS`): the weight-only kernels win while reading the weights is the cost (decode),
+MKL's fp32 sgemm wins once the matmul is compute-bound (wide batches, prefill).
+
+Quantised tensors are cached beside the converted fp32 weights (`quant-q8.safetensors`,
+`quant-q4.safetensors`), so they are computed once; packing them for the kernels happens at load.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelError
+from .quant import DenseLinear, Int4Linear, Int8Linear, RowsSwitchLinear, quantize_int4, quantize_int8
+
+WEIGHT_FORMATS = ("fp32", "q8", "q4")
+# Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
+# to INT8_MAX_ROWS, MKL's fp32 sgemm above (wide batches and prefill are compute-bound there, and the
+# weight-only kernels lose). Set from issue 18's probes on the 2-core AVX2 machine (int4 15 / 34-50 /
+# 133-145 ms per step's matmuls at 1 / 8 / 32 rows against fp32's 49 / 88 / 144); the int8 bound is
+# a first estimate: re-derive both from `python -m bench.kernels` on a quiet machine.
+INT4_MAX_ROWS = 8
+INT8_MAX_ROWS = 16
+WIDE = 1 << 30
+CACHE_VERSION = "2"
+
+
+def check_weight_format(fmt: str, device: torch.device) -> str:
+    if fmt not in WEIGHT_FORMATS:
+        raise ModelError(f"weights={fmt!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
+    if fmt != "fp32" and device.type != "cpu":
+        raise ModelError(f"weights={fmt!r} runs on the CPU only (its kernels are fbgemm's and torch's CPU int4); "
+                         f"on {device.type} use the default")
+    return fmt
+
+
+PARTS = {"wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "wo": ("self_attn.o_proj",),
+         "w_gate_up": ("mlp.gate_proj", "mlp.up_proj"), "w_down": ("mlp.down_proj",)}
+
+
+def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    return q[:, 0::2] | (q[:, 1::2] << 4)
+
+
+def _unpack_nibbles(p: torch.Tensor) -> torch.Tensor:
+    return torch.stack([p & 0x0F, p >> 4], dim=-1).view(p.shape[0], -1)
+
+
+def _int4_parts(layer: int, fused: torch.Tensor, names: tuple[str, ...], blocks: dict) -> tuple:
+    """(nibbles, scale, minimum) of one fused weight: the GGUF's Q4_1 blocks when every part has them."""
+    keys = [f"model.layers.{layer}.{n}.weight" for n in names]
+    if blocks and all(k in blocks for k in keys):
+        return tuple(torch.cat([blocks[k][i] for k in keys]) for i in range(3))
+    return quantize_int4(fused)
+
+
+def _compute(model, fmt: str, gguf_path: Path | None) -> dict[str, torch.Tensor]:
+    """The quantised tensors of every projection (and the LM head), as a flat dict to cache."""
+    out: dict[str, torch.Tensor] = {}
+    blocks = {}
+    if fmt == "q4" and gguf_path is not None:
+        from .gguf_blocks import read_q4_1
+
+        blocks = read_q4_1(gguf_path, model.cfg.n_heads, model.cfg.n_kv_heads)
+    for i, layer in enumerate(model.layers):
+        for attr, names in PARTS.items():
+            w = getattr(layer, attr)
+            key = f"{i}.{attr}"
+            out[key + ".q8"], out[key + ".q8_scale"] = quantize_int8(w)
+            if fmt == "q4":
+                q, scale, minimum = _int4_parts(i, w, names, blocks)
+                out[key + ".q4"], out[key + ".q4_scale"], out[key + ".q4_min"] = _pack_nibbles(q), scale, minimum
+    out["lm_head.q8"], out["lm_head.q8_scale"] = quantize_int8(model.lm_head)
+    return out
+
+
+def _load_or_compute(model, fmt: str, gguf_path: Path | None, cache_dir: Path | None) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    path = cache_dir / f"quant-{fmt}.safetensors" if cache_dir is not None else None
+    if path is not None and path.exists():
+        with safe_open(str(path), "pt") as f:
+            current = (f.metadata() or {}).get("version") == CACHE_VERSION
+        if current:
+            return load_file(str(path))
+    print(f"symphony: quantising the weights to {fmt} once" + (f"; cached at {path}" if path else ""), file=sys.stderr)
+    tensors = _compute(model, fmt, gguf_path)
+    if path is not None:
+        tmp = path.with_suffix(f".tmp{id(tensors)}")
+        try:
+            save_file(tensors, str(tmp), metadata={"version": CACHE_VERSION, "source": str(gguf_path or "fp32")})
+            tmp.replace(path)
+        except OSError as e:  # a read-only cache still runs, it just quantises again next time
+            print(f"symphony: could not cache the {fmt} weights: {e}", file=sys.stderr)
+            tmp.unlink(missing_ok=True)
+    return tensors
+
+
+def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
+    """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
+    if fmt == "fp32":
+        return
+    t = _load_or_compute(model, fmt, gguf_path, cache_dir)
+    for i, layer in enumerate(model.layers):
+        for attr in PARTS:
+            key = f"{i}.{attr}"
+            tiers = [(INT8_MAX_ROWS, Int8Linear(t[key + ".q8"], t[key + ".q8_scale"]))]
+            if fmt == "q4":
+                int4 = Int4Linear(_unpack_nibbles(t[key + ".q4"]), t[key + ".q4_scale"], t[key + ".q4_min"])
+                tiers.insert(0, (INT4_MAX_ROWS, int4))
+            tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
+            setattr(layer, attr, RowsSwitchLinear(tiers))
+    model.lm_head = RowsSwitchLinear([(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])),
+                                      (WIDE, DenseLinear(model.lm_head))])
+    model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
+    model.weight_format = fmt
