@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 DEFAULT_TOPK = 5
 VIEW_INTERVAL = 0.2  # seconds between view refreshes while something changes

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from symphony_core import PredCall
 from symphony_core.model.attention import FLASH_BLOCK, FlashPaged, TorchSDPA
-from symphony_core.model.batch import ForwardBatch, SeqInput
+from symphony_core.model.forward_batch import ForwardBatch, SeqInput
 
 TOL = 1e-3
 

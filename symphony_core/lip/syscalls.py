@@ -7,16 +7,33 @@ a debugger may stop it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..errors import SymphonyError
-from ..kvfs import KV
+from ..kvfs import KV, KVFS
 from ..model.dist import Dist
 from ..model.sampling import Sampler
-from .process import LIPThread
+from ..model.tokenizer import Tokenizer
+from ..sched.batch_scheduler import BatchScheduler
+from ..sched.process import LIPThread, Process
+from .kernel import Kernel
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class SyscallHost(Protocol):
+    """What a `Sym` calls into: the runtime (lip/runtime.py), which creates one `Sym` per thread."""
+
+    kernel: Kernel
+    kvfs: KVFS
+    batch: BatchScheduler
+    tokenizer: Tokenizer
+    tokenizer_file: str
+    vocab_size: int
+
+    def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist: ...
+    def track(self, th: LIPThread, kv: KV) -> KV: ...
+    def close(self, th: LIPThread, kv: KV) -> None: ...
+    def freeing(self, fn: Callable, *args) -> Any: ...
+    def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread: ...
 
 
 def _kv_args(kv) -> dict:
@@ -45,7 +62,7 @@ class ThreadHandle:
 
 
 class Sym:
-    def __init__(self, rt: "Runtime", th: LIPThread) -> None:
+    def __init__(self, rt: SyscallHost, th: LIPThread) -> None:
         self._rt = rt
         self._th = th
         self._k = rt.kernel
@@ -68,16 +85,16 @@ class Sym:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        return self._rt.engine.eos_token_ids
+        return self._rt.tokenizer.eos_token_ids
 
     @property
     def vocab_size(self) -> int:
-        return self._rt.engine.config.vocab_size
+        return self._rt.vocab_size
 
     @property
     def tokenizer_file(self) -> str:
         """Path of the model's tokenizer.json, read-only: grammar libraries build token masks from it."""
-        return str(self._rt.engine.model_dir / "tokenizer.json")
+        return self._rt.tokenizer_file
 
     @property
     def page_size(self) -> int:
@@ -127,13 +144,13 @@ class Sym:
 
     # --- text --------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        return self._call("tokenize", lambda: self._rt.engine.tokenize(text), lambda: {"chars": len(str(text))})
+        return self._call("tokenize", lambda: self._rt.tokenizer.tokenize(text), lambda: {"chars": len(str(text))})
 
     def detokenize(self, ids) -> str:
-        return self._call("detokenize", lambda: self._rt.engine.detokenize(ids), lambda: {"n_tokens": len(ids)})
+        return self._call("detokenize", lambda: self._rt.tokenizer.detokenize(ids), lambda: {"n_tokens": len(ids)})
 
     def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return self._call("chat_template", lambda: self._rt.engine.chat_template(messages, add_generation_prompt),
+        return self._call("chat_template", lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
                           lambda: {"messages": len(messages)})
 
     # --- the user ----------------------------------------------------------------------------

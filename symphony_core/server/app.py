@@ -25,7 +25,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import KVError, KVNotFound, KVPermissionError, SymphonyError
-from ..lip.process import Limits
+from ..sched.process import Limits
 from .metrics import render_metrics
 from .records import ProcessRecord, Registry
 from .sandbox import SandboxManager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..lip.events import now
+from ..events import now
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 RATE_WINDOW_S = 10.0

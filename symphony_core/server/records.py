@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from ..lip.process import Process
+from ..sched.process import Process
 
 MAX_KEPT_MESSAGES = 50_000
 KEEP_FINISHED_S = 600.0

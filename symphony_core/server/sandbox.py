@@ -31,7 +31,7 @@ import torch
 
 from ..errors import KVError, SymphonyError
 from ..kvfs import KV
-from ..lip.process import LIPError
+from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
 from .protocol import FrameReader, ProtocolError, encode
 from .sandbox_twin import SandboxJob, kv_handle_info

@@ -20,7 +20,7 @@ import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
 from ..kvfs import KV
-from ..lip.process import Cancelled, LIPError
+from ..sched.process import Cancelled, LIPError
 from ..model.sampling import Sampler
 from .confine import SandboxSpec
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 from . import inspect as ins
 from .errors import DebuggerError

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..errors import SymphonyError
-from .events import now
+from ..events import now
 
 _pids = itertools.count(1)
 
