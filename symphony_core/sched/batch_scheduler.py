@@ -1,10 +1,11 @@
 """Level 2: the batch scheduler. Fuses pending `pred` calls into forward passes.
 
 One thread owns the model. A LIP thread hands its prepared call to `pred`, which queues it and
-sleeps until the distribution is ready; the scheduler thread picks
-a batch under a token budget — every waiting decode first, then prefill *chunks* with what is
-left — so a 2,000-token prompt is fed a slice at a time while others keep decoding. Whom to
-pick first is the process scheduler's word (priority, then the user's fair share).
+sleeps until the distribution is ready. The scheduler thread picks a batch under a token
+budget — every waiting decode first, then prefill *chunks* with what is left — so a
+2,000-token prompt is fed a slice at a time while others keep decoding, runs it on the
+executor and wakes the members' threads. Whom to pick first is the process scheduler's word
+(priority, then the user's fair share), asked through the `ProcessScheduler` it is given.
 
 Host cost matters here: with a fast model the scheduler's own Python is the bottleneck. So a
 submit wakes the scheduler only when its policy could now say "fire" (the policy's
