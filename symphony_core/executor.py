@@ -1,9 +1,10 @@
 """Runs a list of `pred` calls as one forward pass: validate, reserve KV slots, forward, sample.
 
 This is where KVFS meets the model, and the one way to it: `Engine.pred_batch` and the batch
-scheduler both call `Executor.run`, which holds the forward lock for the whole pass. Each call is checked on its own, so one bad call gets its
-own error and the rest of the batch runs. A failed forward rolls every reservation back, so no
-file is ever left holding tokens whose K/V were not written.
+scheduler both call `Executor.run`, which holds the forward lock for the whole pass. Each call
+is checked on its own, so one bad call gets its own error and the rest of the batch runs. A
+failed forward rolls every reservation back, so no file is ever left holding tokens whose K/V
+were not written.
 """
 
 from __future__ import annotations

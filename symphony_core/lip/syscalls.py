@@ -160,7 +160,7 @@ class Sym:
     def recv(self, timeout: float | None = None) -> Any:
         def impl() -> Any:
             # This thread stops being runnable: the batch policy, which sleeps until enough calls
-            # are queued (sched/batch.py), may fire now with the others.
+            # are queued (sched/batch_scheduler.py), may fire now with the others.
             self._rt.batch.wake()
             return self._th.proc.inbox_get(timeout)
 

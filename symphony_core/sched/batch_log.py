@@ -2,8 +2,8 @@
 
 Records are written once per batch by the scheduler thread, on its hot path, so they are cheap
 to make: the scheduler hands over its members as plain tuples, which become `BatchMember`s only
-when someone reads `members` (a named tuple costs ~4x a plain one to build, and most records are
-never read); the dict form (`to_dict`, for events and views) is likewise built on demand.
+when someone reads `members` (a named tuple costs several times a plain one to build, and most
+records are never read); the dict form (`to_dict`, for events and views) is likewise built on demand.
 """
 
 from __future__ import annotations

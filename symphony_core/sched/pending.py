@@ -11,8 +11,6 @@ from ..events import now
 from ..executor import PredCall
 from ..model.dist import Dist
 
-_allocate_lock = threading.Lock
-
 
 class Signal:
     """A one-shot event, set once by the scheduler and awaited by one LIP thread.
@@ -30,7 +28,7 @@ class Signal:
     __slots__ = ("_lock", "_set", "next", "abandoned")
 
     def __init__(self) -> None:
-        self._lock = _allocate_lock()
+        self._lock = threading.Lock()
         self._lock.acquire()
         self._set = False
         self.next: Signal | None = None
