@@ -1,8 +1,7 @@
 """Run the benchmark suite: `python -m bench [--quick] [--only NAME ...] [--out PATH]`.
 
 Each workload is a module with `main(argv) -> str` that accepts `--quick` and returns its
-results as markdown; a module may also leave its numbers in a module-level dict
-`last_results`. A full run writes the markdown, with the date, commit and machine, to
+results as markdown; a module may also leave its numbers with `bench.common.publish`. A full run writes the markdown, with the date, commit and machine, to
 bench/RESULTS.md, the numbers and each workload's markdown to bench/results.json, and PNG plots
 drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md. `--only NAME` re-runs
 some workloads: RESULTS.md keeps the other workloads' sections from results.json, each marked
@@ -20,6 +19,8 @@ import json
 import shlex
 import subprocess
 from pathlib import Path
+
+from .common import take_published
 
 # name -> module under bench/; add a workload with one line here.
 WORKLOADS = {
@@ -70,9 +71,10 @@ def main(argv=None) -> None:
         print(f"[{i}/{len(names)}] {name}", flush=True)
         modname, _, fname = WORKLOADS[name].partition(":")
         module = importlib.import_module(modname)
-        sections[name] = getattr(module, fname or "main")((["--quick"] if args.quick else []) + extra.get(name, []))
-        if getattr(module, "last_results", None):
-            numbers[name] = dict(module.last_results)
+        sections[name] = getattr(module, fname or "main")(["--quick"] if args.quick else []) + extra.get(name, [])
+        published = take_published(module.__name__)
+        if published:
+            numbers[name] = published
     out = args.out or (None if args.quick else Path(__file__).with_name("RESULTS.md"))
     if out is None:
         return

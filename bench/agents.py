@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .common import busy, med
+from .common import busy, med, publish
 from .machine import describe, wait_until_idle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,9 +319,6 @@ def _sched(d: dict) -> str:
             f"{d['preds'] / d['forwards']:.1f} pred calls per pass")
 
 
-last_results: dict = {}
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy size: 2 agents × 2 steps, 4 tokens per step, 10 ms tool")
@@ -340,8 +337,7 @@ def main(argv=None) -> str:
     repeats = args.repeats or (1 if args.quick else 3)
     idle_wait = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 120.0)
     r = bench(n, steps, st, tool, repeats, idle_wait, args.threads, embedded=not args.no_embedded and not args.quick)
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     md = table(r)
     print(md)
     return md

@@ -1,4 +1,5 @@
-"""Helpers the workloads share: the transformers peer on our weights, peak KV pages, medians."""
+"""Helpers the workloads share: where their numbers go, the transformers peer on our weights,
+peak KV pages, medians."""
 
 from __future__ import annotations
 
@@ -6,6 +7,19 @@ import statistics
 import time
 
 import torch
+
+_published: dict[str, dict] = {}
+
+
+def publish(workload: str, numbers: dict) -> None:
+    """Leave a workload's numbers (its module's `__name__`) for `python -m bench`, which writes
+    them to bench/results.json for the plots and the targets table."""
+    _published[workload] = dict(numbers)
+
+
+def take_published(workload: str) -> dict | None:
+    """The numbers `workload` published in its last run (once), or None."""
+    return _published.pop(workload, None)
 
 
 def load_hf(eng):

@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from .common import publish
+
 PROMPTS = [
     "The capital of France is", "Water boils at", "The three primary colours are", "Once upon a time",
     "A good name for a cat is", "The largest planet is", "In 1492, Columbus", "def fibonacci(n):",
@@ -57,7 +59,7 @@ def dispatch_cost(engine, n: int = 20_000) -> dict:
     """Per-syscall cost through the engine's kernel, detached vs attached (no breakpoints):
     a no-op call, and a pred-like call returning a Dist (whose exit event summarises it)."""
     from symphony_core import Dist
-    from symphony_core.lip.process import Limits, Process
+    from symphony_core.sched.process import Limits, Process
     from symphony_lab.debugger import Debugger
 
     kernel = engine.runtime.kernel
@@ -141,11 +143,8 @@ if __name__ == "__main__":
     main()
 
 
-last_results: dict = {}
-
-
 def suite(argv=None) -> str:
-    """W6 for `python -m bench`: the table as markdown, the numbers in last_results."""
+    """W6 for `python -m bench`: the table as markdown, the numbers published (bench/common.py)."""
     import contextlib
     import io
 
@@ -154,8 +153,7 @@ def suite(argv=None) -> str:
         r = main(argv)
     text = buf.getvalue()
     print(text, end="")
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     lines = text.splitlines()
     table = "\n".join(line for line in lines if not line.startswith("  run "))
     runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from .common import publish
 from .machine import describe, wait_until_idle
 
 TEXT = (
@@ -184,9 +185,6 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
     return "\n".join(lines)
 
 
-last_results: dict = {}  # the numbers of the last main() run, for bench/results.json and the plots
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy size: batches 1 and 4, 8-16-token prompts, 8 new tokens")
@@ -206,8 +204,7 @@ def main(argv=None) -> str:
     new = args.new or new
     idle_wait = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 120.0)
     rows = bench(batches, new, args.repeats, lo, hi, idle_wait)
-    last_results.clear()
-    last_results.update({"rows": rows, "new": new, "repeats": args.repeats, "prompt_tokens": [lo, hi]})
+    publish(__name__, {"rows": rows, "new": new, "repeats": args.repeats, "prompt_tokens": [lo, hi]})
     md = table(rows, new, args.repeats, lo, hi)
     print(md)
     return md

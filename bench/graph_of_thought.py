@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .common import PeakPages, busy, med
+from .common import PeakPages, busy, med, publish
 from .machine import describe, wait_until_idle
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "lips" / "graph_of_thought.py"
@@ -165,9 +165,6 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
-last_results: dict = {}
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy size: one question, 2 branches, 4-token thoughts and answer")
@@ -190,8 +187,7 @@ def main(argv=None) -> str:
     repeats = args.repeats or (1 if args.quick else 3)
     idle_wait = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 120.0)
     r = bench(questions, kw, repeats, idle_wait, args.threads)
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     md = table(r)
     print(md)
     return md

@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from .common import publish
+
 
 def _lip(sym, n: int) -> int:
     kv = sym.kv_create()
@@ -100,9 +102,9 @@ def main(argv=None) -> list[dict]:
 
 def kernel_dispatch_cost(n: int = 200_000) -> dict:
     """ns per syscall through the kernel with no subscriber, with one, and a bare call."""
-    from symphony_core.lip.events import EventBus
+    from symphony_core.events import EventBus
     from symphony_core.lip.kernel import Kernel
-    from symphony_core.lip.process import Limits, Process
+    from symphony_core.sched.process import Limits, Process
 
     bus = EventBus()
     k = Kernel(bus)
@@ -131,11 +133,8 @@ if __name__ == "__main__":
     main()
 
 
-last_results: dict = {}
-
-
 def suite(argv=None) -> str:
-    """W5 for `python -m bench`: the table as markdown, the numbers in last_results."""
+    """W5 for `python -m bench`: the table as markdown, the numbers published (bench/common.py)."""
     import contextlib
     import io
 
@@ -144,8 +143,7 @@ def suite(argv=None) -> str:
         rows = main(argv)
     text = buf.getvalue()
     print(text, end="")
-    last_results.clear()
-    last_results.update({"rows": rows})
+    publish(__name__, {"rows": rows})
     return "### LIP runtime overhead, stub forward (W5)\n\n" + text.strip() + (
         "\n\nCPU µs per pred: CPU time of the whole process (all threads) per pred, the stub forward's "
         "excluded; scheduler host µs per batch: the scheduler thread's own CPU per batch (select, assemble, "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from .common import publish
 from .machine import describe
 
 SOURCE = '''
@@ -104,9 +105,6 @@ def table(r: dict) -> str:
     ])
 
 
-last_results: dict = {}
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description="extra latency of a sandboxed LIP's syscalls")
     ap.add_argument("--quick", action="store_true", help="toy size (seconds, for the tests)")
@@ -114,8 +112,7 @@ def main(argv=None) -> str:
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 5; quick 1)")
     a = ap.parse_args(argv)
     r = measure(a.preds or (4 if a.quick else 64), a.rounds or (1 if a.quick else 5))
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     md = table(r)
     print(md)
     return md

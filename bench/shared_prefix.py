@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from .common import PeakPages, busy, hf_generate, load_hf, med, pages_for
+from .common import PeakPages, busy, hf_generate, load_hf, med, pages_for, publish
 from .machine import describe, wait_until_idle
 
 # A made-up report, so the answers are in the document and not in the model's memory.
@@ -239,9 +239,6 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
-last_results: dict = {}
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="toy size: 128-token document, 4 questions, 16 new tokens")
@@ -258,8 +255,7 @@ def main(argv=None) -> str:
     repeats = args.repeats or (1 if args.quick else 3)
     idle_wait = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 120.0)
     r = bench(doc, n_q, new, repeats, idle_wait, args.threads)
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     md = table(r)
     print(md)
     return md

@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 import httpx
 
 from . import errors as _errors
-from .lip.process import LIPError
+from .sched.process import LIPError
 
 __all__ = ["Client", "RemoteProcess", "RemoteLIPError", "ServerError"]
 

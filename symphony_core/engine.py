@@ -1,7 +1,8 @@
 """The engine: a loaded model, its page pool and KV file system, and the synchronous `pred`.
 
-`Engine.pred` / `Engine.pred_batch` run forward passes directly; the LIP runtime
-(`Engine.run`) sends every `pred` through the batch scheduler instead.
+`Engine.pred` / `Engine.pred_batch` run forward passes directly on the executor; the LIP
+runtime (`Engine.run`) sends every `pred` through the batch scheduler, which calls the same
+executor (one forward pass at a time: the executor holds the lock).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import threading
 import torch
 
 from .errors import SymphonyError
+from .events import EventBus
 from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
+from .lip.runtime import Runtime
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
 from .model.weight_formats import apply_weight_format, check_weight_format
 
@@ -84,20 +87,18 @@ class Engine:
         self.pool = PagePool(num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.dtype, self.device)
         self.kvfs = KVFS(self.pool)
         self.executor = Executor(self.model, self.kvfs)
-        self._forward_lock = threading.Lock()
-        self._runtime = None
+        self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
         self.scheduler_options: dict = {}
 
     # --- programs -----------------------------------------------------------------------------
     @property
-    def runtime(self):
+    def runtime(self) -> Runtime:
         """The LIP runtime (schedulers, kernel, event bus), started on first use."""
         with self._runtime_lock:
             if self._runtime is None:
-                from .lip.runtime import Runtime
-
-                self._runtime = Runtime(self, **self.scheduler_options)
+                self._runtime = Runtime(self.executor, self.tokenizer, str(self.model_dir / "tokenizer.json"),
+                                        **self.scheduler_options)
             return self._runtime
 
     def run(self, fn, *args, **kwargs):
@@ -133,7 +134,7 @@ class Engine:
         return self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
 
     @property
-    def bus(self):
+    def bus(self) -> EventBus:
         """The runtime's event bus: syscall, process and batch events for views and debuggers."""
         return self.runtime.bus
 
@@ -210,8 +211,7 @@ class Engine:
         A bad call gets its own error in its slot (it is returned, not raised) and the others
         still run.
         """
-        with self._forward_lock:
-            return self.executor.run(calls)
+        return self.executor.run(calls)
 
     def stats(self) -> dict:
         """The model, device, dtype, weight format and the page pool's counts (`pages_total`, `pages_used`, …)."""

@@ -1,96 +1,31 @@
 """Runs a list of `pred` calls as one forward pass: validate, reserve KV slots, forward, sample.
 
-This is where KVFS meets the model. Each call is checked on its own, so one bad call gets its
-own error and the rest of the batch runs. A failed forward rolls every reservation back, so no
-file is ever left holding tokens whose K/V were not written.
+This is where KVFS meets the model, and the one way to it: `Engine.pred_batch` and the batch
+scheduler both call `Executor.run`, which holds the forward lock for the whole pass. Each call
+is checked on its own, so one bad call gets its own error and the rest of the batch runs. A
+failed forward rolls every reservation back, so no file is ever left holding tokens whose K/V
+were not written.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
 from .errors import PredError, SymphonyError
 from .kvfs import KV, KVFS, Reservation
-from .model.batch import ForwardBatch, SeqInput
 from .model.dist import Dist, fast_argmax, version_of
+from .model.forward_batch import ForwardBatch, SeqInput
 from .model.llama import PagedLlama
 from .model.sampling import Sampler, sample_rows
 
 _perf = time.perf_counter
 _thread_time = time.thread_time
-
-
-def _context_slots(f, ps: int) -> list[int]:
-    """Every cache slot of file `f` in order (`KVFS.context_slots`), kept up to date per file.
-
-    Decoding adds one token per step, so the list from the previous step is reused and grown
-    by one slot; it is rebuilt (a C-level range per page) when the file's pages changed (a new
-    page, copy-on-write, truncation, swap). The list is handed to `ForwardBatch.build`, which
-    copies it, and is cached on the file object, so it goes away with the file."""
-    n = len(f.tokens)
-    pages = f.pages
-    cached = getattr(f, "_exec_slots", None)
-    if cached is not None and cached[0] == pages:
-        slots = cached[1]
-        m = len(slots)
-        if m < n:
-            slots.extend([pages[i // ps] * ps + i % ps for i in range(m, n)])
-        elif m > n:
-            del slots[n:]
-        return slots
-    slots = []
-    for p in pages:
-        b = p * ps
-        slots.extend(range(b, b + ps))
-        if len(slots) >= n:
-            break
-    del slots[n:]
-    try:
-        f._exec_slots = (list(pages), slots)
-    except AttributeError:  # a file type without a __dict__: no cache, still correct
-        pass
-    return slots
-
-
-_DIST_LOGITS = Dist.logits  # the base class's slot, under RowDist's property
-
-
-class RowDist(Dist):
-    """A `Dist` for one row of a batch's logits. The row view is taken when `.logits` is first
-    read — on the reading LIP's thread, not the scheduler's — so completing a batch makes no
-    tensor call per member, and a caller that only wants `.token` never makes one. When the
-    executor took the batch's argmax for all rows at once, each row is handed its own."""
-
-    __slots__ = ("_batch", "_row")
-
-    def __init__(self, batch: torch.Tensor, row: int, token: int | None = None, argmax: int | None = None) -> None:
-        self._batch = batch
-        self._row = row
-        self.token = token
-        self._probs = None
-        self._argmax = None if argmax is None else (argmax, batch, version_of(batch))
-
-    @property
-    def logits(self) -> torch.Tensor:  # type: ignore[override]
-        b = self._batch
-        if b is not None:
-            view = b[self._row]  # shares the batch's version counter: a later write still shows
-            _DIST_LOGITS.__set__(self, view)
-            self._batch = None
-            memo = self._argmax
-            if memo is not None and memo[1] is b:
-                self._argmax = (memo[0], view, memo[2])
-        return _DIST_LOGITS.__get__(self, RowDist)
-
-    @logits.setter
-    def logits(self, value: torch.Tensor) -> None:
-        self._batch = None
-        _DIST_LOGITS.__set__(self, value)
 
 
 @dataclass(eq=False)
@@ -145,79 +80,61 @@ class Executor:
         # scheduler subtracts to report its own host cost.
         self.forward_s = 0.0
         self.forward_cpu_s = 0.0
-        # True while the event stream summarises every pred by its argmax (someone subscribes):
-        # then a decode batch takes the argmax of all its rows in one call here, instead of one
-        # per LIP thread. Unobserved, nobody may want it (a sampling LIP), so nothing is taken.
-        self.rows_argmax_wanted: Callable[[], bool] = lambda: False
+        self.lock = threading.Lock()  # one forward pass at a time (the batch scheduler, Engine.pred)
 
     def prepare(self, c: PredCall) -> None:
-        """Check one call's arguments against the model and its KV file; raise PredError/KVError."""
-        if self._prepare_plain(c):
-            return
-        kvfs = self.kvfs
-        with kvfs.lock:
-            f = kvfs._writable(c.kv, "pred")
-            toks = _as_int_list(c.token_ids, "token_ids")
-            if not toks:
-                raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
-            bad = [t for t in toks if not 0 <= t < self.vocab]
-            if bad:
-                raise PredError(f"pred: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab})")
-            if c.positions is None:
-                start = f.next_position
-                pos = list(range(start, start + len(toks)))
-            else:
-                pos = _as_int_list(c.positions, "positions")
-                if len(pos) != len(toks):
-                    raise PredError(f"pred: {len(pos)} positions for {len(toks)} tokens")
-            if min(pos) < 0 or max(pos) >= self.max_pos:
-                raise PredError(
-                    f"pred: positions {min(pos)}..{max(pos)} are past the model's context of {self.max_pos} tokens"
-                )
-        n = len(toks)
-        if c.outputs == "last":
-            out = [n - 1]
-        elif c.outputs == "all":
-            out = list(range(n))
-        elif isinstance(c.outputs, str):
-            raise PredError(f"pred: outputs must be 'last', 'all' or a list of indices, got {c.outputs!r}")
+        """Check one call's arguments against the model and its KV file; raise PredError/KVError.
+
+        The common call (a list of ints, default positions, the last output, no sampler or
+        mask) passes each check in a few operations; `_as_int_list` and `_outputs` word the
+        errors and take the other forms."""
+        with self.kvfs.lock:
+            start = self.kvfs._writable(c.kv, "pred").next_position
+        ids = c.token_ids
+        if type(ids) is list and all(type(t) is int for t in ids):  # bools, numpy ints: `_as_int_list`
+            toks = list(ids)  # the caller may reuse its list
         else:
-            out = _as_int_list(c.outputs, "outputs")
-            if any(not -n <= i < n for i in out):
-                raise PredError(f"pred: outputs {out} index outside the {n} tokens given")
-            out = [i % n for i in out]
-        if isinstance(c.sampler, str):
-            if c.sampler != "greedy":
-                raise PredError(f"pred: sampler must be a Sampler or 'greedy', got {c.sampler!r}")
-            c.sampler = Sampler.greedy()
-        elif c.sampler is not None and not isinstance(c.sampler, Sampler):
-            raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
+            toks = _as_int_list(ids, "token_ids")
+        if not toks:
+            raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
+        n, vocab = len(toks), self.vocab
+        if min(toks) < 0 or max(toks) >= vocab:
+            raise PredError(f"pred: token ids {[t for t in toks if not 0 <= t < vocab][:5]} are outside the "
+                            f"vocabulary [0, {vocab})")
+        if c.positions is None:
+            pos = list(range(start, start + n))
+        else:
+            pos = _as_int_list(c.positions, "positions")
+            if len(pos) != n:
+                raise PredError(f"pred: {len(pos)} positions for {n} tokens")
+        if min(pos) < 0 or max(pos) >= self.max_pos:
+            raise PredError(
+                f"pred: positions {min(pos)}..{max(pos)} are past the model's context of {self.max_pos} tokens"
+            )
+        out = [n - 1] if type(c.outputs) is str and c.outputs == "last" else self._outputs(c.outputs, n)
+        if c.sampler is not None:
+            if isinstance(c.sampler, str):
+                if c.sampler != "greedy":
+                    raise PredError(f"pred: sampler must be a Sampler or 'greedy', got {c.sampler!r}")
+                c.sampler = Sampler.greedy()
+            elif not isinstance(c.sampler, Sampler):
+                raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
 
-    def _prepare_plain(self, c: PredCall) -> bool:
-        """The common call — a list of in-vocabulary ints continuing the file, last position out,
-        no sampler, no mask — checked in a few operations. False sends the call through the full
-        checks, which also word every error."""
-        ids = c.token_ids
-        if type(ids) is not list or not ids or c.positions is not None or c.sampler is not None or c.mask is not None:
-            return False
-        if type(c.outputs) is not str or c.outputs != "last":
-            return False
-        for t in ids:
-            if type(t) is not int:  # bools, numpy ints, ...: the full path
-                return False
-        if min(ids) < 0 or max(ids) >= self.vocab:
-            return False
-        kvfs = self.kvfs
-        with kvfs.lock:
-            f = kvfs._writable(c.kv, "pred")
-            start = f.next_position
-        n = len(ids)
-        if start + n > self.max_pos:
-            return False
-        c.tokens, c.pos, c.out_index, c.mask_tensor = list(ids), list(range(start, start + n)), [n - 1], None
-        return True
+    @staticmethod
+    def _outputs(outputs, n: int) -> list[int]:
+        """The rows `outputs` asks for, of `n` tokens: "last", "all" or a list of indices."""
+        if isinstance(outputs, str):
+            if outputs == "last":
+                return [n - 1]
+            if outputs == "all":
+                return list(range(n))
+            raise PredError(f"pred: outputs must be 'last', 'all' or a list of indices, got {outputs!r}")
+        out = _as_int_list(outputs, "outputs")
+        if any(not -n <= i < n for i in out):
+            raise PredError(f"pred: outputs {out} index outside the {n} tokens given")
+        return [i % n for i in out]
 
     def _continue_positions(self, c: PredCall) -> None:
         """Default positions continue the file as it is *now*: an earlier call of the same
@@ -245,8 +162,14 @@ class Executor:
             raise PredError("pred: mask allows no token at some position")
         return m
 
-    def run(self, calls: list[PredCall]) -> list[Dist | SymphonyError]:
-        """Execute calls (already `prepare`d or not); results line up with `calls`."""
+    def run(self, calls: list[PredCall], *, argmax: bool = False) -> list[Dist | SymphonyError]:
+        """Execute calls (already `prepare`d or not); results line up with `calls`. `argmax`:
+        the caller will want every decode row's argmax (the event stream names it), so take
+        them all in one call here rather than one per row later."""
+        with self.lock:
+            return self._run(calls, argmax)
+
+    def _run(self, calls: list[PredCall], argmax: bool) -> list[Dist | SymphonyError]:
         results: list[Dist | SymphonyError | None] = [None] * len(calls)
         ready: list[int] = []
         for i, c in enumerate(calls):
@@ -264,18 +187,17 @@ class Executor:
                 fid = calls[i].kv.file.fid
                 (later if fid in seen else now).append(i)
                 seen.add(fid)
-            self._forward([calls[i] for i in now], now, results)
+            self._forward([calls[i] for i in now], now, results, argmax)
             ready = later
         return results  # type: ignore[return-value]
 
-    def _forward(self, calls: list[PredCall], idx: list[int], results: list) -> None:
+    def _forward(self, calls: list[PredCall], idx: list[int], results: list, argmax: bool) -> None:
         kvfs = self.kvfs
-        ps = kvfs.pool.page_size
         reserved: list[tuple[int, PredCall, Reservation]] = []
         # Eviction to make room for one member must never take another member's file.
         members = frozenset(c.kv.file.fid for c in calls)
         seqs: list[SeqInput] = []
-        reserve, max_pos = kvfs.reserve, self.max_pos
+        reserve, context_slots, max_pos = kvfs.reserve, kvfs.cached_context_slots, self.max_pos
         with kvfs.lock:  # one hold for the whole batch (it is re-entrant: reserve takes it too)
             for i, c in zip(idx, calls):
                 f = c.kv.file
@@ -293,7 +215,7 @@ class Executor:
                 reserved.append((i, c, r))
                 # Other members' reservations never touch this file's pages (eviction spares
                 # them), so its context can be read right after its own reservation.
-                seqs.append(SeqInput(c.tokens, c.pos, r.slots, _context_slots(f, ps), c.out_index))
+                seqs.append(SeqInput(c.tokens, c.pos, r.slots, context_slots(f), c.out_index))
             if not reserved:
                 return
         try:
@@ -306,14 +228,19 @@ class Executor:
             for _, _, r in reserved:
                 kvfs.rollback(r)
             raise
-        self._scatter(logits, fb.output_counts, reserved, results)
+        self._scatter(logits, fb.output_counts, reserved, results, argmax)
 
-    def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list) -> None:
+    def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool) -> None:
         if all(c.outputs == "last" and c.mask_tensor is None and c.sampler is None for _, c, _ in reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
-            best = fast_argmax(logits) if self.rows_argmax_wanted() else None
-            for k, (i, _, _) in enumerate(reserved):
-                results[i] = RowDist(logits, k, argmax=None if best is None else best[k])
+            row_of = Dist.row_of
+            if argmax:
+                best, version = fast_argmax(logits), version_of(logits)
+                for k, (i, _, _) in enumerate(reserved):
+                    results[i] = row_of(logits, k, (best[k], logits, version))
+            else:
+                for k, (i, _, _) in enumerate(reserved):
+                    results[i] = row_of(logits, k)
             return
         start = 0
         rows_by_call = []

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from symphony_core import PredCall
 from symphony_core.model.attention import FLASH_BLOCK, FlashPaged, TorchSDPA
-from symphony_core.model.batch import ForwardBatch, SeqInput
+from symphony_core.model.forward_batch import ForwardBatch, SeqInput
 
 TOL = 1e-3
 
@@ -186,7 +186,7 @@ def test_flash_paged_glue(page):
 def test_shared_prefix_grouping():
     """Decodes whose contexts start with the same slots (forks of one file) form a shared-prefix
     group; the prefix stops one slot short of the shortest context; others keep the plain path."""
-    from symphony_core.model import batch as B
+    from symphony_core.model import forward_batch as B
 
     def dec(ctx: list[int]) -> SeqInput:
         return SeqInput([1], [len(ctx) - 1], [ctx[-1]], ctx, [0])

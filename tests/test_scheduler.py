@@ -103,7 +103,7 @@ def test_a_call_that_can_never_fit_fails_cleanly(fresh_engine):
 def test_priority_and_fair_share_order(engine):
     procs = engine.runtime.procs
     from symphony_core.executor import PredCall
-    from symphony_core.sched.batch import PendingPred
+    from symphony_core.sched.pending import PendingPred
 
     kv = engine.kv_create()
     mk = lambda user, prio: PendingPred(PredCall(kv, [1]), 1, 1, user, prio, 0)  # noqa: E731

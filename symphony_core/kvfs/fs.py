@@ -183,9 +183,38 @@ class KVFS:
             del f.positions[r.old_length :]
 
     def context_slots(self, f: KVFile, length: int | None = None) -> list[int]:
+        """Every cache slot of `f` in order (the first `length`), as a new list."""
+        slots = self.cached_context_slots(f)
+        return slots[: len(slots) if length is None else length]
+
+    def cached_context_slots(self, f: KVFile) -> list[int]:
+        """Every cache slot of `f` in order, as the file's own cached list: read it, never change it.
+
+        A forward pass needs this list for every member, and a decode step adds one token to
+        the file, so the list of the previous step is kept on the file (`slot_cache`) and grown
+        by the new slots; it is rebuilt (one C-level range per page) when the file's pages
+        changed (a new page, copy-on-write, truncation, swap). Call it holding `self.lock`."""
+        n = len(f.tokens)
+        pages = f.pages
+        cached = f.slot_cache
         ps = self.pool.page_size
-        n = f.length if length is None else length
-        return [f.pages[i // ps] * ps + i % ps for i in range(n)]
+        if cached is not None and cached[0] == pages:
+            slots = cached[1]
+            m = len(slots)
+            if m < n:
+                slots.extend([pages[i // ps] * ps + i % ps for i in range(m, n)])
+            elif m > n:
+                del slots[n:]
+            return slots
+        slots = []
+        for p in pages:
+            b = p * ps
+            slots.extend(range(b, b + ps))
+            if len(slots) >= n:
+                break
+        del slots[n:]
+        f.slot_cache = (list(pages), slots)
+        return slots
 
     # --- accounting -----------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
-"""The LIP runtime: processes, threads, the `sym` syscall surface, the kernel and its events."""
+"""The LIP runtime: the `sym` syscall surface, the kernel every syscall passes, and the runtime
+that runs LIP threads. Processes and threads themselves are the schedulers' (sched/process.py)."""
 
-from .events import Event, EventBus
+from ..events import Event, EventBus
+from ..sched.process import Cancelled, LimitExceeded, Limits, LIPError, LIPThread, Process
 from .kernel import Kernel
-from .process import Cancelled, LimitExceeded, Limits, LIPError, LIPThread, Process
 from .syscalls import Sym, ThreadHandle
 
 __all__ = ["Cancelled", "Event", "EventBus", "Kernel", "LIPError", "LIPThread", "LimitExceeded", "Limits", "Process", "Sym",

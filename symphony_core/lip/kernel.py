@@ -12,8 +12,10 @@ import os
 import sys
 from typing import Any, Callable, Protocol
 
-from .events import Event, EventBus, now
-from .process import LIPThread
+from ..events import Event, EventBus, now
+from ..kvfs import KV
+from ..model.dist import Dist
+from ..sched.process import LIPThread
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _inside: dict[str, bool] = {}  # file name -> is it part of symphony_core (cached: a frame walk per traced call)
@@ -40,11 +42,27 @@ def caller_location() -> tuple[str | None, int | None]:
     return None, None
 
 
+def summarize_result(call: str, result: Any) -> Any:
+    """A small, JSON-friendly picture of a syscall's result for the event stream."""
+    if isinstance(result, Dist):  # argmax only: a softmax over the vocabulary per event costs too much
+        if result.logits.dim() == 1:
+            return {"argmax": result.argmax(), "token": result.token}
+        return {"positions": len(result), "token": result.token}
+    if isinstance(result, KV):
+        return {"kv": result.describe(), "file": result.file.fid, "kv_len": result.len}
+    if isinstance(result, (int, float, str, bool)) or result is None:
+        return result if not isinstance(result, str) else result[:200]
+    if isinstance(result, list) and len(result) <= 64 and all(isinstance(x, (int, str)) for x in result):
+        return result
+    return repr(result)[:200]
+
+
 class Kernel:
+    summarize_result = staticmethod(summarize_result)  # what the debugger shows of a result, too
+
     def __init__(self, bus: EventBus) -> None:
         self.bus = bus
         self.hook: DebugHook | None = None
-        self.summarize_result: Callable[[str, Any], Any] = lambda call, r: None
 
     def syscall(self, th: LIPThread, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
         proc = th.proc
@@ -88,6 +106,6 @@ class Kernel:
             raise
         if bus.active:
             t = now()
-            bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, result=self.summarize_result(call, result),
+            bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, result=summarize_result(call, result),
                               file=file, line=line, seq=seq, duration=t - enter.ts))
         return result

@@ -10,66 +10,38 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..errors import SymphonyError
-from ..executor import PredCall
+from ..events import Event, EventBus, now
+from ..executor import Executor, PredCall
 from ..kvfs import KV
 from ..model.dist import Dist
-from ..sched.batch import BatchScheduler, PendingPred
-from ..sched.procs import ProcessScheduler
-from .events import Event, EventBus, now
+from ..model.tokenizer import Tokenizer
+from ..sched.batch_scheduler import BatchScheduler
+from ..sched.pending import PendingPred
+from ..sched.process import Cancelled, Limits, LIPThread, Process
+from ..sched.process_scheduler import ProcessScheduler
 from .kernel import Kernel
-from .process import Cancelled, Limits, LIPThread, Process
 from .syscalls import Sym
 
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
 
-if TYPE_CHECKING:
-    from ..engine import Engine
-
-
-def summarize_result(call: str, result: Any) -> Any:
-    """A small, JSON-friendly picture of a syscall's result for the event stream."""
-    if isinstance(result, Dist):  # argmax only: a softmax over the vocabulary per event costs too much
-        if result.logits.dim() == 1:
-            return {"argmax": result.argmax(), "token": result.token}
-        return {"positions": len(result), "token": result.token}
-    if isinstance(result, KV):
-        return {"kv": result.describe(), "file": result.file.fid, "kv_len": result.len}
-    if isinstance(result, (int, float, str, bool)) or result is None:
-        return result if not isinstance(result, str) else result[:200]
-    if isinstance(result, list) and len(result) <= 64 and all(isinstance(x, (int, str)) for x in result):
-        return result
-    return repr(result)[:200]
-
 
 class Runtime:
-    def __init__(self, engine: "Engine", *, policy=None, token_budget: int = 512, max_running: int = 4096) -> None:
-        self.engine = engine
-        self.kvfs = engine.kvfs
+    def __init__(self, executor: Executor, tokenizer: Tokenizer, tokenizer_file: str, *, policy=None,
+                 token_budget: int = 512, max_running: int = 4096) -> None:
+        self.executor = executor
+        self.kvfs = executor.kvfs
+        self.tokenizer = tokenizer
+        self.tokenizer_file = tokenizer_file  # tokenizer.json, for grammar libraries (`sym.tokenizer_file`)
+        self.vocab_size = executor.vocab
         self.bus = EventBus()
         self.kernel = Kernel(self.bus)
-        self.kernel.summarize_result = summarize_result
-        engine.executor.rows_argmax_wanted = lambda: self.bus.active  # pred summaries name the argmax
         self.processes: dict[int, Process] = {}  # live ones, and the last KEEP_FINISHED finished ones
         self._finished: collections.deque[int] = collections.deque()
-        self._live: set[LIPThread] = set()
-        self._live_lock = threading.Lock()
-        self.procs = ProcessScheduler(engine.kvfs, max_running=max_running)
-        self.batch = BatchScheduler(
-            engine.executor,
-            self.bus,
-            token_budget=token_budget,
-            policy=policy,
-            runnable=self._runnable,
-            rank=self.procs.rank,
-            on_stall=self.procs.on_stall,
-            before_batch=self.procs.resume_parked,
-            run_batch=engine.pred_batch,
-        )
-        self.procs.batch = self.batch
-        self.procs.start = self._start_process
+        self.procs = ProcessScheduler(self.kvfs, max_running=max_running)
+        self.batch = BatchScheduler(executor, self.procs, self.bus, token_budget=token_budget, policy=policy)
         self.batch.start()
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
 
@@ -80,12 +52,13 @@ class Runtime:
             raise SymphonyError(f"run expects a LIP function, got {type(fn).__name__}")
         proc = Process(fn, tuple(args), dict(kwargs or {}), user, name, priority, limits or Limits())
         self.processes[proc.pid] = proc
-        self.procs.admit(proc)
+        self._start_processes(self.procs.admit(proc))
         return proc
 
-    def _start_process(self, proc: Process) -> None:
-        th = proc.new_thread("main")
-        self._start(th, proc.fn, proc.args, proc.kwargs, main=True)
+    def _start_processes(self, procs: list[Process]) -> None:
+        for proc in procs:
+            th = proc.new_thread("main")
+            self._start(th, proc.fn, proc.args, proc.kwargs, main=True)
 
     def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread:
         th = proc.new_thread(getattr(fn, "__name__", "thread"))
@@ -96,8 +69,6 @@ class Runtime:
         t = threading.Thread(target=self._thread_main, args=(th, fn, args, kwargs, main),
                              name=f"lip-{th.proc.pid}.{th.tid}", daemon=True)
         th.os_thread = t
-        with self._live_lock:
-            self._live.add(th)
         t.start()
 
     def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
@@ -121,8 +92,6 @@ class Runtime:
                 th.state = "failed" if error is not None else "finished"
                 th.result, th.error = result, error
             th.done.set()
-            with self._live_lock:
-                self._live.discard(th)
             if self.bus.active and not main:
                 self.bus.publish(Event("thread_exit", now(), proc.pid, th.tid, error=None if error is None else repr(error)))
         if main:
@@ -147,7 +116,7 @@ class Runtime:
         self._finished.append(proc.pid)
         while len(self._finished) > KEEP_FINISHED:
             self.processes.pop(self._finished.popleft(), None)
-        self.procs.exited(proc)
+        self._start_processes(self.procs.exited(proc))
         self.batch.wake()
         if self.bus.active:
             self.bus.publish(Event("process_exit", now(), proc.pid, args={"status": proc.status},
@@ -155,28 +124,13 @@ class Runtime:
 
     # --- syscall implementations ---------------------------------------------------------------
     def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist:
+        """The `pred` syscall: validate (executor), account (level 1), queue and wait (level 2)."""
         proc = th.proc
         call = PredCall(kv, token_ids, positions, outputs, sampler, mask)
-        self.engine.executor.prepare(call)
-        self.procs.check_pred_limits(proc, len(call.tokens))
-        proc.tokens_used += len(call.tokens)
-        self.procs.charge(proc.user, len(call.tokens))
-        p = PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len)
+        self.executor.prepare(call)
+        self.procs.account_pred(proc, len(call.tokens))
         th.preds += 1
-        self.batch.submit(p)
-        fin = p.finished
-        while not fin.wait(0.05):
-            if proc.kill_reason is not None:
-                p.cancelled = True
-                fin.abandon()
-                self.batch.wake()
-                raise proc.kill_reason
-            with proc.lock:
-                th.state = "in_syscall" if not p.waiting_pages else "waiting_pages"
-        fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
-        if isinstance(p.result, BaseException):
-            raise p.result
-        return p.result
+        return self.batch.pred(PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len), th)
 
     def track(self, th: LIPThread, kv: KV) -> KV:
         th.proc.handles.add(kv)
@@ -197,12 +151,6 @@ class Runtime:
         r = fn(*args)
         self.batch.wake()
         return r
-
-    # --- views ---------------------------------------------------------------------------------
-    def _runnable(self) -> int:
-        with self._live_lock:
-            live = list(self._live)
-        return sum(1 for t in live if t.state == "running" or (t.state in ("in_syscall", "waiting_pages") and t.current_call == "pred"))
 
     def shutdown(self) -> None:
         for p in list(self.processes.values()):

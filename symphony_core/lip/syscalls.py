@@ -11,16 +11,33 @@ one ends the process, which its launcher sees as a `LIPError`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..errors import SymphonyError
-from ..kvfs import KV
+from ..kvfs import KV, KVFS
 from ..model.dist import Dist
 from ..model.sampling import Sampler
-from .process import LIPThread
+from ..model.tokenizer import Tokenizer
+from ..sched.batch_scheduler import BatchScheduler
+from ..sched.process import LIPThread, Process
+from .kernel import Kernel
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class SyscallHost(Protocol):
+    """What a `Sym` calls into: the runtime (lip/runtime.py), which creates one `Sym` per thread."""
+
+    kernel: Kernel
+    kvfs: KVFS
+    batch: BatchScheduler
+    tokenizer: Tokenizer
+    tokenizer_file: str
+    vocab_size: int
+
+    def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist: ...
+    def track(self, th: LIPThread, kv: KV) -> KV: ...
+    def close(self, th: LIPThread, kv: KV) -> None: ...
+    def freeing(self, fn: Callable, *args) -> Any: ...
+    def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread: ...
 
 
 def _kv_args(kv) -> dict:
@@ -82,7 +99,7 @@ class Sym:
     `eos_token_ids`, `vocab_size`, `page_size`, `tokenizer_file`.
     """
 
-    def __init__(self, rt: "Runtime", th: LIPThread) -> None:
+    def __init__(self, rt: SyscallHost, th: LIPThread) -> None:
         self._rt = rt
         self._th = th
         self._k = rt.kernel
@@ -113,18 +130,18 @@ class Sym:
     def eos_token_ids(self) -> frozenset[int]:
         """The model's end-of-sequence token ids: stop generating when `pred` picks one.
         """
-        return self._rt.engine.eos_token_ids
+        return self._rt.tokenizer.eos_token_ids
 
     @property
     def vocab_size(self) -> int:
         """The number of token ids; a `Dist` has this many logits per position.
         """
-        return self._rt.engine.config.vocab_size
+        return self._rt.vocab_size
 
     @property
     def tokenizer_file(self) -> str:
         """Path of the model's tokenizer.json, read-only: grammar libraries build token masks from it."""
-        return str(self._rt.engine.model_dir / "tokenizer.json")
+        return self._rt.tokenizer_file
 
     @property
     def page_size(self) -> int:
@@ -339,17 +356,16 @@ class Sym:
         Raises:
             PredError: `tokenize expects a str, got <type>`.
         """
-        return self._call("tokenize", lambda: self._rt.engine.tokenize(text), lambda: {"chars": len(str(text))})
+        return self._call("tokenize", lambda: self._rt.tokenizer.tokenize(text), lambda: {"chars": len(str(text))})
 
     def detokenize(self, ids) -> str:
         """The text of a list of token ids (special tokens included).
 
         Raises:
-            ValueError: an id that is not an integer (from `int()`; not checked yet).
-            OverflowError: a negative id (from the tokenizer; not checked yet). Ids past the
-                vocabulary decode to nothing.
+            PredError: `detokenize expects a list of token ids (ints), got <ids>`; `detokenize:
+                token ids [<ids>] are outside the vocabulary [0, <vocab_size>)`.
         """
-        return self._call("detokenize", lambda: self._rt.engine.detokenize(ids), lambda: {"n_tokens": len(ids)})
+        return self._call("detokenize", lambda: self._rt.tokenizer.detokenize(ids), lambda: {"n_tokens": len(ids)})
 
     def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """Render a conversation with the model's own chat template.
@@ -366,7 +382,7 @@ class Sym:
                 `this model has no chat template; build the prompt text yourself`; `chat template:
                 <message>` when the template itself refuses the conversation.
         """
-        return self._call("chat_template", lambda: self._rt.engine.chat_template(messages, add_generation_prompt),
+        return self._call("chat_template", lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
                           lambda: {"messages": len(messages)})
 
     # --- the user ----------------------------------------------------------------------------
@@ -390,7 +406,7 @@ class Sym:
         """
         def impl() -> Any:
             # This thread stops being runnable: the batch policy, which sleeps until enough calls
-            # are queued (sched/batch.py), may fire now with the others.
+            # are queued (sched/batch_scheduler.py), may fire now with the others.
             self._rt.batch.wake()
             return self._th.proc.inbox_get(timeout)
 

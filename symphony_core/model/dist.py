@@ -53,15 +53,50 @@ class Dist:
     `torch.inference_mode`.)
     """
 
-    __slots__ = ("logits", "token", "_probs", "_argmax")
+    __slots__ = ("_logits", "_batch", "_row", "token", "_probs", "_argmax")
 
     def __init__(self, logits: torch.Tensor, token: int | list[int] | None = None) -> None:
-        self.logits = logits
+        self._logits = logits
+        self._batch: torch.Tensor | None = None  # set by `row_of` until the row view is taken
+        self._row = 0
         self.token = token  # the engine's pick when `pred(..., sampler=)` was used
         # Memos of (value, the tensor it was computed from, that tensor's version): valid while
         # `logits` is that same tensor and nothing has written into it since.
         self._probs: tuple | None = None
         self._argmax: tuple | None = None
+
+    @classmethod
+    def row_of(cls, batch: torch.Tensor, row: int, argmax: tuple | None = None) -> "Dist":
+        """Row `row` of a batch's logits [B, V]. The row view is taken on the first read of
+        `.logits`, on the reading LIP's thread: completing a batch then makes no tensor call per
+        member (the scheduler's thread is the bottleneck), and a caller that only wants `.token`
+        never makes one. `argmax`: (this row's argmax, batch, version_of(batch)) when the
+        executor took the whole batch's argmax at once."""
+        d = cls.__new__(cls)
+        d._logits = None
+        d._batch = batch
+        d._row = row
+        d.token = None
+        d._probs = None
+        d._argmax = argmax
+        return d
+
+    @property
+    def logits(self) -> torch.Tensor:
+        lg = self._logits
+        if lg is None:  # a `row_of` Dist read for the first time
+            b = self._batch
+            lg = self._logits = b[self._row]  # a view: shares the batch's version counter
+            self._batch = None
+            memo = self._argmax
+            if memo is not None and memo[1] is b:
+                self._argmax = (memo[0], lg, memo[2])
+        return lg
+
+    @logits.setter
+    def logits(self, value: torch.Tensor) -> None:
+        self._logits = value
+        self._batch = None
 
     def _kept(self, slot: str, compute):
         """`compute(logits)`, remembered in `slot` until the logits are replaced or written to."""

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import choose_backend
-from .batch import ForwardBatch
+from .forward_batch import ForwardBatch
 from .config import ModelConfig
 
 

@@ -27,7 +27,7 @@ import threading
 import time
 
 from ..errors import SymphonyError
-from ..lip.process import LIPError
+from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
 from .job import SandboxJob
 from .protocol import ProtocolError

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
-from ..lip.process import Cancelled, LimitExceeded, LIPError
+from ..sched.process import Cancelled, LimitExceeded, LIPError
 from ..model.sampling import Sampler
 from .job import SandboxJob
 from .pool import SandboxManager

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from .. import errors as _errors
-from ..lip import process as _process
+from ..sched import process as _process
 from ..model.dist import Dist
 from ..model.sampling import Sampler
 from .protocol import jsonable, recv_frame, send_frame

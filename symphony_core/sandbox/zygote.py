@@ -27,7 +27,7 @@ def _stub_packages() -> None:
     if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
         sys.path.pop(0)
     for name, path in (("symphony_core", _PKG), ("symphony_core.model", f"{_PKG}/model"),
-                       ("symphony_core.lip", f"{_PKG}/lip"), ("symphony_core.sandbox", _HERE)):
+                       ("symphony_core.sched", f"{_PKG}/sched"), ("symphony_core.sandbox", _HERE)):
         m = types.ModuleType(name)
         m.__path__ = [path]
         m.__package__ = name
@@ -67,8 +67,8 @@ EXIT_CPU = 152
 
 # What a sandboxed LIP may import from symphony_core; everything else is the engine's.
 _ALLOWED = ("symphony_core", "symphony_core.errors", "symphony_core.model", "symphony_core.model.dist",
-            "symphony_core.model.sampling", "symphony_core.lip", "symphony_core.lip.process",
-            "symphony_core.lip.events", "symphony_core.lib", "symphony_core.sandbox",
+            "symphony_core.model.sampling", "symphony_core.sched", "symphony_core.sched.process",
+            "symphony_core.events", "symphony_core.lib", "symphony_core.sandbox",
             "symphony_core.sandbox.worker", "symphony_core.sandbox.protocol", "symphony_core.programs")
 
 

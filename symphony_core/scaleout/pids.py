@@ -1,7 +1,7 @@
 """Process ids across replicas: a pid tells the replica (and the replica's incarnation) that runs it.
 
 Each replica's engine numbers its processes from its own base (`SYMPHONY_PID_BASE`, read by
-`symphony_core.lip.process`), so pids stay plain integers end to end — the single server's
+`symphony_core.sched.process`), so pids stay plain integers end to end — the single server's
 clients, the WebSocket `attach` and the debugger protocol need no change — and the front reads the
 replica out of the number:
 

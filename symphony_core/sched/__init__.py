@@ -1,1 +1,2 @@
-"""Two-level scheduling: processes (procs.py) above, batched forward passes (batch.py) below."""
+"""Two-level scheduling: processes and threads (process.py), level 1 (process_scheduler.py)
+above, batched forward passes (batch_scheduler.py) below."""

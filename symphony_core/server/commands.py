@@ -63,7 +63,7 @@ def _load_function(spec: str):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..lip.process import LIPError
+    from ..sched.process import LIPError
 
     lip_args = [_parse_value(a) for a in args.args]
     kwargs: dict[str, Any] = {}
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
         except ModelError as e:
             print(f"symphony run: {e}", file=sys.stderr)
             return 2
-        from ..lip.process import Limits
+        from ..sched.process import Limits
 
         proc = eng.launch(fn, *lip_args, name=args.name, kwargs=kwargs,
                           limits=Limits(max_wall_time=args.wall_time) if args.wall_time else None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ..lip.process import Limits
+from ..sched.process import Limits
 from ..sandbox.confine import SandboxSpec
 from ..sandbox.job import SandboxJob
 from ..sandbox.twin import inprocess_lip, sandboxed_lip

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..lip.process import LimitExceeded, Process
+from ..sched.process import LimitExceeded, Process
 
 MAX_KEPT_MESSAGES = 50_000
 MAX_MESSAGE_BYTES = 1 << 20

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, fields
 
 from ..errors import SymphonyError
-from ..lip.process import LimitExceeded
+from ..sched.process import LimitExceeded
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import KVNotFound, KVPermissionError, SymphonyError
-from ..lip.process import LimitExceeded
+from ..sched.process import LimitExceeded
 from .users import QuotaExceeded
 
 

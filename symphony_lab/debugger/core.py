@@ -37,7 +37,7 @@ from typing import Any, Callable
 import torch
 
 from symphony_core.kvfs import KV
-from symphony_core.lip.events import Event, now
+from symphony_core.events import Event, now
 from symphony_core.model.dist import Dist
 
 from . import viewdata as ins

@@ -12,7 +12,7 @@ import queue
 import threading
 from typing import Callable
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 from .viewdata import jsonable
 

@@ -10,7 +10,7 @@ Layout:
   whose `args` list its members; counter tracks (`C`) `queue_depth`, `pages_used` and
   `batch_tokens` sample the scheduler at every batch.
 
-Times are microseconds on the engine's clock (`symphony_core.lip.events.now`).
+Times are microseconds on the engine's clock (`symphony_core.events.now`).
 `validate_trace` checks what Perfetto relies on: required fields per phase, numeric times,
 `B`/`E` balanced and properly nested per track, `X` events on a track nested or disjoint.
 """
@@ -43,7 +43,7 @@ def _literal(text: str) -> Any:
 def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end_ts: float | None = None) -> dict:
     """Build the trace from kernel/scheduler events (`Event`) and the debugger's stop marks.
 
-    `events` holds `symphony_core.lip.events.Event`s, syscall events in the debugger's compact
+    `events` holds `symphony_core.events.Event`s, syscall events in the debugger's compact
     form (tuples: `("syscall_enter", ts, pid, tid, call, seq, file, line, repr(args))` and
     `("syscall_exit", ts, pid, tid, call, seq, repr(result), error)`), and dicts `{"kind":
     "dbg_stop" | "dbg_resume", "ts", "pid", "tid", "reason", "call"}`. Syscalls still open at the end are

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import Callable
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 from . import viewdata as ins
 from .errors import DebuggerError

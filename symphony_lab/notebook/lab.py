@@ -15,7 +15,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 from ..session_state import SessionState, message_value
 from .kernel import in_kernel, kernel_id

@@ -10,7 +10,7 @@ from __future__ import annotations
 import linecache
 from typing import TYPE_CHECKING
 
-from symphony_core.lip.events import now
+from symphony_core.events import now
 
 from ..debugger.viewdata import jsonable, process_view
 from ..session_state import scope_kv_tree, scope_timeline

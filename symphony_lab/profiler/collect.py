@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from symphony_core.lip.events import Event, now
+from symphony_core.events import Event, now
 
 from .profile import Profile, Stack, build_profile
 

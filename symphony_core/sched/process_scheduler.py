@@ -8,20 +8,25 @@
   with the lowest priority (then the most private pages) whose threads all wait is parked —
   its private pages move to host memory — and resumed when they fit again.
 - Limits: wall time (a watchdog), threads, tokens and pages per process.
+
+The batch scheduler (level 2) holds this one and asks it, once per batch, whom to serve first
+(`rank`), whether parked processes may come back (`before_batch`) and what to do when every
+queued call waits for pages (`on_stall`); it hands over its queue each time, so this level
+never calls back into the other. Starting a process is the runtime's job: `admit` and `exited`
+return the processes that may start now.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Callable
 
 from ..errors import OutOfPages
+from ..events import now
 from ..kvfs import KVFS
 from ..kvfs.swap import pages_to_swap_in, swap_in, swap_out
-from ..lip.events import now
-from ..lip.process import LimitExceeded, Process
-from .batch import PendingPred
+from .pending import PendingPred
+from .process import LimitExceeded, Process
 
 
 class ProcessScheduler:
@@ -35,27 +40,25 @@ class ProcessScheduler:
         self.parked: list[Process] = []
         self.served: dict[str, float] = defaultdict(float)  # decayed tokens per user
         self.parks = 0  # processes parked so far (metrics, tests)
-        self.start: Callable[[Process], None] = lambda p: None
-        self.batch = None  # the BatchScheduler, set by the runtime
         self._watchdog = threading.Thread(target=self._watch, name="symphony-watchdog", daemon=True)
         self._stop = threading.Event()
         self._watchdog.start()
 
     # --- admission -----------------------------------------------------------------------------
-    def admit(self, proc: Process) -> None:
+    def admit(self, proc: Process) -> list[Process]:
+        """Queue `proc`; returns the queued processes that may start now (the caller starts them)."""
         with self.lock:
             self.waiting.append(proc)
-        self.pump()
+        return self.pump()
 
-    def pump(self) -> None:
-        """Start queued processes while there is room."""
-        while True:
-            with self.lock:
-                if not self.waiting or len(self.running) >= self.max_running:
-                    return
+    def pump(self) -> list[Process]:
+        """Take queued processes off the queue while there is room; returns them, to be started."""
+        started: list[Process] = []
+        with self.lock:
+            while self.waiting and len(self.running) < self.max_running:
                 if self.kvfs.pool.free_pages <= self.admit_reserve and self.running:
-                    return
-                per_user = defaultdict(int)
+                    break
+                per_user: dict[str, int] = defaultdict(int)
                 for p in self.running.values():
                     per_user[p.user] += 1
                 self.waiting.sort(key=lambda p: (-p.priority, per_user[p.user], p.created_at))
@@ -63,14 +66,29 @@ class ProcessScheduler:
                 self.running[proc.pid] = proc
                 proc.status = "running"
                 proc.started_at = now()
-            self.start(proc)
+                started.append(proc)
+        return started
 
-    def exited(self, proc: Process) -> None:
+    def exited(self, proc: Process) -> list[Process]:
+        """`proc` ended; returns the queued processes that may start in its place."""
         with self.lock:
             self.running.pop(proc.pid, None)
             if proc in self.parked:
                 self.parked.remove(proc)
-        self.pump()
+        return self.pump()
+
+    def runnable(self) -> int:
+        """LIP threads that are running code or queued for `pred`: the batch policy's "how many
+        calls may still join". Threads blocked in `recv`, `join` or a debugger stop do not count."""
+        n = 0
+        with self.lock:
+            procs = list(self.running.values())
+        for proc in procs:
+            for t in proc.threads:
+                s = t.state
+                if s == "running" or ((s == "in_syscall" or s == "waiting_pages") and t.current_call == "pred"):
+                    n += 1
+        return n
 
     # --- batch order ---------------------------------------------------------------------------
     def rank(self, p: PendingPred) -> tuple:
@@ -78,11 +96,19 @@ class ProcessScheduler:
 
     def charge(self, user: str, tokens: int) -> None:
         with self.lock:
-            for u in self.served:
-                self.served[u] *= 0.98
-            self.served[user] += tokens
+            served = self.served
+            for u in served:
+                served[u] *= 0.98
+            served[user] += tokens
 
     # --- limits --------------------------------------------------------------------------------
+    def account_pred(self, proc: Process, n_tokens: int) -> None:
+        """A `pred` of `n_tokens` is about to be queued: check the process's limits (raises
+        LimitExceeded), count its tokens and charge its user's fair share."""
+        self.check_pred_limits(proc, n_tokens)
+        proc.tokens_used += n_tokens
+        self.charge(proc.user, n_tokens)
+
     def check_pred_limits(self, proc: Process, n_tokens: int) -> None:
         lim = proc.limits
         if lim.max_tokens is not None and proc.tokens_used + n_tokens > lim.max_tokens:
@@ -108,9 +134,8 @@ class ProcessScheduler:
             for p in procs:
                 lim = p.limits.max_wall_time
                 if lim is not None and p.started_at is not None and t - p.started_at > lim:
+                    # Its threads notice within their next poll and wake the batch scheduler.
                     p.kill(LimitExceeded(f"process {p.pid} ({p.name}): wall-time limit of {lim}s exceeded"))
-                    if self.batch is not None:
-                        self.batch.wake()
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,16 +150,17 @@ class ProcessScheduler:
         return [h.file for h in proc.handles if not h.closed and h.file.path is None
                 and h.file.open_handles == counts[h.file.fid]]
 
-    def on_stall(self, waiting: list[PendingPred]) -> None:
-        """Every queued pred waits for pages. Park someone, or fail calls that can never fit."""
+    def on_stall(self, waiting: list[PendingPred], queued: list[PendingPred]) -> list[tuple[PendingPred, OutOfPages]]:
+        """Every call in `waiting` waits for pages (`queued`: the whole queue). Park someone, or
+        return the calls that can never fit, each with its error, for the batch scheduler to fail."""
         with self.lock:
             waiting_pids = {p.pid for p in waiting}
-            queued_pids = {p.pid for p in self.batch.queued()} if self.batch else set()
+            queued_pids = {p.pid for p in queued}
             busy = any(
                 t.state == "running" for pr in self.running.values() if pr not in self.parked for t in pr.threads
             )
             if busy:
-                return  # someone is still running code and may free pages: wait for them
+                return []  # someone is still running code and may free pages: wait for them
             candidates = [
                 pr for pr in self.running.values()
                 if pr not in self.parked and pr.pid in queued_pids and len(self.running) - len(self.parked) > 1
@@ -146,26 +172,26 @@ class ProcessScheduler:
                     self.parks += 1
                     victim.status = "parked"
                     self.parked.append(victim)
-                    for p in self.batch.queued():
+                    for p in queued:
                         if p.pid == victim.pid:
                             p.parked = True
-                    return
-            if not self.parked:
-                # Nothing left to park and nothing runs: these calls can never fit.
-                for p in waiting:
-                    if p.pid in waiting_pids:
-                        need = -(-p.remaining // self.kvfs.pool.page_size) + 1
-                        self.batch.fail(p, OutOfPages(
-                            f"out of KV pages: pred needs about {need} pages, {self.kvfs.pool.free_pages} free "
-                            f"of {self.kvfs.pool.n_pages}, and no other process can give pages back"
-                        ))
+                    return []
+            if self.parked:
+                return []
+            # Nothing left to park and nothing runs: these calls can never fit.
+            pool = self.kvfs.pool
+            return [(p, OutOfPages(
+                f"out of KV pages: pred needs about {-(-p.remaining // pool.page_size) + 1} pages, "
+                f"{pool.free_pages} free of {pool.n_pages}, and no other process can give pages back"))
+                for p in waiting if p.pid in waiting_pids]
 
-    def resume_parked(self) -> None:
-        """Before each batch: bring back parked processes whose pages fit again (oldest first)."""
+    def before_batch(self, queued: list[PendingPred]) -> None:
+        """Before each batch (`queued`: the batch scheduler's queue): bring back parked processes
+        whose pages fit again (oldest first), marking their queued calls ready."""
         with self.lock:
             if not self.parked:
                 return
-            others_waiting = any(p.waiting_pages and not p.parked for p in self.batch.queued())
+            others_waiting = any(p.waiting_pages and not p.parked for p in queued)
             if others_waiting and len(self.parked) < len(self.running):
                 return  # resuming now would only take pages from those still short of them
             for proc in list(self.parked):
@@ -179,6 +205,6 @@ class ProcessScheduler:
                     break
                 self.parked.remove(proc)
                 proc.status = "running"
-                for p in self.batch.queued():
+                for p in queued:
                     if p.pid == proc.pid:
                         p.parked = False

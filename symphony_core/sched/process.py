@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..errors import SymphonyError
-from .events import now
+from ..events import now
 
 # A scale-out replica (symphony_core/scaleout) starts its pids at its own base, so a pid names its replica.
 _pids = itertools.count(int(os.environ.get("SYMPHONY_PID_BASE", "0")) + 1)

@@ -1,9 +1,11 @@
 """Level 2: the batch scheduler. Fuses pending `pred` calls into forward passes.
 
-One thread owns the model. LIP threads `submit` prepared calls and sleep; the scheduler picks
-a batch under a token budget — every waiting decode first, then prefill *chunks* with what is
-left — so a 2,000-token prompt is fed a slice at a time while others keep decoding. Whom to
-pick first is the process scheduler's word (priority, then the user's fair share).
+One thread owns the model. A LIP thread hands its prepared call to `pred`, which queues it and
+sleeps until the distribution is ready. The scheduler thread picks a batch under a token
+budget — every waiting decode first, then prefill *chunks* with what is left — so a
+2,000-token prompt is fed a slice at a time while others keep decoding, runs it on the
+executor and wakes the members' threads. Whom to pick first is the process scheduler's word
+(priority, then the user's fair share), asked through the `ProcessScheduler` it is given.
 
 Host cost matters here: with a fast model the scheduler's own Python is the bottleneck. So a
 submit wakes the scheduler only when its policy could now say "fire" (the policy's
@@ -24,141 +26,31 @@ from typing import Callable
 import torch
 
 from ..errors import OutOfPages, SymphonyError
-from ..executor import Executor, PredCall
+from ..events import Event, EventBus, now
+from ..executor import Executor
 from ..kvfs import Reservation
-from ..lip.events import Event, EventBus, now
 from ..model.dist import Dist
+from .batch_log import BatchLog, BatchRecord
+from .pending import PendingPred
 from .policy import AdaptiveWatermark
-from .records import BatchLog, BatchMember, BatchRecord
+from .process import LIPThread
+from .process_scheduler import ProcessScheduler
 
 logger = logging.getLogger(__name__)
 
-_allocate_lock = threading.Lock
-_tuple_new = tuple.__new__
 _thread_time = time.thread_time
 
 
-class Signal:
-    """A one-shot event, set once by the scheduler and awaited by one LIP thread.
-
-    The contract of `threading.Event` (`set`, `is_set`, `wait(timeout) -> bool`) on one bare
-    lock, which costs a fraction of an Event's Condition to create, set and wait on.
-
-    Signals of one batch form a wake-up chain (`next`): the scheduler sets only the first, and
-    each woken thread `pass_on`s to the next before it runs any LIP code. Under the GIL the
-    threads run one at a time anyway; waking them all at once only makes 64 threads fight for
-    it (and for the scheduler's own next batch). A waiter that gives up `abandon`s its signal so
-    the chain never stops at it: whichever of `set` and `abandon` comes second passes on.
-    """
-
-    __slots__ = ("_lock", "_set", "next", "abandoned")
-
-    def __init__(self) -> None:
-        self._lock = _allocate_lock()
-        self._lock.acquire()
-        self._set = False
-        self.next: Signal | None = None
-        self.abandoned = False
-
-    def set(self) -> None:
-        if self._set:
-            return
-        self._set = True
-        try:
-            self._lock.release()
-        except RuntimeError:  # a concurrent set() released it first
-            pass
-        if self.abandoned:  # nobody will wake up to pass the chain on
-            self.pass_on()
-
-    def pass_on(self) -> None:
-        """Set the next signal of the chain (once)."""
-        n = self.next
-        if n is not None:
-            self.next = None
-            n.set()
-
-    def abandon(self) -> None:
-        """The waiter leaves without waiting for the result (its process is being stopped)."""
-        self.abandoned = True
-        if self._set:
-            self.pass_on()
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._set:
-            return True
-        if self._lock.acquire(True, -1 if timeout is None else timeout):
-            try:
-                self._lock.release()  # let any other waiter through too
-            except RuntimeError:
-                pass
-            return True
-        return self._set
-
-
-class PendingPred:
-    """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
-
-    __slots__ = ("call", "pid", "tid", "user", "priority", "start_len", "submitted", "done_tokens", "done_rows",
-                 "logits", "picks", "result", "finished", "waiting_pages", "parked", "cancelled")
-
-    def __init__(self, call: PredCall, pid: int | None, tid: int | None, user: str, priority: int, start_len: int,
-                 submitted: float | None = None) -> None:
-        self.call = call  # prepared (validated) by the caller
-        self.pid = pid
-        self.tid = tid
-        self.user = user
-        self.priority = priority
-        self.start_len = start_len
-        self.submitted = now() if submitted is None else submitted
-        self.done_tokens = 0
-        self.done_rows = 0
-        self.logits: list = []
-        self.picks: list = []
-        self.result: Dist | BaseException | None = None
-        self.finished = Signal()
-        self.waiting_pages = False
-        self.parked = False
-        self.cancelled = False  # its thread gave up (process killed); drop it at the next look
-
-    @property
-    def remaining(self) -> int:
-        return len(self.call.tokens) - self.done_tokens
-
-    def __repr__(self) -> str:
-        return (f"PendingPred(pid={self.pid}, tid={self.tid}, file={self.call.kv.file.fid}, "
-                f"{self.done_tokens}/{len(self.call.tokens)} tokens)")
-
-
 class BatchScheduler:
-    def __init__(
-        self,
-        executor: Executor,
-        bus: EventBus,
-        *,
-        token_budget: int = 512,
-        max_batch: int = 256,
-        policy=None,
-        runnable: Callable[[], int] = lambda: 0,
-        rank: Callable[[PendingPred], tuple] | None = None,
-        on_stall: Callable[[list[PendingPred]], None] | None = None,
-        before_batch: Callable[[], None] | None = None,
-        run_batch: Callable[[list[PredCall]], list] | None = None,
-    ) -> None:
-        self.executor = executor
-        self.run_batch = run_batch or executor.run
+    def __init__(self, executor: Executor, procs: ProcessScheduler, bus: EventBus, *, token_budget: int = 512,
+                 max_batch: int = 256, policy=None) -> None:
+        self.executor = executor  # runs each batch (it holds the forward lock)
+        self.procs = procs  # level 1: ranks calls, resumes parked processes, acts on a stall
         self.kvfs = executor.kvfs
         self.bus = bus
         self.token_budget = token_budget
         self.max_batch = max_batch
         self.policy = policy or AdaptiveWatermark()
-        self.runnable = runnable
-        self.rank = rank or (lambda p: (-p.priority, p.submitted))
-        self.on_stall = on_stall  # every queued call waits for pages: the process scheduler acts
-        self.before_batch = before_batch  # the process scheduler's turn (resume parked processes)
         self.gate: Callable[[list[PendingPred]], None] | None = None  # debugger's scheduler step mode
         self.log = BatchLog()
         self.last_forward = 0.0
@@ -177,6 +69,25 @@ class BatchScheduler:
         self._thread.start()
 
     # --- LIP side ------------------------------------------------------------------------------
+    def pred(self, p: PendingPred, th: LIPThread) -> Dist:
+        """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process
+        is killed); then wake the next thread of the batch and return the result (or raise it)."""
+        proc = th.proc
+        self.submit(p)
+        fin = p.finished
+        while not fin.wait(0.05):
+            if proc.kill_reason is not None:
+                p.cancelled = True
+                fin.abandon()
+                self.wake()
+                raise proc.kill_reason
+            with proc.lock:
+                th.state = "in_syscall" if not p.waiting_pages else "waiting_pages"
+        fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
+        if isinstance(p.result, BaseException):
+            raise p.result
+        return p.result
+
     def submit(self, p: PendingPred) -> None:
         with self._cv:
             q = self._queue
@@ -210,10 +121,10 @@ class BatchScheduler:
                 logger.exception("batch scheduler iteration failed")
 
     def _iteration(self) -> None:
-        policy = self.policy
+        policy, procs = self.policy, self.procs
         while True:
-            if self.before_batch is not None:
-                self.before_batch()  # may resume parked processes, making their calls ready
+            if procs.parked:
+                procs.before_batch(self.queued())  # may resume parked processes, making their calls ready
             with self._cv:
                 if self._stop:
                     return
@@ -227,7 +138,7 @@ class BatchScheduler:
                 t = now()
                 # A call queued while the model was busy has waited only since the model came free.
                 oldest = max(t if oldest is None else oldest, self.idle_since)
-                runnable = self.runnable()
+                runnable = procs.runnable()
                 d = policy.decide(ready, runnable, t - oldest, self.last_forward)
                 if d.fire:
                     self._notify_at = 0
@@ -258,7 +169,7 @@ class BatchScheduler:
                     ready.append(p)
         for p in dropped:
             self.fail(p, SymphonyError("pred abandoned: its process was stopped"))
-        rank = self.rank
+        rank = self.procs.rank
         # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
         # on the pair is the same order as the stable sort by rank followed by decode-first.
         ready.sort(key=lambda p: (len(p.call.tokens) - p.done_tokens > 1, rank(p)))
@@ -286,23 +197,24 @@ class BatchScheduler:
             n = min(total - a, max(budget, 1))
             budget -= n
             b = a + n
-            calls.append(p.call if a == 0 and b == total else self._chunk_call(p, a, b))
+            calls.append(p.call if a == 0 and b == total else p.chunk(a, b))
             spans.append((a, b))
         with self._cv:
             depth = len(self._queue)
         executor = self.executor
-        fwd_cpu0 = getattr(executor, "forward_cpu_s", 0.0)
+        fwd_cpu0 = executor.forward_cpu_s
         t0 = now()
         try:
-            results = self.run_batch(calls)
+            # Someone watching the events gets each pred's argmax in its summary: take them all in one call.
+            results = executor.run(calls, argmax=self.bus.active)
         except Exception as e:  # the model itself failed: every member gets the error
             results = [SymphonyError(f"forward pass failed: {type(e).__name__}: {e}")] * len(calls)
         t1 = now()
-        fwd_cpu = getattr(executor, "forward_cpu_s", 0.0) - fwd_cpu0
+        fwd_cpu = executor.forward_cpu_s - fwd_cpu0
         self.last_forward = t1 - t0
         self.idle_since = t1
         progressed = False
-        members: list[BatchMember] = []
+        members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
         finished: list[tuple[PendingPred, object]] = []
         errors = 0
         for p, (a, b), r in zip(chosen, spans, results):
@@ -313,8 +225,8 @@ class BatchScheduler:
             progressed = True
             c = p.call
             total = len(c.tokens)
-            members.append(_tuple_new(BatchMember, (p.pid, p.tid, p.user, c.kv.file.fid, b - a,
-                                                    "decode" if total == 1 else "prefill", (a, b, total))))
+            members.append((p.pid, p.tid, p.user, c.kv.file.fid, b - a, "decode" if total == 1 else "prefill",
+                            (a, b, total)))
             if isinstance(r, BaseException):
                 errors += 1
                 if a > 0:  # undo the chunks already written: a failed pred changes nothing
@@ -331,7 +243,7 @@ class BatchScheduler:
                 if r.token is not None:
                     p.picks.extend(r.token if isinstance(r.token, list) else [r.token])
             if b == total:
-                finished.append((p, self._assemble(p)))
+                finished.append((p, p.assemble(self.executor.vocab)))
         if finished:
             self._finish_many(finished)
         if members:
@@ -359,26 +271,6 @@ class BatchScheduler:
         log.forward_cpu_s += fwd_cpu
         if rec is not None:
             rec.host_s = host
-
-    def _chunk_call(self, p: PendingPred, a: int, b: int) -> PredCall:
-        c = p.call
-        if a == 0 and b == len(c.tokens):
-            return c
-        out = [i - a for i in c.out_index if a <= i < b]
-        mask = c.mask_tensor
-        if mask is not None and mask.dim() == 2:
-            mask = mask[p.done_rows : p.done_rows + len(out)]
-        p.done_rows += len(out)
-        sub = PredCall(c.kv, c.tokens[a:b], c.pos[a:b], out, c.sampler, None)
-        sub.tokens, sub.pos, sub.out_index, sub.mask_tensor = c.tokens[a:b], c.pos[a:b], out, mask
-        return sub
-
-    def _assemble(self, p: PendingPred) -> Dist:
-        logits = torch.cat(p.logits) if p.logits else torch.empty(0, self.executor.vocab)
-        picks = p.picks or None
-        if p.call.outputs == "last":
-            return Dist(logits[0], picks[0] if picks else None)
-        return Dist(logits, picks)
 
     def _truncate_quietly(self, p: PendingPred) -> None:
         with self.kvfs.lock:
@@ -409,8 +301,10 @@ class BatchScheduler:
         self._finish(p, error)
 
     def _stalled(self) -> None:
-        waiting = [p for p in self.queued() if p.waiting_pages and not p.parked]
-        if waiting and self.on_stall is not None:
-            self.on_stall(waiting)
+        queued = self.queued()
+        waiting = [p for p in queued if p.waiting_pages and not p.parked]
+        if waiting:
+            for p, error in self.procs.on_stall(waiting, queued):
+                self.fail(p, error)
         with self._cv:
             self._cv.wait(0.01)

@@ -1,8 +1,9 @@
 """What every fired batch leaves behind, for the live views, the debugger and the tests.
 
-Records are written once per batch by the scheduler thread, so they are cheap to make: a
-member is a named tuple, and the dict form (`to_dict`, for events and views) is built only
-when someone asks for it.
+Records are written once per batch by the scheduler thread, on its hot path, so they are cheap
+to make: the scheduler hands over its members as plain tuples, which become `BatchMember`s only
+when someone reads `members` (a named tuple costs several times a plain one to build, and most
+records are never read); the dict form (`to_dict`, for events and views) is likewise built on demand.
 """
 
 from __future__ import annotations
@@ -27,16 +28,16 @@ class BatchMember(NamedTuple):
 
 
 class BatchRecord:
-    __slots__ = ("bid", "t_start", "t_end", "members", "tokens", "queue_depth", "pages_used", "pages_total",
+    __slots__ = ("bid", "t_start", "t_end", "_members", "tokens", "queue_depth", "pages_used", "pages_total",
                  "policy", "errors", "host_s")
 
-    def __init__(self, bid: int, t_start: float, t_end: float, members: list[BatchMember], tokens: int,
+    def __init__(self, bid: int, t_start: float, t_end: float, members: list[tuple], tokens: int,
                  queue_depth: int, pages_used: int, pages_total: int, policy: str, errors: int = 0,
                  host_s: float | None = None) -> None:
         self.bid = bid
         self.t_start = t_start
         self.t_end = t_end
-        self.members = members
+        self._members = members  # BatchMember field tuples, wrapped on first read of `members`
         self.tokens = tokens
         self.queue_depth = queue_depth  # calls queued when it fired (members included)
         self.pages_used = pages_used
@@ -48,14 +49,21 @@ class BatchRecord:
         self.host_s = host_s
 
     @property
+    def members(self) -> list[BatchMember]:
+        ms = self._members
+        if ms and type(ms[0]) is not BatchMember:
+            ms = self._members = [BatchMember._make(m) for m in ms]
+        return ms
+
+    @property
     def size(self) -> int:
-        return len(self.members)
+        return len(self._members)
 
     def to_dict(self) -> dict:
         return {"bid": self.bid, "t_start": self.t_start, "t_end": self.t_end,
                 "members": [m.to_dict() for m in self.members], "tokens": self.tokens,
                 "queue_depth": self.queue_depth, "pages_used": self.pages_used, "pages_total": self.pages_total,
-                "policy": self.policy, "errors": self.errors, "size": len(self.members)}
+                "policy": self.policy, "errors": self.errors, "size": len(self._members)}
 
     def __repr__(self) -> str:
         return f"BatchRecord(bid={self.bid}, size={self.size}, tokens={self.tokens}, policy={self.policy!r})"
@@ -85,7 +93,7 @@ class BatchLog:
             self.records.popleft()
         self.total_batches += 1
         self.total_tokens += r.tokens
-        self.total_members += len(r.members)
+        self.total_members += len(r._members)
         for f in self.observers:
             f(r)
 

@@ -1,0 +1,128 @@
+"""What passes between a LIP thread and the batch scheduler for one `pred`: the queued call
+(`PendingPred`) and the one-shot signal its thread sleeps on (`Signal`)."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ..events import now
+from ..executor import PredCall
+from ..model.dist import Dist
+
+
+class Signal:
+    """A one-shot event, set once by the scheduler and awaited by one LIP thread.
+
+    The contract of `threading.Event` (`set`, `is_set`, `wait(timeout) -> bool`) on one bare
+    lock, which costs a fraction of an Event's Condition to create, set and wait on.
+
+    Signals of one batch form a wake-up chain (`next`): the scheduler sets only the first, and
+    each woken thread `pass_on`s to the next before it runs any LIP code. Under the GIL the
+    threads run one at a time anyway; waking them all at once only makes 64 threads fight for
+    it (and for the scheduler's own next batch). A waiter that gives up `abandon`s its signal so
+    the chain never stops at it: whichever of `set` and `abandon` comes second passes on.
+    """
+
+    __slots__ = ("_lock", "_set", "next", "abandoned")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+        self.next: Signal | None = None
+        self.abandoned = False
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        try:
+            self._lock.release()
+        except RuntimeError:  # a concurrent set() released it first
+            pass
+        if self.abandoned:  # nobody will wake up to pass the chain on
+            self.pass_on()
+
+    def pass_on(self) -> None:
+        """Set the next signal of the chain (once)."""
+        n = self.next
+        if n is not None:
+            self.next = None
+            n.set()
+
+    def abandon(self) -> None:
+        """The waiter leaves without waiting for the result (its process is being stopped)."""
+        self.abandoned = True
+        if self._set:
+            self.pass_on()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(True, -1 if timeout is None else timeout):
+            try:
+                self._lock.release()  # let any other waiter through too
+            except RuntimeError:
+                pass
+            return True
+        return self._set
+
+
+class PendingPred:
+    """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
+
+    __slots__ = ("call", "pid", "tid", "user", "priority", "start_len", "submitted", "done_tokens", "done_rows",
+                 "logits", "picks", "result", "finished", "waiting_pages", "parked", "cancelled")
+
+    def __init__(self, call: PredCall, pid: int | None, tid: int | None, user: str, priority: int, start_len: int,
+                 submitted: float | None = None) -> None:
+        self.call = call  # prepared (validated) by the caller
+        self.pid = pid
+        self.tid = tid
+        self.user = user
+        self.priority = priority
+        self.start_len = start_len
+        self.submitted = now() if submitted is None else submitted
+        self.done_tokens = 0
+        self.done_rows = 0
+        self.logits: list = []
+        self.picks: list = []
+        self.result: Dist | BaseException | None = None
+        self.finished = Signal()
+        self.waiting_pages = False
+        self.parked = False
+        self.cancelled = False  # its thread gave up (process killed); drop it at the next look
+
+    @property
+    def remaining(self) -> int:
+        return len(self.call.tokens) - self.done_tokens
+
+    def __repr__(self) -> str:
+        return (f"PendingPred(pid={self.pid}, tid={self.tid}, file={self.call.kv.file.fid}, "
+                f"{self.done_tokens}/{len(self.call.tokens)} tokens)")
+
+    def chunk(self, a: int, b: int) -> PredCall:
+        """The call for tokens a..b of this one (a prefill fed a slice at a time), with the
+        output rows and mask rows that fall in the slice."""
+        c = self.call
+        out = [i - a for i in c.out_index if a <= i < b]
+        mask = c.mask_tensor
+        if mask is not None and mask.dim() == 2:
+            mask = mask[self.done_rows : self.done_rows + len(out)]
+        self.done_rows += len(out)
+        sub = PredCall(c.kv, c.tokens[a:b], c.pos[a:b], out, c.sampler, None)
+        sub.tokens, sub.pos, sub.out_index, sub.mask_tensor = c.tokens[a:b], c.pos[a:b], out, mask
+        return sub
+
+    def assemble(self, vocab: int) -> Dist:
+        """The whole call's distribution from its chunks' rows."""
+        logits = torch.cat(self.logits) if self.logits else torch.empty(0, vocab)
+        picks = self.picks or None
+        if self.call.outputs == "last":
+            return Dist(logits[0], picks[0] if picks else None)
+        return Dist(logits, picks)
