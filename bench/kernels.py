@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .machine import describe
+from .common import publish
 
 
 def measure(rows: list[int], repeats: int) -> list[dict]:
@@ -57,7 +58,6 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     return out
 
 
-last_results: dict = {}
 
 
 def main(argv=None) -> str:
@@ -70,8 +70,7 @@ def main(argv=None) -> str:
     torch.set_num_threads(args.threads)
     rows = [1, 8] if args.quick else [int(r) for r in args.rows.split(",")]
     res = measure(rows, 2 if args.quick else args.repeats)
-    last_results.clear()
-    last_results.update({"rows": res})
+    publish(__name__, {"rows": res})
     lines = [
         "### Matmul kernels of the weight formats, one model step's matmuls (ms, median, alternating)",
         "",

@@ -20,6 +20,7 @@ import time
 import torch
 
 from bench.debugger_overhead import PROMPTS, completion
+from .common import publish
 
 
 def run_once(engine, n_lips: int, n_tokens: int) -> tuple[float, float]:
@@ -85,11 +86,10 @@ def main(argv=None) -> dict:
             "build_ms": 1e3 * statistics.median(build_s)}
 
 
-last_results: dict = {}
 
 
 def suite(argv=None) -> str:
-    """For `python -m bench`: the table as markdown, the numbers in last_results."""
+    """For `python -m bench`: the table as markdown, the numbers published (bench/common.py)."""
     import contextlib
     import io
 
@@ -98,8 +98,7 @@ def suite(argv=None) -> str:
         r = main(argv)
     text = buf.getvalue()
     print(text, end="")
-    last_results.clear()
-    last_results.update(r)
+    publish(__name__, r)
     lines = text.splitlines()
     table = "\n".join(line for line in lines if not line.startswith("  run "))
     runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))

@@ -17,6 +17,7 @@ import torch
 
 from .decode import run_ours
 from .machine import describe
+from .common import publish
 
 HELD_PROMPTS = [
     "The capital of France is",
@@ -102,7 +103,6 @@ def measure(formats: list[str], prompts: list[str], new: int) -> list[dict]:
     return rows
 
 
-last_results: dict = {}
 
 
 def main(argv=None) -> str:
@@ -114,8 +114,7 @@ def main(argv=None) -> str:
     torch.set_num_threads(args.threads)
     prompts, new = (HELD_PROMPTS[:4], 8) if args.quick else (HELD_PROMPTS, args.new)
     rows = measure(["fp32", "q8", "q4"], prompts, new)
-    last_results.clear()
-    last_results.update({"rows": rows, "new": new})
+    publish(__name__, {"rows": rows, "new": new})
     lines = [
         f"### Quality of the weight formats: greedy agreement with fp32 over {len(prompts)} held prompts "
         f"({new} tokens, one batch), perplexity of a fixed {len(PPL_TEXT.split())}-word text",

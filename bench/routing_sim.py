@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from .common import publish
 
 HERE = Path(__file__).resolve().parent
 PREFILL, DECODE = 1.0 / 1000, 20.0 / 1000  # work units per token
@@ -42,7 +43,6 @@ TEMPLATE_CACHE = 8  # templates whose KV pages a replica keeps
 POLICIES = ("affinity", "prefix", "p2c", "affinity-bounded")
 USER_ZIPF = 0.8  # user activity ~ 1 / rank**0.8: the busiest of 2,000 users sends ~4.5% of the programs
 CONTEXT_CAP = 4096  # a named context file stops growing here (the model's window, less room)
-last_results: dict = {}
 
 
 @dataclass
@@ -198,8 +198,7 @@ def main(argv: list[str] | None = None) -> str:
         calibrate(trace, R, 0.75, rng)
         for pol in POLICIES:
             rows.append({**simulate(trace, R, pol, a.seed), "programs": n})
-    last_results.clear()
-    last_results.update({"rows": rows})
+    publish(__name__, {"rows": rows})
     md = ["| replicas | policy | KV hit rate | named-file hits | template hits | load max/mean | load CV | "
           "p50 latency | p99 latency | utilisation |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -24,9 +24,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from .common import publish
 
 ROOT = Path(__file__).resolve().parent.parent
-last_results: dict = {}
 
 GREEDY = '''
 def greedy(sym, prompt, n):
@@ -154,8 +154,7 @@ def main(argv: list[str] | None = None) -> str:
             cluster.shutdown()
         os.environ.clear()
         os.environ.update(saved)
-    last_results.clear()
-    last_results.update({"rows": rows, "users": a.users, "programs": a.programs, "tokens": a.tokens})
+    publish(__name__, {"rows": rows, "users": a.users, "programs": a.programs, "tokens": a.tokens})
     md = [f"{a.users} users x {a.programs} programs x {a.tokens} greedy tokens, all users at once",
           "", "| round | replicas | wall s | programs/s | tokens/s | errors |", "|---|---|---|---|---|---|"]
     for r in rows:

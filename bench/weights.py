@@ -22,6 +22,7 @@ import torch
 from . import llama_cpp_peer
 from .decode import TEXT, make_prompts, run_ours
 from .machine import describe, wait_until_idle
+from .common import publish
 
 OURS = ("fp32", "q8", "q4")
 PEERS = ("Q4_1", "F32", "Q8_0")
@@ -197,7 +198,6 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
     return "\n".join(lines)
 
 
-last_results: dict = {}
 
 
 def main(argv=None) -> str:
@@ -217,8 +217,7 @@ def main(argv=None) -> str:
         batches, new, prefill_n, repeats = [1, 4], 8, 64, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
     rows, skipped, contended = bench(batches, new, prefill_n, repeats, idle, args.threads)
-    last_results.clear()
-    last_results.update({"rows": rows, "batches": batches, "new": new, "prefill": prefill_n, "skipped": skipped,
+    publish(__name__, {"rows": rows, "batches": batches, "new": new, "prefill": prefill_n, "skipped": skipped,
                          "verdicts": [list(v) for v in verdicts(rows, batches)]})
     md = table(rows, batches, new, prefill_n, repeats, skipped, contended)
     print(md)
