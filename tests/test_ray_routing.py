@@ -60,9 +60,10 @@ def test_a_dead_replica_reports_its_files_once_until_acknowledged():
 @pytest.mark.slow  # ~3 s of CPU, longer on a busy machine
 def test_routing_simulation_quick():
     from bench import routing_sim
+    from bench.common import take_published
 
     routing_sim.main(["--quick", "--out", ""])
-    rows = {(r["replicas"], r["policy"]): r for r in routing_sim.last_results["rows"]}
+    rows = {(r["replicas"], r["policy"]): r for r in take_published(routing_sim.__name__)["rows"]}
     for R in (8, 16):
         aff, p2c, pre = rows[(R, "affinity")], rows[(R, "p2c")], rows[(R, "prefix")]
         assert aff["named_file_hit_rate"] == 1.0  # every program of a user meets its files
