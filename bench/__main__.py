@@ -53,10 +53,17 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="every workload at toy size (seconds, for the tests)")
     ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="run just these workloads")
-    ap.add_argument("--out", type=Path, default=None, help="where to write the results (default bench/RESULTS.md on full runs)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="where to write the results (default bench/RESULTS.md on full runs)"
+    )
     ap.add_argument("--render", action="store_true", help="run nothing: rewrite RESULTS.md from results.json")
-    ap.add_argument("--args", action="append", default=[], metavar="NAME:ARGS",
-                    help="extra arguments for one workload, e.g. --args 'weights:--new 16 --repeats 3' (repeatable)")
+    ap.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="NAME:ARGS",
+        help="extra arguments for one workload, e.g. --args 'weights:--new 16 --repeats 3' (repeatable)",
+    )
     args = ap.parse_args(argv)
     extra = {}
     for item in args.args:
@@ -80,14 +87,20 @@ def main(argv=None) -> None:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now()
-    run = {"date": stamp.isoformat(timespec="minutes"), "id": stamp.isoformat(timespec="microseconds"),
-           "commit": _commit(), "quick": args.quick}
+    run = {
+        "date": stamp.isoformat(timespec="minutes"),
+        "id": stamp.isoformat(timespec="microseconds"),
+        "commit": _commit(),
+        "quick": args.quick,
+    }
     saved = _merge_saved(out.with_name("results.json"), numbers, sections, run if names else None)
     run = saved["_run"]
     from .targets import missed_notes, targets_table
 
-    head = (f"# Benchmark results\n\nRun {run['date'].replace('T', ' ')}, commit {run['commit']}"
-            f"{' (quick sizes)' if run.get('quick') else ''}.\n\n" + targets_table(saved) + "\n\n")
+    head = (
+        f"# Benchmark results\n\nRun {run['date'].replace('T', ' ')}, commit {run['commit']}"
+        f"{' (quick sizes)' if run.get('quick') else ''}.\n\n" + targets_table(saved) + "\n\n"
+    )
     notes = missed_notes(saved)
     if notes:
         head += notes + "\n\n"
@@ -97,7 +110,9 @@ def main(argv=None) -> None:
         if not sec or not sec["markdown"]:
             continue
         if _run_key(sec) != _run_key(run):  # kept from an earlier run
-            body.append(sec["markdown"] + f"\n\n_(from the run of {sec['date'].replace('T', ' ')}, commit {sec['commit']})_")
+            body.append(
+                sec["markdown"] + f"\n\n_(from the run of {sec['date'].replace('T', ' ')}, commit {sec['commit']})_"
+            )
         else:
             body.append(sec["markdown"])
     body.append(_plots(saved, out))

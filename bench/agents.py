@@ -61,9 +61,11 @@ def agent_prompt(i: int) -> str:
 
 def observation(agent: int, step: int) -> str:
     """What the tool returns (canned, deterministic): the text appended after a step."""
-    return (f"\nObservation: the archive returned {3 + (agent * 7 + step) % 5} records; the first one, "
-            f"filed in {1950 + (agent * 13 + step * 11) % 70}, mentions the town council and a letter of the mayor."
-            f"\n\nStep {step + 2}.\nThought:")
+    return (
+        f"\nObservation: the archive returned {3 + (agent * 7 + step) % 5} records; the first one, "
+        f"filed in {1950 + (agent * 13 + step * 11) % 70}, mentions the town council and a letter of the mayor."
+        f"\n\nStep {step + 2}.\nThought:"
+    )
 
 
 # --- ours: the agent as a LIP ---------------------------------------------------------------------
@@ -74,9 +76,11 @@ def react_lip(sym, agent: int, prompt: str, steps: int, step_tokens: int, tool_m
     from symphony_core.lib import generate
 
     def observation(agent, step):  # the same canned tool result as the client loop's
-        return (f"\nObservation: the archive returned {3 + (agent * 7 + step) % 5} records; the first one, "
-                f"filed in {1950 + (agent * 13 + step * 11) % 70}, mentions the town council and a letter of the mayor."
-                f"\n\nStep {step + 2}.\nThought:")
+        return (
+            f"\nObservation: the archive returned {3 + (agent * 7 + step) % 5} records; the first one, "
+            f"filed in {1950 + (agent * 13 + step * 11) % 70}, mentions the town council and a letter of the mayor."
+            f"\n\nStep {step + 2}.\nThought:"
+        )
 
     kv = sym.kv_create()
     pending = sym.tokenize(prompt)
@@ -130,8 +134,17 @@ class Server:
         self.log_file = tempfile.NamedTemporaryFile("w+", prefix="symphony-bench-", suffix=".log", delete=False)
         script = Path(sys.executable).with_name("symphony")
         cmd = [str(script)] if script.exists() else [sys.executable, "-m", "symphony_core.cli"]
-        cmd += ["serve", "--port", str(self.port), "--threads", str(threads), "--num-pages", str(num_pages),
-                "--log-level", "warning"]
+        cmd += [
+            "serve",
+            "--port",
+            str(self.port),
+            "--threads",
+            str(threads),
+            "--num-pages",
+            str(num_pages),
+            "--log-level",
+            "warning",
+        ]
         self.proc = subprocess.Popen(cmd, stdout=self.log_file, stderr=subprocess.STDOUT, cwd=ROOT)
         import httpx
 
@@ -168,8 +181,11 @@ class Server:
 
 def scheduler_totals(client) -> dict:
     """The server's batch scheduler counters (GET /metrics): forward passes, tokens, pred calls."""
-    want = {"symphony_batches_total": "forwards", "symphony_batch_tokens_total": "tokens",
-            "symphony_batch_members_total": "preds"}
+    want = {
+        "symphony_batches_total": "forwards",
+        "symphony_batch_tokens_total": "tokens",
+        "symphony_batch_members_total": "preds",
+    }
     out = {}
     for line in client.metrics().splitlines():
         name, _, value = line.partition(" ")
@@ -186,8 +202,12 @@ def _delta(a: dict, b: dict) -> dict:
 def run_lip_server(client, n: int, steps: int, step_tokens: int, tool_ms: float) -> tuple[float, list[dict]]:
     src = _lip_source()
     t0 = time.perf_counter()
-    procs = [client.launch(None, i, agent_prompt(i), steps, step_tokens, tool_ms, source=src, entry="react_lip",
-                           name=f"agent-{i}") for i in range(n)]
+    procs = [
+        client.launch(
+            None, i, agent_prompt(i), steps, step_tokens, tool_ms, source=src, entry="react_lip", name=f"agent-{i}"
+        )
+        for i in range(n)
+    ]
     out = [p.result(timeout=600) for p in procs]
     return time.perf_counter() - t0, out
 
@@ -207,8 +227,9 @@ def run_client_loop(oc, model: str, n: int, steps: int, step_tokens: int, tool_m
     return time.perf_counter() - t0, out
 
 
-def bench(n: int, steps: int, step_tokens: int, tool_ms: float, repeats: int, idle_wait: float, threads: int,
-          embedded: bool) -> dict:
+def bench(
+    n: int, steps: int, step_tokens: int, tool_ms: float, repeats: int, idle_wait: float, threads: int, embedded: bool
+) -> dict:
     import openai
 
     from symphony_core.client import Client
@@ -258,16 +279,23 @@ def bench(n: int, steps: int, step_tokens: int, tool_ms: float, repeats: int, id
         server.stop()
     lip, cl = first["lip"], first["client"]
     res = {
-        "agents": n, "steps": steps, "step_tokens": step_tokens, "tool_ms": tool_ms, "repeats": repeats,
-        "lip_server_s": med(times["server"]), "client_s": med(times["client"]),
+        "agents": n,
+        "steps": steps,
+        "step_tokens": step_tokens,
+        "tool_ms": tool_ms,
+        "repeats": repeats,
+        "lip_server_s": med(times["server"]),
+        "client_s": med(times["client"]),
         "lip_embedded_s": med(times["embedded"]) if times["embedded"] else None,
-        "lip_generated": sum(o["generated"] for o in lip), "client_generated": sum(o["generated"] for o in cl),
+        "lip_generated": sum(o["generated"] for o in lip),
+        "client_generated": sum(o["generated"] for o in cl),
         "client_short_steps": sum(o["short_steps"] for o in cl),
         "lip_prompt_tokens": sum(o["fed_prompt_tokens"] for o in lip),
         "client_prompt_tokens": sum(o["prompt_tokens_sent"] for o in cl),
         "same_first_step": sum(a["texts"][0] == b["texts"][0] for a, b in zip(lip, cl)),
         "tool_floor_s": steps * tool_ms / 1000,
-        "lip_sched": first["lip_sched"], "client_sched": first["client_sched"],
+        "lip_sched": first["lip_sched"],
+        "client_sched": first["client_sched"],
         "contended": f"{contended}/{(3 if embedded else 2) * repeats}" if idle_wait > 0 else "not checked",
     }
     res["ratio"] = res["client_s"] / res["lip_server_s"]
@@ -292,15 +320,17 @@ def table(r: dict) -> str:
         f"| {r['client_prompt_tokens']} | {r['client_generated']} |",
     ]
     if r.get("lip_embedded_s"):
-        lines.append(f"| ours, embedded: the same LIP on an in-process `Engine` (no server) | {r['lip_embedded_s']:.2f} "
-                     f"| {r['ratio_embedded']:.2f}× | {r['lip_prompt_tokens']} | {r['lip_generated']} |")
+        lines.append(
+            f"| ours, embedded: the same LIP on an in-process `Engine` (no server) | {r['lip_embedded_s']:.2f} "
+            f"| {r['ratio_embedded']:.2f}× | {r['lip_prompt_tokens']} | {r['lip_generated']} |"
+        )
     lines += [
         "",
         f"- End-to-end ratio (client loop ÷ LIP, both on the server): **{r['ratio']:.2f}×** (target ≥ 2×"
-        + (", met). " if r["ratio"] >= 2 else ", **missed**). ") +
-        f"The tools alone take {r['tool_floor_s']:.2f} s per agent (run concurrently).",
-        f"- \"Prompt tokens fed\": prompt tokens the model computed — the LIP feeds each observation once; the "
-        f"client loop's whole prompt (history included) is prefilled again every step.",
+        + (", met). " if r["ratio"] >= 2 else ", **missed**). ")
+        + f"The tools alone take {r['tool_floor_s']:.2f} s per agent (run concurrently).",
+        '- "Prompt tokens fed": prompt tokens the model computed — the LIP feeds each observation once; the '
+        "client loop's whole prompt (history included) is prefilled again every step.",
         f"- Where the time goes (the server's scheduler counters over one run): ours {_sched(r['lip_sched'])}; "
         f"the client loop {_sched(r['client_sched'])}. Both decode the same tokens in about the same number of "
         "forward passes; the client loop's passes also carry the re-sent prompts, and a pass that prefills a "
@@ -315,8 +345,10 @@ def table(r: dict) -> str:
 def _sched(d: dict) -> str:
     if not d.get("forwards"):
         return "(no counters)"
-    return (f"{d['forwards']:.0f} forward passes, {d['tokens']:.0f} tokens through the model, "
-            f"{d['preds'] / d['forwards']:.1f} pred calls per pass")
+    return (
+        f"{d['forwards']:.0f} forward passes, {d['tokens']:.0f} tokens through the model, "
+        f"{d['preds'] / d['forwards']:.1f} pred calls per pass"
+    )
 
 
 def main(argv=None) -> str:
@@ -329,7 +361,12 @@ def main(argv=None) -> str:
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (quick 1)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-embedded", action="store_true", help="skip the in-process reference row")
-    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)",
+    )
     args = ap.parse_args(argv)
     n, steps, st, tool = (2, 2, 4, 10.0) if args.quick else (4, 8, 32, 50.0)
     n, steps, st = args.agents or n, args.steps or steps, args.step_tokens or st

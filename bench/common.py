@@ -41,8 +41,15 @@ def hf_generate(model, prompts: list[list[int]], new: int, pad_id: int) -> tuple
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                             eos_token_id=None, do_sample=False, use_cache=True, pad_token_id=pad_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=new,
+            eos_token_id=None,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=pad_id,
+        )
     return time.perf_counter() - t0, out[:, width:].tolist()
 
 
@@ -57,7 +64,7 @@ class PeakPages:
         self.base = self.peak = 0
         self.allocated = 0  # pages handed out during the block, in all (freed ones counted too)
 
-    def __enter__(self) -> "PeakPages":
+    def __enter__(self) -> PeakPages:
         self.base = self.eng.kvfs.stats()["pages_used"]
         self.peak = self.base
         orig = self.pool.alloc

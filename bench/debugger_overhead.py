@@ -28,8 +28,14 @@ import torch
 from .common import publish
 
 PROMPTS = [
-    "The capital of France is", "Water boils at", "The three primary colours are", "Once upon a time",
-    "A good name for a cat is", "The largest planet is", "In 1492, Columbus", "def fibonacci(n):",
+    "The capital of France is",
+    "Water boils at",
+    "The three primary colours are",
+    "Once upon a time",
+    "A good name for a cat is",
+    "The largest planet is",
+    "In 1492, Columbus",
+    "def fibonacci(n):",
 ]
 
 
@@ -103,14 +109,17 @@ def main(argv=None) -> dict:
     run_once(eng, args.lips, 4)  # warm-up: threads, allocator, kernels
     off, on = [], []
     for r in range(repeats):
-        for attached in ((False, True) if r % 2 == 0 else (True, False)):
+        for attached in (False, True) if r % 2 == 0 else (True, False):
             dbg = Debugger(eng) if attached else None
             tps, cps = run_once(eng, args.lips, n_tokens)
             if dbg is not None:
                 dbg.detach()
             (on if attached else off).append((tps, cps))
-            print(f"  run {r + 1}/{repeats} debugger {'on ' if attached else 'off'}: {tps:8.1f} tok/s, "
-                  f"{cps:8.1f} tok/CPU-s", flush=True)
+            print(
+                f"  run {r + 1}/{repeats} debugger {'on ' if attached else 'off'}: {tps:8.1f} tok/s, "
+                f"{cps:8.1f} tok/CPU-s",
+                flush=True,
+            )
     w_off, w_on = statistics.median(x[0] for x in off), statistics.median(x[0] for x in on)
     c_off, c_on = statistics.median(x[1] for x in off), statistics.median(x[1] for x in on)
     # Each repeat is an adjacent off/on pair: the ratio within a pair cancels the machine's drift
@@ -122,21 +131,36 @@ def main(argv=None) -> dict:
     # What attaching adds per generated token: 3 syscalls (pred, detokenize, send), one of them a pred.
     extra_us = (cost["dist_on_us"] - cost["dist_off_us"]) + 2 * (cost["noop_on_us"] - cost["noop_off_us"])
     per_token_us = 1e6 / w_off
-    print(f"{args.lips} concurrent completions x {n_tokens} tokens, {eng.model_name} on {eng.device}, "
-          f"{torch.get_num_threads()} threads{' (stub forward)' if args.stub else ''}, median of {repeats}")
+    print(
+        f"{args.lips} concurrent completions x {n_tokens} tokens, {eng.model_name} on {eng.device}, "
+        f"{torch.get_num_threads()} threads{' (stub forward)' if args.stub else ''}, median of {repeats}"
+    )
     print("| debugger | tokens/s (wall) | tokens per CPU-second |")
     print("|---|---|---|")
     print(f"| detached | {w_off:.1f} | {c_off:.1f} |")
     print(f"| attached, no breakpoints | {w_on:.1f} | {c_on:.1f} |")
-    print(f"ratio attached/detached, median of the {repeats} adjacent pairs: wall {paired:.3f}, CPU {paired_cpu:.3f}"
-          f" (ratio of the medians: wall {w_on / w_off:.3f}, CPU {c_on / c_off:.3f})")
-    print(f"per syscall: no-op {cost['noop_off_us']:.1f} -> {cost['noop_on_us']:.1f} us, pred-like "
-          f"{cost['dist_off_us']:.1f} -> {cost['dist_on_us']:.1f} us; attaching adds ~{extra_us:.0f} us per "
-          f"generated token = {100 * extra_us / per_token_us:.2f}% of the {per_token_us:.0f} us a token takes")
+    print(
+        f"ratio attached/detached, median of the {repeats} adjacent pairs: wall {paired:.3f}, CPU {paired_cpu:.3f}"
+        f" (ratio of the medians: wall {w_on / w_off:.3f}, CPU {c_on / c_off:.3f})"
+    )
+    print(
+        f"per syscall: no-op {cost['noop_off_us']:.1f} -> {cost['noop_on_us']:.1f} us, pred-like "
+        f"{cost['dist_off_us']:.1f} -> {cost['dist_on_us']:.1f} us; attaching adds ~{extra_us:.0f} us per "
+        f"generated token = {100 * extra_us / per_token_us:.2f}% of the {per_token_us:.0f} us a token takes"
+    )
     eng.shutdown()
-    return {"wall_off": w_off, "wall_on": w_on, "cpu_off": c_off, "cpu_on": c_on, "paired_ratio": paired,
-            "paired_ratio_cpu": paired_cpu, "runs": {"off": off, "on": on}, **cost,
-            "extra_us_per_token": extra_us, "us_per_token": per_token_us}
+    return {
+        "wall_off": w_off,
+        "wall_on": w_on,
+        "cpu_off": c_off,
+        "cpu_on": c_on,
+        "paired_ratio": paired,
+        "paired_ratio_cpu": paired_cpu,
+        "runs": {"off": off, "on": on},
+        **cost,
+        "extra_us_per_token": extra_us,
+        "us_per_token": per_token_us,
+    }
 
 
 if __name__ == "__main__":
@@ -157,8 +181,14 @@ def suite(argv=None) -> str:
     lines = text.splitlines()
     table = "\n".join(line for line in lines if not line.startswith("  run "))
     runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))
-    return "### Debugger attached, no breakpoints (W6)\n\n" + table.strip() + "\n\nThe runs, in order:\n\n" + runs + (
-        f"\n\nThroughput attached ÷ detached, median over adjacent off/on pairs: **{r['paired_ratio']:.3f}** wall, "
-        f"{r['paired_ratio_cpu']:.3f} CPU (target ≥ 0.95). Runs alternate off/on and each pair is compared "
-        "within itself, so the machine's drift over the run cancels; the per-run lines above show the drift.")
-
+    return (
+        "### Debugger attached, no breakpoints (W6)\n\n"
+        + table.strip()
+        + "\n\nThe runs, in order:\n\n"
+        + runs
+        + (
+            f"\n\nThroughput attached ÷ detached, median over adjacent off/on pairs: **{r['paired_ratio']:.3f}** wall, "
+            f"{r['paired_ratio_cpu']:.3f} CPU (target ≥ 0.95). Runs alternate off/on and each pair is compared "
+            "within itself, so the machine's drift over the run cancels; the per-run lines above show the drift."
+        )
+    )

@@ -171,13 +171,16 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
             f"| {r['ours_e2e']:.1f} | {r['hf_e2e']:.1f} | {r['ours_e2e'] / r['hf_e2e']:.2f}× | {r['same']}/{r['batch']} "
             f"| {r['contended']} |"
         )
-    lines += ["", "llama.cpp: in the weight formats section (bench/weights.py: its low-level API, every sequence in one batch)."]
+    lines += [
+        "",
+        "llama.cpp: in the weight formats section (bench/weights.py: its low-level API, every sequence in one batch).",
+    ]
     lines += [
         "",
         "Decode-only counts the tokens after the first (ours: the `pred_batch` steps; transformers: "
         "`generate` end-to-end minus a `max_new_tokens=1` run). End-to-end counts every new token "
         "over prefill + decode. GFLOP/s: model FLOPs of our decode steps (projections, LM head, "
-        "attention) per second; compare with the matmul table. \"Same greedy tokens\": sequences whose output equals transformers' "
+        'attention) per second; compare with the matmul table. "Same greedy tokens": sequences whose output equals transformers\' '
         "token for token (fp32 ties can flip a late token). Each timed run first waits (up to "
         "--idle-wait s) for the CPUs to be idle; the last column counts runs that began while "
         "other processes still used >= 10% of them.",
@@ -192,7 +195,12 @@ def main(argv=None) -> str:
     ap.add_argument("--new", type=int, default=None, help="new tokens per sequence (default 128)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:

@@ -43,8 +43,9 @@ def example():
     return mod
 
 
-def independent_prompts(sym, question: str, branches: int = 4, keep: int = 2, thought_tokens: int = 24,
-                        answer_tokens: int = 40) -> dict:
+def independent_prompts(
+    sym, question: str, branches: int = 4, keep: int = 2, thought_tokens: int = 24, answer_tokens: int = 40
+) -> dict:
     """The example's graph with every node a separate request: a fresh KV fed its full prompt."""
     from symphony_core.lib import generate, parallel_map
     from symphony_core.lib.chat import chat_prompt
@@ -65,7 +66,7 @@ def independent_prompts(sym, question: str, branches: int = 4, keep: int = 2, th
         suffix = got.verdict_suffix(s, question, text)
         if g.stop_reason == "eos":
             end = s.detokenize(g.pending)
-            suffix = suffix[len(end):] if suffix.startswith(end) else suffix
+            suffix = suffix[len(end) :] if suffix.startswith(end) else suffix
         judge_prompt = kv.tokens + g.pending + s.tokenize(suffix)  # the verdict node's whole prompt
         s.kv_close(kv)
         judge = s.kv_create()
@@ -79,8 +80,7 @@ def independent_prompts(sym, question: str, branches: int = 4, keep: int = 2, th
     ideas = "\n".join(f"{j + 1}. {nodes[i]['text'].strip()}" for j, i in enumerate(kept))
     merge_msg = f"{question}\nHere are some ideas:\n{ideas}\nCombine the ideas into one short answer."
     merge_kv = sym.kv_create()
-    g = generate(sym, merge_kv, sym.tokenize(chat_prompt(sym, [{"role": "user", "content": merge_msg}])),
-                 answer_tokens)
+    g = generate(sym, merge_kv, sym.tokenize(chat_prompt(sym, [{"role": "user", "content": merge_msg}])), answer_tokens)
     sym.kv_close(merge_kv)
     return {"branches": nodes, "kept": kept, "answer": g.text}
 
@@ -114,12 +114,16 @@ def bench(questions: list[str], kw: dict, repeats: int, idle_wait: float, thread
         ti, pages_i, ind = _run(eng, independent_prompts, questions, kw)
         t_ind.append(ti)
         p_ind.append(pages_i)
-        print(f"  repeat {r + 1}/{repeats}: graph program {t:.2f} s ({pages[0]} pages at peak), "
-              f"independent prompts {ti:.2f} s ({pages_i[0]} pages at peak)", flush=True)
+        print(
+            f"  repeat {r + 1}/{repeats}: graph program {t:.2f} s ({pages[0]} pages at peak), "
+            f"independent prompts {ti:.2f} s ({pages_i[0]} pages at peak)",
+            flush=True,
+        )
         if agree is None:
             agree = {
-                "thoughts": sum(a["tokens"] == b["tokens"] for o, i in zip(ours, ind)
-                                for a, b in zip(o["branches"], i["branches"])),
+                "thoughts": sum(
+                    a["tokens"] == b["tokens"] for o, i in zip(ours, ind) for a, b in zip(o["branches"], i["branches"])
+                ),
                 "thoughts_total": sum(len(o["branches"]) for o in ours),
                 "kept": sum(o["kept"] == i["kept"] for o, i in zip(ours, ind)),
                 "answers": sum(o["answer"] == i["answer"] for o, i in zip(ours, ind)),
@@ -127,10 +131,18 @@ def bench(questions: list[str], kw: dict, repeats: int, idle_wait: float, thread
             sample = {"question": questions[0], "answer": ours[0]["answer"].strip()}
     eng.shutdown()
     return {
-        "questions": len(questions), "kw": kw, "repeats": repeats,
-        "ours_s": med(t_ours), "independent_s": med(t_ind), "ratio": med(t_ind) / med(t_ours),
-        "ours_pages": max(p[0] for p in p_ours), "independent_pages": max(p[0] for p in p_ind),
-        "ours_allocated": p_ours[0][1], "independent_allocated": p_ind[0][1], "agree": agree, "sample": sample,
+        "questions": len(questions),
+        "kw": kw,
+        "repeats": repeats,
+        "ours_s": med(t_ours),
+        "independent_s": med(t_ind),
+        "ratio": med(t_ind) / med(t_ours),
+        "ours_pages": max(p[0] for p in p_ours),
+        "independent_pages": max(p[0] for p in p_ind),
+        "ours_allocated": p_ours[0][1],
+        "independent_allocated": p_ind[0][1],
+        "agree": agree,
+        "sample": sample,
         "contended": f"{contended}/{2 * repeats}" if idle_wait > 0 else "not checked",
     }
 
@@ -167,14 +179,21 @@ def table(r: dict) -> str:
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="toy size: one question, 2 branches, 4-token thoughts and answer")
+    ap.add_argument(
+        "--quick", action="store_true", help="toy size: one question, 2 branches, 4-token thoughts and answer"
+    )
     ap.add_argument("--branches", type=int, default=None)
     ap.add_argument("--keep", type=int, default=None)
     ap.add_argument("--thought-tokens", type=int, default=None)
     ap.add_argument("--answer-tokens", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (quick 1)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.quick:

@@ -18,8 +18,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .machine import describe
 from .common import publish
+from .machine import describe
 
 
 def measure(rows: list[int], repeats: int) -> list[dict]:
@@ -58,8 +58,6 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     return out
 
 
-
-
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="rows 1 and 8, 2 repeats")
@@ -82,8 +80,11 @@ def main(argv=None) -> str:
     for r in res:
         best = min(("fp32", "int8", "int4"), key=lambda k: r[k])
         lines.append(f"| {r['rows']} | {r['fp32']:.1f} | {r['int8']:.1f} | {r['int4']:.1f} | {best} |")
-    lines += ["", "The int4 column's LM head runs int8 (as in `weights=\"q4\"`); fp32 reads 538 MB a step, "
-                  "int8 ~134 MB, int4 ~53 MB + the 28 MB int8 LM head."]
+    lines += [
+        "",
+        'The int4 column\'s LM head runs int8 (as in `weights="q4"`); fp32 reads 538 MB a step, '
+        "int8 ~134 MB, int4 ~53 MB + the 28 MB int8 LM head.",
+    ]
     md = "\n".join(lines)
     print(md)
     return md

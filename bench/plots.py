@@ -56,8 +56,13 @@ def _bars(ax, labels, values, colors, unit="s"):
     bars = ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     for bar, v in zip(bars, values):
-        ax.annotate(f"{v:.1f} {unit}" if unit else f"{v:g}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"{v:.1f} {unit}" if unit else f"{v:g}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.margins(y=0.15)
 
 
@@ -65,12 +70,21 @@ def _programs(plt, res: dict, out: Path) -> Path | None:
     panels = []
     if "shared_prefix" in res:
         r = res["shared_prefix"]
-        panels.append((f"W3 shared prefix: {r['ratio']:.2f}×",
-                       ["ours\n(prefill once, fork)", "transformers\n(full prompts)"], [r["ours_s"], r["hf_s"]],
-                       [OURS, PEER]))
+        panels.append(
+            (
+                f"W3 shared prefix: {r['ratio']:.2f}×",
+                ["ours\n(prefill once, fork)", "transformers\n(full prompts)"],
+                [r["ours_s"], r["hf_s"]],
+                [OURS, PEER],
+            )
+        )
     if "agents" in res:
         r = res["agents"]
-        labels, vals, cols = ["ours: LIP\non the server", "client loop\n/v1/completions"], [r["lip_server_s"], r["client_s"]], [OURS, PEER]
+        labels, vals, cols = (
+            ["ours: LIP\non the server", "client loop\n/v1/completions"],
+            [r["lip_server_s"], r["client_s"]],
+            [OURS, PEER],
+        )
         if r.get("lip_embedded_s"):
             labels.append("ours: LIP\nembedded")
             vals.append(r["lip_embedded_s"])
@@ -78,8 +92,14 @@ def _programs(plt, res: dict, out: Path) -> Path | None:
         panels.append((f"W4 ReAct agents: {r['ratio']:.2f}×", labels, vals, cols))
     if "graph_of_thought" in res:
         r = res["graph_of_thought"]
-        panels.append((f"W7 graph of thought: {r['ratio']:.2f}×", ["ours\n(forks)", "independent\nprompts"],
-                       [r["ours_s"], r["independent_s"]], [OURS, PEER]))
+        panels.append(
+            (
+                f"W7 graph of thought: {r['ratio']:.2f}×",
+                ["ours\n(forks)", "independent\nprompts"],
+                [r["ours_s"], r["independent_s"]],
+                [OURS, PEER],
+            )
+        )
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 4), squeeze=False)
@@ -99,12 +119,24 @@ def _pages(plt, res: dict, out: Path) -> Path | None:
     panels = []
     if "shared_prefix" in res:
         r = res["shared_prefix"]
-        panels.append((f"W3: peak = {r['pages_ratio']:.2f}× ideal", ["ours, peak", "ideal", "private copies"],
-                       [r["peak_pages"], r["ideal_pages"], r["copies_pages"]], [OURS, THIRD, PEER]))
+        panels.append(
+            (
+                f"W3: peak = {r['pages_ratio']:.2f}× ideal",
+                ["ours, peak", "ideal", "private copies"],
+                [r["peak_pages"], r["ideal_pages"], r["copies_pages"]],
+                [OURS, THIRD, PEER],
+            )
+        )
     if "graph_of_thought" in res:
         r = res["graph_of_thought"]
-        panels.append(("W7: pages allocated over the run", ["ours", "independent\nprompts"],
-                       [r["ours_allocated"], r["independent_allocated"]], [OURS, PEER]))
+        panels.append(
+            (
+                "W7: pages allocated over the run",
+                ["ours", "independent\nprompts"],
+                [r["ours_allocated"], r["independent_allocated"]],
+                [OURS, PEER],
+            )
+        )
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
@@ -137,8 +169,9 @@ def _weights(plt, res: dict, out: Path) -> Path | None:
     axes[0].grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     names = [r["engine"].replace("llama.cpp ", "llama ") for r in w["rows"]]
-    axes[1].barh(names, [r["prefill"] for r in w["rows"]],
-                 color=[OURS if n.startswith("ours") else PEER for n in names])
+    axes[1].barh(
+        names, [r["prefill"] for r in w["rows"]], color=[OURS if n.startswith("ours") else PEER for n in names]
+    )
     axes[1].set_xlabel("prefill tokens / s")
     axes[1].set_title(f"prefill {w['prefill']} tokens")
     fig.tight_layout()

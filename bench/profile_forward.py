@@ -18,11 +18,17 @@ import time
 
 import torch
 
-from .machine import wait_until_idle
 from .common import publish
+from .machine import wait_until_idle
 
 BUCKETS = {
-    "matmul": ("aten::mm", "aten::addmm", "aten::bmm", "quantized::linear_dynamic", "aten::_weight_int4pack_mm_for_cpu"),
+    "matmul": (
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "quantized::linear_dynamic",
+        "aten::_weight_int4pack_mm_for_cpu",
+    ),
     "attention": (
         "aten::scaled_dot_product_attention",
         "aten::_scaled_dot_product_flash_attention_for_cpu",
@@ -49,7 +55,8 @@ def profile(step, n: int, table: bool, idle_wait: float) -> dict[str, float]:
         step()
         times.append(time.perf_counter() - t0)
     wall = statistics.median(times)
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(n):
@@ -87,8 +94,6 @@ def main(argv=None) -> str:
     return _table(rows)
 
 
-
-
 def _profile_format(eng, fmt: str, args) -> list[tuple[str, dict]]:
     from symphony_core import PredCall
 
@@ -113,7 +118,12 @@ def _profile_format(eng, fmt: str, args) -> list[tuple[str, dict]]:
             eng.pred(kv, prompt)
             eng.kv_truncate(kv, 0)
 
-        rows.append((f"{fmt}: prefill, {args.prefill} tokens", profile(prefill, max(2, args.steps // 4), args.table, args.idle_wait)))
+        rows.append(
+            (
+                f"{fmt}: prefill, {args.prefill} tokens",
+                profile(prefill, max(2, args.steps // 4), args.table, args.idle_wait),
+            )
+        )
         eng.kv_close(kv)
     eng.shutdown()
     return rows
@@ -131,7 +141,7 @@ def _table(rows: list[tuple[str, dict]]) -> str:
         lines.append(f"| {case} | {r['wall_ms']:.1f} | " + " | ".join(f"{r.get(n, 0):.0f}%" for n in names) + " |")
     lines += [
         "",
-        "\"other ops\": norms, RoPE, SiLU, residual adds, copies — dozens of small operators per "
+        '"other ops": norms, RoPE, SiLU, residual adds, copies — dozens of small operators per '
         "layer whose cost is mostly dispatch at decode sizes. Quantised formats count their kernels "
         "(fbgemm `quantized::linear_dynamic`, `aten::_weight_int4pack_mm_for_cpu`) as matmul; their activation "
         "casts and quantisation as other ops.",

@@ -20,6 +20,7 @@ import time
 import torch
 
 from bench.debugger_overhead import PROMPTS, completion
+
 from .common import publish
 
 
@@ -51,7 +52,7 @@ def main(argv=None) -> dict:
     run_once(eng, lips, 4)  # warm-up
     off, on, build_s, rows, bus_only = [], [], [], 0, []
     for r in range(repeats):
-        for profiled in ((False, True) if r % 2 == 0 else (True, False)):
+        for profiled in (False, True) if r % 2 == 0 else (True, False):
             col = ProfileCollector().attach(eng.bus) if profiled else None
             tps = run_once(eng, lips, n_tokens)
             if col is not None:
@@ -65,27 +66,40 @@ def main(argv=None) -> dict:
                 unsub = eng.bus.subscribe(lambda ev: None)
                 bus_only.append(run_once(eng, lips, n_tokens))
                 unsub()
-            print(f"  run {r + 1}/{repeats} profiler {'on ' if profiled else 'off'}: {tps[0]:8.1f} tok/s, "
-                  f"{tps[1]:8.1f} tok/CPU-s", flush=True)
+            print(
+                f"  run {r + 1}/{repeats} profiler {'on ' if profiled else 'off'}: {tps[0]:8.1f} tok/s, "
+                f"{tps[1]:8.1f} tok/CPU-s",
+                flush=True,
+            )
     paired = statistics.median(b[0] / a[0] for a, b in zip(off, on))
     paired_cpu = statistics.median(b[1] / a[1] for a, b in zip(off, on))
     w_off, w_on = statistics.median(x[0] for x in off), statistics.median(x[0] for x in on)
     c_off, c_on = statistics.median(x[1] for x in off), statistics.median(x[1] for x in on)
-    print(f"{lips} concurrent completions x {n_tokens} tokens, {eng.model_name} on {eng.device}, "
-          f"{torch.get_num_threads()} threads{' (stub forward)' if args.stub else ''}, median of {repeats}")
+    print(
+        f"{lips} concurrent completions x {n_tokens} tokens, {eng.model_name} on {eng.device}, "
+        f"{torch.get_num_threads()} threads{' (stub forward)' if args.stub else ''}, median of {repeats}"
+    )
     print("| profiler | tokens/s (wall) | tokens per CPU-second |")
     print("|---|---|---|")
     print(f"| off | {w_off:.1f} | {c_off:.1f} |")
     print(f"| on | {w_on:.1f} | {c_on:.1f} |")
     print(f"| (events only: a do-nothing subscriber, one run) | {bus_only[0][0]:.1f} | {bus_only[0][1]:.1f} |")
-    print(f"ratio on/off, median of the {repeats} adjacent pairs: wall {paired:.3f}, CPU {paired_cpu:.3f}; building a profile "
-          f"({rows} line rows) took {1e3 * statistics.median(build_s):.1f} ms")
+    print(
+        f"ratio on/off, median of the {repeats} adjacent pairs: wall {paired:.3f}, CPU {paired_cpu:.3f}; building a profile "
+        f"({rows} line rows) took {1e3 * statistics.median(build_s):.1f} ms"
+    )
     eng.shutdown()
-    return {"wall_off": w_off, "wall_on": w_on, "cpu_off": c_off, "cpu_on": c_on, "paired_ratio": paired,
-            "paired_ratio_cpu": paired_cpu, "runs": {"off": off, "on": on}, "events_only": bus_only[0],
-            "build_ms": 1e3 * statistics.median(build_s)}
-
-
+    return {
+        "wall_off": w_off,
+        "wall_on": w_on,
+        "cpu_off": c_off,
+        "cpu_on": c_on,
+        "paired_ratio": paired,
+        "paired_ratio_cpu": paired_cpu,
+        "runs": {"off": off, "on": on},
+        "events_only": bus_only[0],
+        "build_ms": 1e3 * statistics.median(build_s),
+    }
 
 
 def suite(argv=None) -> str:
@@ -102,9 +116,14 @@ def suite(argv=None) -> str:
     lines = text.splitlines()
     table = "\n".join(line for line in lines if not line.startswith("  run "))
     runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))
-    return ("### LIP profiler off vs on\n\n" + table.strip() + "\n\nThe runs, in order:\n\n" + runs +
-            f"\n\nThroughput with the profiler on ÷ off, median over adjacent pairs: **{r['paired_ratio']:.3f}** wall, "
-            f"{r['paired_ratio_cpu']:.3f} per CPU-second.")
+    return (
+        "### LIP profiler off vs on\n\n"
+        + table.strip()
+        + "\n\nThe runs, in order:\n\n"
+        + runs
+        + f"\n\nThroughput with the profiler on ÷ off, median over adjacent pairs: **{r['paired_ratio']:.3f}** wall, "
+        f"{r['paired_ratio_cpu']:.3f} per CPU-second."
+    )
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import math
 
 import torch
 
+from .common import publish
 from .decode import run_ours
 from .machine import describe
-from .common import publish
 
 HELD_PROMPTS = [
     "The capital of France is",
@@ -89,20 +89,20 @@ def measure(formats: list[str], prompts: list[str], new: int) -> list[dict]:
         if ref is None:
             ref = outs
         n = len(prompts)
-        rows.append({
-            "weights": fmt,
-            "first8": sum(a[:8] == b[:8] for a, b in zip(outs, ref)),
-            "all": sum(a == b for a, b in zip(outs, ref)),
-            "prefix": sum(_common_prefix(a, b) for a, b in zip(outs, ref)) / n,
-            "prompts": n,
-            "ppl": ppl,
-            "example": eng.detokenize(outs[0][:24]),
-        })
+        rows.append(
+            {
+                "weights": fmt,
+                "first8": sum(a[:8] == b[:8] for a, b in zip(outs, ref)),
+                "all": sum(a == b for a, b in zip(outs, ref)),
+                "prefix": sum(_common_prefix(a, b) for a, b in zip(outs, ref)) / n,
+                "prompts": n,
+                "ppl": ppl,
+                "example": eng.detokenize(outs[0][:24]),
+            }
+        )
         eng.shutdown()
         del eng
     return rows
-
-
 
 
 def main(argv=None) -> str:
@@ -125,13 +125,18 @@ def main(argv=None) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['weights']} | {r['first8']}/{r['prompts']} | {r['all']}/{r['prompts']} | "
-                     f"{r['prefix']:.1f} of {new} | {r['ppl']:.3f} |")
-    lines += ["", "fp32 is the reference (the GGUF's Q4_1 weights dequantised exactly). q4 runs those same Q4_1 "
-                  "blocks (bf16 activations, scales rounded to bf16) up to INT4_MAX_ROWS rows, per-row int8 up to "
-                  "INT8_MAX_ROWS, fp32 above (symphony_core/model/weight_formats.py), so the batch size picks the "
-                  "kernel; q8 is per-row int8 (bf16 activations) up to INT8_MAX_ROWS. The LM head runs on the "
-                  "output rows only. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows)]
+        lines.append(
+            f"| {r['weights']} | {r['first8']}/{r['prompts']} | {r['all']}/{r['prompts']} | "
+            f"{r['prefix']:.1f} of {new} | {r['ppl']:.3f} |"
+        )
+    lines += [
+        "",
+        "fp32 is the reference (the GGUF's Q4_1 weights dequantised exactly). q4 runs those same Q4_1 "
+        "blocks (bf16 activations, scales rounded to bf16) up to INT4_MAX_ROWS rows, per-row int8 up to "
+        "INT8_MAX_ROWS, fp32 above (symphony_core/model/weight_formats.py), so the batch size picks the "
+        "kernel; q8 is per-row int8 (bf16 activations) up to INT8_MAX_ROWS. The LM head runs on the "
+        "output rows only. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows),
+    ]
     md = "\n".join(lines)
     print(md)
     return md

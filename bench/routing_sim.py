@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from .common import publish
 
 HERE = Path(__file__).resolve().parent
@@ -146,10 +147,18 @@ def simulate(trace: list[Program], replicas: int, policy: str, seed: int) -> dic
         reuse_hit += ctx_hit
     base = float(np.mean([_work(p, False, False) for p in trace]))
     span = max(float(free_at.max()), trace[-1].t) - trace[0].t
-    return {"replicas": replicas, "policy": policy, "utilisation": float(busy.sum() / (replicas * span)), "kv_hit_rate": hit_tok / all_tok,
-            "named_file_hit_rate": reuse_hit / max(reuse_n, 1), "template_hit_rate": tpl_hits / len(trace),
-            "load_max_over_mean": float(busy.max() / busy.mean()), "load_cv": float(busy.std() / busy.mean()),
-            "latency_p50": float(np.percentile(lat, 50) / base), "latency_p99": float(np.percentile(lat, 99) / base)}
+    return {
+        "replicas": replicas,
+        "policy": policy,
+        "utilisation": float(busy.sum() / (replicas * span)),
+        "kv_hit_rate": hit_tok / all_tok,
+        "named_file_hit_rate": reuse_hit / max(reuse_n, 1),
+        "template_hit_rate": tpl_hits / len(trace),
+        "load_max_over_mean": float(busy.max() / busy.mean()),
+        "load_cv": float(busy.std() / busy.mean()),
+        "latency_p50": float(np.percentile(lat, 50) / base),
+        "latency_p99": float(np.percentile(lat, 99) / base),
+    }
 
 
 def plot(rows: list[dict], out: Path) -> Path:
@@ -160,14 +169,21 @@ def plot(rows: list[dict], out: Path) -> Path:
 
     colors = {"affinity": "#2b6cb0", "prefix": "#c05621", "p2c": "#718096", "affinity-bounded": "#38a169"}
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    panels = (("kv_hit_rate", "KV hit rate (prompt tokens found)", False),
-              ("load_max_over_mean", "load balance: busiest / mean replica work", False),
-              ("latency_p99", "p99 latency / mean uncached service time", True))
+    panels = (
+        ("kv_hit_rate", "KV hit rate (prompt tokens found)", False),
+        ("load_max_over_mean", "load balance: busiest / mean replica work", False),
+        ("latency_p99", "p99 latency / mean uncached service time", True),
+    )
     for ax, (key, title, log) in zip(axes, panels):
         for pol in POLICIES:
             rs = [r for r in rows if r["policy"] == pol]
-            ax.plot([r["replicas"] for r in rs], [r[key] for r in rs], "o-" if pol in POLICIES[:3] else "^--",
-                    color=colors[pol], label=pol if pol in POLICIES[:3] else f"{pol} (not built)")
+            ax.plot(
+                [r["replicas"] for r in rs],
+                [r[key] for r in rs],
+                "o-" if pol in POLICIES[:3] else "^--",
+                color=colors[pol],
+                label=pol if pol in POLICIES[:3] else f"{pol} (not built)",
+            )
         ax.set_xscale("log", base=2)
         if log:
             ax.set_yscale("log")
@@ -187,7 +203,9 @@ def main(argv: list[str] | None = None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1,000 programs, 8 and 16 replicas (for tests)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(HERE.parent / "docs" / "img" / "routing_sim.png"), help="the plot ('' for none)")
+    ap.add_argument(
+        "--out", default=str(HERE.parent / "docs" / "img" / "routing_sim.png"), help="the plot ('' for none)"
+    )
     ap.add_argument("--json", default=None, help="also write the rows as JSON here")
     a = ap.parse_args(argv)
     n, sizes = (1000, (8, 16)) if a.quick else (10_000, (8, 16, 32, 64))
@@ -199,12 +217,17 @@ def main(argv: list[str] | None = None) -> str:
         for pol in POLICIES:
             rows.append({**simulate(trace, R, pol, a.seed), "programs": n})
     publish(__name__, {"rows": rows})
-    md = ["| replicas | policy | KV hit rate | named-file hits | template hits | load max/mean | load CV | "
-          "p50 latency | p99 latency | utilisation |", "|---|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        "| replicas | policy | KV hit rate | named-file hits | template hits | load max/mean | load CV | "
+        "p50 latency | p99 latency | utilisation |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        md.append(f"| {r['replicas']} | {r['policy']} | {r['kv_hit_rate']:.1%} | {r['named_file_hit_rate']:.1%} | "
-                  f"{r['template_hit_rate']:.1%} | {r['load_max_over_mean']:.2f} | {r['load_cv']:.2f} | "
-                  f"{r['latency_p50']:.1f} | {r['latency_p99']:.1f} | {r['utilisation']:.0%} |")
+        md.append(
+            f"| {r['replicas']} | {r['policy']} | {r['kv_hit_rate']:.1%} | {r['named_file_hit_rate']:.1%} | "
+            f"{r['template_hit_rate']:.1%} | {r['load_max_over_mean']:.2f} | {r['load_cv']:.2f} | "
+            f"{r['latency_p50']:.1f} | {r['latency_p99']:.1f} | {r['utilisation']:.0%} |"
+        )
     if a.out:
         md.append(f"\nplot: {plot(rows, Path(a.out))}")
     if a.json:

@@ -86,17 +86,23 @@ def main(argv=None) -> list[dict]:
         row["subscriber"] = sub
         rows.append(row)
     print(f"runtime overhead, stub forward, {n_lips} LIPs x {n_preds} preds (median of {len(runs)})")
-    print("| event subscriber | µs per pred (wall) | CPU µs per pred | scheduler host µs per batch "
-          "| wall µs per batch | forward µs per batch | mean batch |")
+    print(
+        "| event subscriber | µs per pred (wall) | CPU µs per pred | scheduler host µs per batch "
+        "| wall µs per batch | forward µs per batch | mean batch |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} | {r['cpu_us_per_pred']:.1f} "
-              f"| {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} | {r['forward_us_per_batch']:.0f} "
-              f"| {r['mean_batch']:.1f} |")
+        print(
+            f"| {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} | {r['cpu_us_per_pred']:.1f} "
+            f"| {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} | {r['forward_us_per_batch']:.0f} "
+            f"| {r['mean_batch']:.1f} |"
+        )
     eng.shutdown()
     cost = kernel_dispatch_cost(20_000 if args.quick else 200_000)
-    print(f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "
-          f"{cost['kernel_no_subscriber_ns']:.0f} ns; one subscriber {cost['kernel_one_subscriber_ns']:.0f} ns")
+    print(
+        f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "
+        f"{cost['kernel_no_subscriber_ns']:.0f} ns; one subscriber {cost['kernel_one_subscriber_ns']:.0f} ns"
+    )
     return rows
 
 
@@ -144,9 +150,13 @@ def suite(argv=None) -> str:
     text = buf.getvalue()
     print(text, end="")
     publish(__name__, {"rows": rows})
-    return "### LIP runtime overhead, stub forward (W5)\n\n" + text.strip() + (
-        "\n\nCPU µs per pred: CPU time of the whole process (all threads) per pred, the stub forward's "
-        "excluded; scheduler host µs per batch: the scheduler thread's own CPU per batch (select, assemble, "
-        "complete, wake), forward excluded (see bench/runtime_overhead.py). Targets: ≤ 30 µs per pred, "
-        "≤ 200 µs per batch.")
-
+    return (
+        "### LIP runtime overhead, stub forward (W5)\n\n"
+        + text.strip()
+        + (
+            "\n\nCPU µs per pred: CPU time of the whole process (all threads) per pred, the stub forward's "
+            "excluded; scheduler host µs per batch: the scheduler thread's own CPU per batch (select, assemble, "
+            "complete, wake), forward excluded (see bench/runtime_overhead.py). Targets: ≤ 30 µs per pred, "
+            "≤ 200 µs per batch."
+        )
+    )

@@ -16,7 +16,7 @@ import statistics
 from .common import publish
 from .machine import describe
 
-SOURCE = '''
+SOURCE = """
 import time
 
 def decode(sym, n):
@@ -35,7 +35,7 @@ def roundtrip(sym, n):
     for _ in range(n):
         sym.detokenize([1])
     return (time.perf_counter() - t0) / n
-'''
+"""
 
 
 def measure(preds: int, rounds: int) -> dict:
@@ -67,8 +67,11 @@ def measure(preds: int, rounds: int) -> dict:
             res["pred_sandbox"].append(once("decode", True, preds))
             res["rt_inproc"].append(once("roundtrip", False, 500))
             res["rt_sandbox"].append(once("roundtrip", True, 500))
-            print(f"  round {r + 1}/{rounds}: pred {res['pred_inproc'][-1] * 1e3:.2f} ms in-process, "
-                  f"{res['pred_sandbox'][-1] * 1e3:.2f} ms sandboxed", flush=True)
+            print(
+                f"  round {r + 1}/{rounds}: pred {res['pred_inproc'][-1] * 1e3:.2f} ms in-process, "
+                f"{res['pred_sandbox'][-1] * 1e3:.2f} ms sandboxed",
+                flush=True,
+            )
     finally:
         mgr.shutdown()
         eng.shutdown()
@@ -81,28 +84,33 @@ def measure(preds: int, rounds: int) -> dict:
         "syscall_roundtrip_us_inprocess": round(med["rt_inproc"] * 1e6, 1),
         "syscall_roundtrip_us_sandboxed": round(med["rt_sandbox"] * 1e6, 1),
         "syscall_extra_us": round((med["rt_sandbox"] - med["rt_inproc"]) * 1e6, 1),
-        "preds_per_run": preds, "rounds": rounds, "device": str(eng.device), "sandbox": enforced,
+        "preds_per_run": preds,
+        "rounds": rounds,
+        "device": str(eng.device),
+        "sandbox": enforced,
     }
 
 
 def table(r: dict) -> str:
-    return "\n".join([
-        f"### Sandboxed LIP latency (issue 5): {r['preds_per_run']} single-token preds per run, "
-        f"median of {r['rounds']} alternating rounds",
-        "",
-        f"Machine: {describe()}",
-        "",
-        "| | in-process | sandboxed worker | extra |",
-        "|---|---:|---:|---:|",
-        f"| ms per `pred` (decode, real model) | {r['pred_ms_inprocess']:.2f} | {r['pred_ms_sandboxed']:.2f} "
-        f"| {r['pred_extra_ms_median_of_paired_rounds']:+.2f} (median of paired rounds) |",
-        f"| µs per cheap syscall (`detokenize`, round trip) | {r['syscall_roundtrip_us_inprocess']:.1f} "
-        f"| {r['syscall_roundtrip_us_sandboxed']:.1f} | {r['syscall_extra_us']:+.1f} |",
-        "",
-        "The sandboxed program runs in a confined worker process and reaches the engine over IPC (a Unix "
-        "socket, logits through shared memory); the extra per `pred` is that round trip, small next to the "
-        "forward pass. Sandbox layers in force: " + ("; ".join(r["sandbox"]) or "none reported") + ".",
-    ])
+    return "\n".join(
+        [
+            f"### Sandboxed LIP latency (issue 5): {r['preds_per_run']} single-token preds per run, "
+            f"median of {r['rounds']} alternating rounds",
+            "",
+            f"Machine: {describe()}",
+            "",
+            "| | in-process | sandboxed worker | extra |",
+            "|---|---:|---:|---:|",
+            f"| ms per `pred` (decode, real model) | {r['pred_ms_inprocess']:.2f} | {r['pred_ms_sandboxed']:.2f} "
+            f"| {r['pred_extra_ms_median_of_paired_rounds']:+.2f} (median of paired rounds) |",
+            f"| µs per cheap syscall (`detokenize`, round trip) | {r['syscall_roundtrip_us_inprocess']:.1f} "
+            f"| {r['syscall_roundtrip_us_sandboxed']:.1f} | {r['syscall_extra_us']:+.1f} |",
+            "",
+            "The sandboxed program runs in a confined worker process and reaches the engine over IPC (a Unix "
+            "socket, logits through shared memory); the extra per `pred` is that round trip, small next to the "
+            "forward pass. Sandbox layers in force: " + ("; ".join(r["sandbox"]) or "none reported") + ".",
+        ]
+    )
 
 
 def main(argv=None) -> str:

@@ -24,11 +24,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
 from .common import publish
 
 ROOT = Path(__file__).resolve().parent.parent
 
-GREEDY = '''
+GREEDY = """
 def greedy(sym, prompt, n):
     kv = sym.kv_create()
     toks = sym.tokenize(prompt)
@@ -39,7 +40,7 @@ def greedy(sym, prompt, n):
         toks = [t]
     sym.kv_close(kv)
     return len(out)
-'''
+"""
 
 
 def _free_port() -> int:
@@ -57,10 +58,32 @@ def start_front(address: str, replicas: int, users: list[dict], tmp: str) -> tup
     Path(uf).write_text(json.dumps({"users": users}))
     port = _free_port()
     log = open(os.path.join(tmp, f"front-{replicas}.log"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "symphony_core.cli", "serve", "--ray", address, "--replicas",
-                             str(replicas), "--replica-host", "127.0.0.1", "--port", str(port), "--users-file", uf,
-                             "--num-pages", "1024", "--threads", "1"], stdout=log, stderr=subprocess.STDOUT,
-                            cwd=ROOT, env=ray_env())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "symphony_core.cli",
+            "serve",
+            "--ray",
+            address,
+            "--replicas",
+            str(replicas),
+            "--replica-host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--users-file",
+            uf,
+            "--num-pages",
+            "1024",
+            "--threads",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=ray_env(),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -104,8 +127,16 @@ def workload(url: str, users: list[dict], programs: int, tokens: int) -> dict:
                 errors.append(f"{u['name']}: {type(e).__name__}: {e}")
 
     # one warm-up program per user (places users on replicas, warms each engine)
-    ths = [threading.Thread(target=lambda u=u: Client(url, token=u["token"], timeout=600).launch(
-        None, "warm", 1, source=GREEDY, entry="greedy").result(timeout=600)) for u in users]
+    ths = [
+        threading.Thread(
+            target=lambda u=u: (
+                Client(url, token=u["token"], timeout=600)
+                .launch(None, "warm", 1, source=GREEDY, entry="greedy")
+                .result(timeout=600)
+            )
+        )
+        for u in users
+    ]
     [t.start() for t in ths]
     [t.join() for t in ths]
     t0 = time.perf_counter()
@@ -137,8 +168,14 @@ def main(argv: list[str] | None = None) -> str:
     cluster = None
     rows = []
     try:
-        os.environ.update(ray_env({**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}))
+        os.environ.update(
+            ray_env(
+                {
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+                }
+            )
+        )
         cluster = start_local_cluster(nodes=2, num_cpus=1, object_store_mb=100)
         with tempfile.TemporaryDirectory(prefix="symphony-scaleout-") as tmp:
             for rnd in range(a.rounds):
@@ -155,11 +192,17 @@ def main(argv: list[str] | None = None) -> str:
         os.environ.clear()
         os.environ.update(saved)
     publish(__name__, {"rows": rows, "users": a.users, "programs": a.programs, "tokens": a.tokens})
-    md = [f"{a.users} users x {a.programs} programs x {a.tokens} greedy tokens, all users at once",
-          "", "| round | replicas | wall s | programs/s | tokens/s | errors |", "|---|---|---|---|---|---|"]
+    md = [
+        f"{a.users} users x {a.programs} programs x {a.tokens} greedy tokens, all users at once",
+        "",
+        "| round | replicas | wall s | programs/s | tokens/s | errors |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        md.append(f"| {r['round']} | {r['replicas']} | {r['wall_s']:.1f} | {r['programs_per_s']:.2f} | "
-                  f"{r['tokens_per_s']:.1f} | {len(r['errors'])} |")
+        md.append(
+            f"| {r['round']} | {r['replicas']} | {r['wall_s']:.1f} | {r['programs_per_s']:.2f} | "
+            f"{r['tokens_per_s']:.1f} | {len(r['errors'])} |"
+        )
     for rnd in range(a.rounds):
         one, two = (next(r for r in rows if r["round"] == rnd and r["replicas"] == n) for n in (1, 2))
         md.append(f"\nround {rnd}: 2 replicas vs 1: {two['tokens_per_s'] / one['tokens_per_s']:.2f}x tokens/s")

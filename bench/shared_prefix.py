@@ -31,9 +31,28 @@ from .common import PeakPages, busy, hf_generate, load_hf, med, pages_for, publi
 from .machine import describe, wait_until_idle
 
 # A made-up report, so the answers are in the document and not in the model's memory.
-_TOWNS = ["Alder Creek", "Brightwater", "Cedar Hollow", "Dunmore", "Elmsworth", "Fairhaven", "Glenrock",
-          "Harrowgate", "Ivybridge", "Juniper Falls", "Kestrel Bay", "Larkspur", "Millbrook", "Northwick",
-          "Oakridge", "Pinecrest", "Quarry Hill", "Ravenscourt", "Stonebridge", "Thornbury"]
+_TOWNS = [
+    "Alder Creek",
+    "Brightwater",
+    "Cedar Hollow",
+    "Dunmore",
+    "Elmsworth",
+    "Fairhaven",
+    "Glenrock",
+    "Harrowgate",
+    "Ivybridge",
+    "Juniper Falls",
+    "Kestrel Bay",
+    "Larkspur",
+    "Millbrook",
+    "Northwick",
+    "Oakridge",
+    "Pinecrest",
+    "Quarry Hill",
+    "Ravenscourt",
+    "Stonebridge",
+    "Thornbury",
+]
 _CROPS = ["apples", "barley", "carrots", "cherries", "hops", "lentils", "oats", "pears", "potatoes", "rye"]
 
 
@@ -53,9 +72,16 @@ def document() -> str:
             f"{town} has {pop} residents. Its main crop is {crop}, and this year the farms of {town} harvested "
             f"{tons} tons of {crop}. The town school teaches {pupils} pupils. The market in {town} is held every "
             f"{days[i % len(days)]}. This year the council of {town} "
-            + ["repaired the old stone bridge", "opened a new library", "planted 300 trees along the river",
-               "built a covered bus stop", "installed solar panels on the school", "restored the town hall clock",
-               "paved the road to the mill", "opened a clinic for children"][i % 8]
+            + [
+                "repaired the old stone bridge",
+                "opened a new library",
+                "planted 300 trees along the river",
+                "built a covered bus stop",
+                "installed solar panels on the school",
+                "restored the town hall clock",
+                "paved the road to the mill",
+                "opened a clinic for children",
+            ][i % 8]
             + "."
         )
     return "\n\n".join(parts)
@@ -65,9 +91,14 @@ def questions(n: int, doc: str | None = None) -> list[str]:
     """n questions about the towns whose section is in `doc` (the document cut to its length)."""
     towns = [t for t in _TOWNS if doc is None or f"{t} harvested" in doc] or _TOWNS[:1]
     qs = []
-    kinds = ["How many residents does {t} have?", "What is the main crop of {t}?",
-             "On which day is the market in {t} held?", "How many pupils does the school in {t} teach?",
-             "What did the council of {t} do this year?", "How many tons did the farms of {t} harvest?"]
+    kinds = [
+        "How many residents does {t} have?",
+        "What is the main crop of {t}?",
+        "On which day is the market in {t} held?",
+        "How many pupils does the school in {t} teach?",
+        "What did the council of {t} do this year?",
+        "How many tons did the farms of {t} harvest?",
+    ]
     for i in range(n):
         qs.append(kinds[i % len(kinds)].format(t=towns[(3 * i + 1) % len(towns)]))
     return qs
@@ -87,7 +118,7 @@ def build_prompts(eng, doc_tokens: int, n_questions: int) -> tuple[list[int], li
     for q in qs:
         full = eng.chat_template([sys_msg, {"role": "user", "content": q}], add_generation_prompt=True)
         assert full.startswith(prefix)
-        tails.append(eng.tokenize(full[len(prefix):]))
+        tails.append(eng.tokenize(full[len(prefix) :]))
     prefix_ids = eng.tokenize(prefix)
     # The special token at the boundary makes the concatenation exact; check it once.
     full0 = eng.chat_template([sys_msg, {"role": "user", "content": qs[0]}], add_generation_prompt=True)
@@ -188,13 +219,29 @@ def bench(doc_tokens: int, n_q: int, new: int, repeats: int, idle_wait: float, t
     copies = sum(pages_for(len(prefix) + len(t) + new, ps) for t in tails)
     n_tokens = n_q * new
     return {
-        "doc_tokens": doc_tokens, "prefix_tokens": len(prefix), "questions": n_q, "new": new, "repeats": repeats,
-        "question_tokens": [len(t) for t in tails], "page_size": ps,
-        "ours_s": med(ours_t), "hf_s": med(hf_t), "ratio": med(hf_t) / med(ours_t),
-        "ours_prefill_s": med(ours_pre), "hf_prefill_s": hf_prefill, "decode_profile": prof,
-        "ours_tok_s": n_tokens / med(ours_t), "hf_tok_s": n_tokens / med(hf_t),
-        "peak_pages": max(peaks), "ideal_pages": ideal, "pages_ratio": max(peaks) / ideal, "copies_pages": copies,
-        "same": same, "same_first8": first_tokens_same, "answer0": answer0, "question0": qs[0],
+        "doc_tokens": doc_tokens,
+        "prefix_tokens": len(prefix),
+        "questions": n_q,
+        "new": new,
+        "repeats": repeats,
+        "question_tokens": [len(t) for t in tails],
+        "page_size": ps,
+        "ours_s": med(ours_t),
+        "hf_s": med(hf_t),
+        "ratio": med(hf_t) / med(ours_t),
+        "ours_prefill_s": med(ours_pre),
+        "hf_prefill_s": hf_prefill,
+        "decode_profile": prof,
+        "ours_tok_s": n_tokens / med(ours_t),
+        "hf_tok_s": n_tokens / med(hf_t),
+        "peak_pages": max(peaks),
+        "ideal_pages": ideal,
+        "pages_ratio": max(peaks) / ideal,
+        "copies_pages": copies,
+        "same": same,
+        "same_first8": first_tokens_same,
+        "answer0": answer0,
+        "question0": qs[0],
         "contended": f"{contended}/{2 * repeats + 1}" if idle_wait > 0 else "not checked",
     }
 
@@ -225,7 +272,8 @@ def table(r: dict) -> str:
         f"{r['hf_prefill_s']:.2f} s for the {r['questions']} full prompts (a `max_new_tokens=1` run). The rest is "
         f"decoding: ours {r['ours_s'] - r['ours_prefill_s']:.2f} s, transformers {r['hf_s'] - r['hf_prefill_s']:.2f} s.",
         f"- One of our decode steps here ({r['questions']} forks, {r['prefix_tokens']}+ tokens of context each) takes "
-        f"{prof['wall_ms']:.0f} ms: " + ", ".join(f"{k} {v:.0f}%" for k, v in prof.items() if k != "wall_ms")
+        f"{prof['wall_ms']:.0f} ms: "
+        + ", ".join(f"{k} {v:.0f}%" for k, v in prof.items() if k != "wall_ms")
         + " of the operator time (torch.profiler). The forks decode as one shared-prefix (cascade) group: the "
         "prefix's K/V is gathered once per layer and every fork's query meets it in one matmul per KV head "
         "(symphony_core/model/attention.py), so its score and value products count as matmul here (its softmax "
@@ -247,7 +295,12 @@ def main(argv=None) -> str:
     ap.add_argument("--new", type=int, default=None, help="new tokens per answer (default 64)")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (quick 1)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for idle CPUs before each timed run (default 120; quick 0)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     doc, n_q, new = (128, 4, 16) if args.quick else (1024, 16, 64)

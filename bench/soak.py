@@ -29,7 +29,7 @@ import time
 
 import httpx
 
-BENIGN = '''
+BENIGN = """
 def greedy(sym, prompt, n):
     kv = sym.kv_create()
     toks = sym.tokenize(prompt)
@@ -40,14 +40,17 @@ def greedy(sym, prompt, n):
         toks = [t]
     sym.kv_close(kv)
     return sym.detokenize(out)
-'''
+"""
 HOSTILE = {
     "flood": ("def flood(sym):\n    for i in range(200):\n        sym.send('x' * (256 << 10))\n", []),
     "deaf": ("def deaf(sym):\n    import time\n    time.sleep(8)\n", []),
     "spin": ("def spin(sym):\n    while True:\n        pass\n", []),
     "hog": ("def hog(sym):\n    a = []\n    while True:\n        a.append(bytearray(16 << 20))\n", []),
-    "threads": ("def threads(sym):\n    import threading, time\n    for _ in range(10000):\n"
-                "        threading.Thread(target=time.sleep, args=(5,)).start()\n", []),
+    "threads": (
+        "def threads(sym):\n    import threading, time\n    for _ in range(10000):\n"
+        "        threading.Thread(target=time.sleep, args=(5,)).start()\n",
+        [],
+    ),
     "syntax": ("def syntax(sym:\n", []),
     "bad_ids": ("def bad_ids(sym):\n    return sym.detokenize([-5, 10**9])\n", []),
 }
@@ -94,11 +97,34 @@ class Soak:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         env = {**os.environ, "PYTHONPATH": self.root}
-        self.proc = subprocess.Popen([sys.executable, "-m", "symphony_core.cli", "serve", "--port", str(self.port),
-                                      "--users-file", users, "--num-pages", "2048", "--threads", "2",
-                                      "--cpu-seconds", "4", "--memory-mb", "256", "--wall-time", "20",
-                                      "--max-workers", "8"], cwd=self.root, env=env, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "symphony_core.cli",
+                "serve",
+                "--port",
+                str(self.port),
+                "--users-file",
+                users,
+                "--num-pages",
+                "2048",
+                "--threads",
+                "2",
+                "--cpu-seconds",
+                "4",
+                "--memory-mb",
+                "256",
+                "--wall-time",
+                "20",
+                "--max-workers",
+                "8",
+            ],
+            cwd=self.root,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         end = time.time() + 300
         while time.time() < end:
             try:
@@ -174,8 +200,9 @@ class Soak:
             if r.status_code != 201:
                 return r.status_code
             pid = r.json()["pid"]
-            codes = [c.post(f"/v1/processes/{pid}/messages", json={"data": "y" * (512 << 10)}).status_code
-                     for _ in range(60)]
+            codes = [
+                c.post(f"/v1/processes/{pid}/messages", json={"data": "y" * (512 << 10)}).status_code for _ in range(60)
+            ]
             c.post(f"/v1/processes/{pid}/cancel")
             return max(codes)
         if kind == "openai_overflow":
@@ -212,10 +239,21 @@ class Soak:
         def pct(q: float) -> float:
             return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 1) if lat else float("nan")
 
-        return {"seconds": self.seconds, "rss_start_mb": round(rss0), "rss_peak_mb": round(max(samples + [rss1])),
-                "rss_end_mb": round(rss1), "rss_growth_mb": round(rss1 - rss0), "pages_start": pages0,
-                "pages_end": pages1, "benign_runs": len(lat), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-                "errors": dict(self.errors), "outcomes": dict(self.outcomes), "exit_status": rc}
+        return {
+            "seconds": self.seconds,
+            "rss_start_mb": round(rss0),
+            "rss_peak_mb": round(max(samples + [rss1])),
+            "rss_end_mb": round(rss1),
+            "rss_growth_mb": round(rss1 - rss0),
+            "pages_start": pages0,
+            "pages_end": pages1,
+            "benign_runs": len(lat),
+            "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99),
+            "errors": dict(self.errors),
+            "outcomes": dict(self.outcomes),
+            "exit_status": rc,
+        }
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -223,8 +261,11 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--benign", type=int, default=3)
     ap.add_argument("--hostile", type=int, default=2)
-    ap.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    help="the checkout whose server to soak (default: this one)")
+    ap.add_argument(
+        "--root",
+        default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        help="the checkout whose server to soak (default: this one)",
+    )
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args(argv)
     res = Soak(os.path.abspath(a.root), a.seconds, a.benign, a.hostile).run()
@@ -232,10 +273,12 @@ def main(argv: list[str] | None = None) -> str:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
     errs = sum(res["errors"].values())
-    md = (f"soak {res['seconds']:g} s ({a.root}): RSS {res['rss_start_mb']} → peak {res['rss_peak_mb']} → end "
-          f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB); pages {res['pages_start']} → {res['pages_end']}; "
-          f"{res['benign_runs']} benign runs, p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms; {errs} error(s) "
-          f"{res['errors']}; exit status {res['exit_status']}")
+    md = (
+        f"soak {res['seconds']:g} s ({a.root}): RSS {res['rss_start_mb']} → peak {res['rss_peak_mb']} → end "
+        f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB); pages {res['pages_start']} → {res['pages_end']}; "
+        f"{res['benign_runs']} benign runs, p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms; {errs} error(s) "
+        f"{res['errors']}; exit status {res['exit_status']}"
+    )
     return md
 
 

@@ -42,23 +42,43 @@ def targets_table(n: dict) -> str:
         e2e, d = r["ours_e2e"] / r["hf_e2e"], r["ours_decode"] / r["hf_decode"]
         add(wid, f"{e2e:.2f}× end to end, {d:.2f}× decode ({b} seq)", f"≥ {goal}× transformers tok/s", e2e >= goal)
     w3 = n.get("shared_prefix")
-    add("W3", f"{w3['ratio']:.2f}×; KV pages {w3['pages_ratio']:.2f}× ideal" if w3 else "—",
-        "≥ 4× transformers; pages ≤ 1.3× ideal", None if not w3 else (w3["ratio"] >= 4 and w3["pages_ratio"] <= 1.3))
+    add(
+        "W3",
+        f"{w3['ratio']:.2f}×; KV pages {w3['pages_ratio']:.2f}× ideal" if w3 else "—",
+        "≥ 4× transformers; pages ≤ 1.3× ideal",
+        None if not w3 else (w3["ratio"] >= 4 and w3["pages_ratio"] <= 1.3),
+    )
     w4 = n.get("agents")
-    add("W4", f"{w4['ratio']:.2f}×" if w4 else "—", "≥ 2× the prompt-serving client loop",
-        None if not w4 else w4["ratio"] >= 2)
+    add(
+        "W4",
+        f"{w4['ratio']:.2f}×" if w4 else "—",
+        "≥ 2× the prompt-serving client loop",
+        None if not w4 else w4["ratio"] >= 2,
+    )
     w5 = next((r for r in n.get("runtime_overhead", {}).get("rows", []) if not r.get("subscriber")), None)
-    add("W5", f"{w5['cpu_us_per_pred']:.0f} CPU µs/pred ({w5['us_per_pred']:.0f} wall), "
-              f"{w5['host_us_per_batch']:.0f} µs/batch" if w5 else "—",
+    add(
+        "W5",
+        f"{w5['cpu_us_per_pred']:.0f} CPU µs/pred ({w5['us_per_pred']:.0f} wall), "
+        f"{w5['host_us_per_batch']:.0f} µs/batch"
+        if w5
+        else "—",
         "≤ 30 µs per pred, ≤ 200 µs per batch",
-        None if not w5 else (w5["cpu_us_per_pred"] <= 30 and w5["host_us_per_batch"] <= 200))
+        None if not w5 else (w5["cpu_us_per_pred"] <= 30 and w5["host_us_per_batch"] <= 200),
+    )
     w6 = n.get("debugger_overhead")
     ratio6 = w6.get("paired_ratio", w6["wall_on"] / w6["wall_off"]) if w6 else None
-    add("W6", f"{ratio6:.3f}× throughput attached (median of off/on pairs)" if w6 else "—", "≤ 5% slower (≥ 0.95×)",
-        None if not w6 else ratio6 >= 0.95)
+    add(
+        "W6",
+        f"{ratio6:.3f}× throughput attached (median of off/on pairs)" if w6 else "—",
+        "≤ 5% slower (≥ 0.95×)",
+        None if not w6 else ratio6 >= 0.95,
+    )
     w7 = n.get("graph_of_thought")
-    out.append(f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |" if w7 else
-               "| W7 | — | report the ratio | not run |")
+    out.append(
+        f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |"
+        if w7
+        else "| W7 | — | report the ratio | not run |"
+    )
     wf = n.get("weights", {})
     for name, measured, goal, ok in wf.get("verdicts", []):
         add(f"CPU: {name}", measured, goal, ok)
@@ -68,8 +88,13 @@ def targets_table(n: dict) -> str:
     if pair:
         widest, r32, m32 = pair
         c = r32["ours_gflops"] / m32["gflops"]
-        add("C", f"{c:.2f} ({r32['ours_gflops']:.0f} ÷ {m32['gflops']:.0f} GFLOP/s at {widest} seq, matmul at "
-                 f"{m32['rows']} rows)", "≥ 0.75", c >= 0.75)
+        add(
+            "C",
+            f"{c:.2f} ({r32['ours_gflops']:.0f} ÷ {m32['gflops']:.0f} GFLOP/s at {widest} seq, matmul at "
+            f"{m32['rows']} rows)",
+            "≥ 0.75",
+            c >= 0.75,
+        )
     else:
         add("C", "—", "≥ 0.75", None)
     return "\n".join(out)
@@ -91,7 +116,8 @@ def missed_notes(n: dict) -> str:
             "hand-off for every LIP on every batch, which a Python profile (py-spy) only shows as time blocked "
             "in `Signal.wait`. What would close it: run a process's LIP threads as coroutines or greenlets that "
             "the scheduler resumes in one pass per batch (one hand-off per batch, not per pred), or a "
-            "free-threaded CPython; shaving the scheduler's Python alone cannot reach 30 µs.")
+            "free-threaded CPython; shaving the scheduler's Python alone cannot reach 30 µs."
+        )
     w6 = n.get("debugger_overhead")
     if w6 and w6.get("paired_ratio", w6["wall_on"] / w6["wall_off"]) < 0.95:
         share = 100 * w6["extra_us_per_token"] / w6["us_per_token"]
@@ -103,7 +129,8 @@ def missed_notes(n: dict) -> str:
             "±5% run to run (the runs are listed in the W6 section), and any Python work on the LIP threads "
             "competes with torch's two matmul threads. What would settle it: more pairs on an idle machine; what "
             "would cut the known part: capture trace events off the LIP threads (a queue drained by the "
-            "debugger) instead of formatting them inline.")
+            "debugger) instead of formatting them inline."
+        )
     pair = _c_pair(n)
     if pair and pair[1]["ours_gflops"] / pair[2]["gflops"] < 0.75:
         widest, r32, m32 = pair
@@ -114,7 +141,8 @@ def missed_notes(n: dict) -> str:
             "per-layer operators (RMSNorm, RoPE, SiLU, residual adds, copies) whose cost at decode sizes is "
             "dispatch, not arithmetic. What would close it: fuse those elementwise steps per layer (a compiled "
             "or hand-written fused RMSNorm + RoPE + SwiGLU path with fixed decode shapes) and a decode "
-            "attention that reads the pages in place instead of gathering them.")
+            "attention that reads the pages in place instead of gathering them."
+        )
     out += _cpu_notes(n)
     return "### Missed targets: where the time goes\n\n" + "\n".join(out) if out else ""
 
@@ -131,14 +159,23 @@ def _cpu_notes(n: dict) -> list[str]:
         r = prof.get(case)
         if not r:
             return ""
-        return (f"; a `{case}` forward takes {r['wall_ms']:.1f} ms: matmul {r.get('matmul', 0):.0f}%, attention "
-                f"{r.get('attention', 0):.0f}%, K/V gather + write {r.get('K/V gather + write', 0):.0f}%, "
-                f"other ops {r.get('other ops', 0):.0f}%")
+        return (
+            f"; a `{case}` forward takes {r['wall_ms']:.1f} ms: matmul {r.get('matmul', 0):.0f}%, attention "
+            f"{r.get('attention', 0):.0f}%, K/V gather + write {r.get('K/V gather + write', 0):.0f}%, "
+            f"other ops {r.get('other ops', 0):.0f}%"
+        )
 
-    cases = {"fp32 single stream": "fp32: decode, 1 sequences", "quantised single stream": "q4: decode, 1 sequences",
-             "quantised 8 sequences": "q4: decode, 8 sequences", "quantised 32 sequences": "q4: decode, 32 sequences",
-             "prefill 512": "q4: prefill, 512 tokens"}
-    return [f"- **CPU: {name}** ({measured}, goal {goal}){split(cases.get(name, ''))}." for name, measured, goal, _ in missed]
+    cases = {
+        "fp32 single stream": "fp32: decode, 1 sequences",
+        "quantised single stream": "q4: decode, 1 sequences",
+        "quantised 8 sequences": "q4: decode, 8 sequences",
+        "quantised 32 sequences": "q4: decode, 32 sequences",
+        "prefill 512": "q4: prefill, 512 tokens",
+    }
+    return [
+        f"- **CPU: {name}** ({measured}, goal {goal}){split(cases.get(name, ''))}."
+        for name, measured, goal, _ in missed
+    ]
 
 
 __all__ = ["missed_notes", "targets_table"]

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from . import llama_cpp_peer
+from .common import publish
 from .decode import TEXT, make_prompts, run_ours
 from .machine import describe, wait_until_idle
-from .common import publish
 
 OURS = ("fp32", "q8", "q4")
 PEERS = ("Q4_1", "F32", "Q8_0")
@@ -72,7 +72,9 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     peers = {}
     for ft, path in files.items():
         try:
-            peers[ft] = llama_cpp_peer.Peer(path, threads, n_seq=max(batches), n_ctx=max(batches) * (hi + new) + prefill_n)
+            peers[ft] = llama_cpp_peer.Peer(
+                path, threads, n_seq=max(batches), n_ctx=max(batches) * (hi + new) + prefill_n
+            )
         except Exception as e:  # noqa: BLE001
             print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
     names = [f"ours {f}" for f in OURS] + [f"llama.cpp {p}" for p in peers]
@@ -98,7 +100,7 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     cases = [("prefill", None)] + [("decode", b) for b in batches]
     for r in range(repeats):
         for kind, b in cases:
-            order = names[r % len(names):] + names[: r % len(names)]  # rotate who goes first
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
             prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
             for n in order:
                 busy = wait_until_idle(idle_wait)
@@ -110,8 +112,11 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
                     _, dec, out = run_decode(n, prompts)
                     times[n][b].append(dec)
                     outs[n].setdefault(b, out)
-            print(f"  repeat {r + 1}/{repeats} {kind} {b or prefill_n}: "
-                  + ", ".join(f"{n} {times[n][b or 'prefill'][-1]:.2f}s" for n in names), flush=True)
+            print(
+                f"  repeat {r + 1}/{repeats} {kind} {b or prefill_n}: "
+                + ", ".join(f"{n} {times[n][b or 'prefill'][-1]:.2f}s" for n in names),
+                flush=True,
+            )
     for p in peers.values():
         p.close()
     med = statistics.median
@@ -149,8 +154,14 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
     if peers and 8 in batches:
         q, f = best("decode_8")
         worst = min(q["decode_8"] / p["decode_8"] for p in peers)
-        out.append(("quantised 8 sequences", f"{worst:.2f}× the fastest llama.cpp variant ({f})", "≥ 1.0× every variant",
-                    worst >= 1.0))
+        out.append(
+            (
+                "quantised 8 sequences",
+                f"{worst:.2f}× the fastest llama.cpp variant ({f})",
+                "≥ 1.0× every variant",
+                worst >= 1.0,
+            )
+        )
     if f32 and 32 in batches:
         q, f = best("decode_32")
         x = q["decode_32"] / f32["decode_32"]
@@ -158,8 +169,14 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
     if f32:
         q, f = best("prefill")
         x = q["prefill"] / f32["prefill"]
-        out.append(("prefill 512", f"{x:.2f}× llama.cpp F32 ({f}; fp32 {by['ours fp32']['prefill'] / f32['prefill']:.2f}×)",
-                    "≥ 1.2×", x >= 1.2))
+        out.append(
+            (
+                "prefill 512",
+                f"{x:.2f}× llama.cpp F32 ({f}; fp32 {by['ours fp32']['prefill'] / f32['prefill']:.2f}×)",
+                "≥ 1.2×",
+                x >= 1.2,
+            )
+        )
     return out
 
 
@@ -169,17 +186,30 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
         "",
         f"Machine: {describe()}; llama.cpp through llama-cpp-python's low-level API, every sequence in one batch",
         "",
-        "| engine | prefill tok/s | " + " | ".join(f"decode {b} seq tok/s" for b in batches)
-        + " | " + " | ".join(f"same first 8 / all tokens as ours fp32 ({b} seq)" for b in batches) + " |",
+        "| engine | prefill tok/s | "
+        + " | ".join(f"decode {b} seq tok/s" for b in batches)
+        + " | "
+        + " | ".join(f"same first 8 / all tokens as ours fp32 ({b} seq)" for b in batches)
+        + " |",
         "|---|---:|" + "---:|" * len(batches) * 2,
     ]
     for r in rows:
-        lines.append(f"| {r['engine']} | {r['prefill']:.0f} | " + " | ".join(f"{r[f'decode_{b}']:.1f}" for b in batches)
-                     + " | " + " | ".join(f"{r[f'same8_{b}']}/{b} · {r[f'same_{b}']}/{b}" for b in batches) + " |")
+        lines.append(
+            f"| {r['engine']} | {r['prefill']:.0f} | "
+            + " | ".join(f"{r[f'decode_{b}']:.1f}" for b in batches)
+            + " | "
+            + " | ".join(f"{r[f'same8_{b}']}/{b} · {r[f'same_{b}']}/{b}" for b in batches)
+            + " |"
+        )
     peers = [r for r in rows if r["engine"].startswith("llama.cpp")]
     if peers:
-        lines += ["", "Ratios, Symphony ÷ llama.cpp (columns: the peer; rows: our format; prefill / decode 1 / 8 / 32):",
-                  "", "| ours | " + " | ".join(p["engine"] for p in peers) + " |", "|---|" + "---|" * len(peers)]
+        lines += [
+            "",
+            "Ratios, Symphony ÷ llama.cpp (columns: the peer; rows: our format; prefill / decode 1 / 8 / 32):",
+            "",
+            "| ours | " + " | ".join(p["engine"] for p in peers) + " |",
+            "|---|" + "---|" * len(peers),
+        ]
         for r in rows:
             if r["engine"].startswith("ours"):
                 cells = []
@@ -192,23 +222,33 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
             lines.append(f"| {name} | {measured} | {goal} | {'met' if ok else '**missed**'} |")
     else:
         lines += ["", f"llama.cpp: skipped ({skipped})."]
-    lines += ["", f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
-                  "the tokens after the first (the prompts' prefill excluded); \"same\" compares each sequence's "
-                  "greedy tokens with Symphony fp32's."]
+    lines += [
+        "",
+        f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
+        "the tokens after the first (the prompts' prefill excluded); \"same\" compares each sequence's "
+        "greedy tokens with Symphony fp32's.",
+    ]
     return "\n".join(lines)
-
-
 
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="toy size: batches 1 and 4, 8 new tokens, prefill 64, 1 repeat")
+    ap.add_argument(
+        "--quick", action="store_true", help="toy size: batches 1 and 4, 8 new tokens, prefill 64, 1 repeat"
+    )
     ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--new", type=int, default=64, help="new tokens per sequence (default 64: six engines share the run)")
+    ap.add_argument(
+        "--new", type=int, default=64, help="new tokens per sequence (default 64: six engines share the run)"
+    )
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--idle-wait", type=float, default=None, help="seconds to wait for idle CPUs before each run (default 10; quick 0)")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=None,
+        help="seconds to wait for idle CPUs before each run (default 10; quick 0)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
@@ -217,8 +257,17 @@ def main(argv=None) -> str:
         batches, new, prefill_n, repeats = [1, 4], 8, 64, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
     rows, skipped, contended = bench(batches, new, prefill_n, repeats, idle, args.threads)
-    publish(__name__, {"rows": rows, "batches": batches, "new": new, "prefill": prefill_n, "skipped": skipped,
-                         "verdicts": [list(v) for v in verdicts(rows, batches)]})
+    publish(
+        __name__,
+        {
+            "rows": rows,
+            "batches": batches,
+            "new": new,
+            "prefill": prefill_n,
+            "skipped": skipped,
+            "verdicts": [list(v) for v in verdicts(rows, batches)],
+        },
+    )
     md = table(rows, batches, new, prefill_n, repeats, skipped, contended)
     print(md)
     return md

@@ -7,6 +7,16 @@ from .kvfs import KV
 from .model import Dist, Sampler
 
 __all__ = [
-    "Dist", "Engine", "KV", "KVError", "KVNotFound", "KVPermissionError", "ModelError", "OutOfPages", "PredCall",
-    "PredError", "Sampler", "SymphonyError",
+    "Dist",
+    "Engine",
+    "KV",
+    "KVError",
+    "KVNotFound",
+    "KVPermissionError",
+    "ModelError",
+    "OutOfPages",
+    "PredCall",
+    "PredError",
+    "Sampler",
+    "SymphonyError",
 ]

@@ -47,13 +47,23 @@ def package_version(dist: str = "symphony-lip") -> str:
 
 def _add_scale_out(serve: argparse.ArgumentParser) -> None:
     """`symphony serve --ray [ADDRESS] --replicas N` (symphony_core/scaleout, docs/scale-out.md)."""
-    serve.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                       help="serve through N replicas on Ray: a local Ray without ADDRESS, else the cluster at "
-                            "ADDRESS ('auto', 'host:6379', 'ray://host:10001'); needs the [ray] extra")
+    serve.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="serve through N replicas on Ray: a local Ray without ADDRESS, else the cluster at "
+        "ADDRESS ('auto', 'host:6379', 'ray://host:10001'); needs the [ray] extra",
+    )
     serve.add_argument("--replicas", type=int, default=2, help="engine replicas with --ray (default 2)")
     serve.add_argument("--replica-cpus", type=float, default=1, help="CPUs Ray reserves per replica with --ray")
-    serve.add_argument("--replica-host", default=None, help="address each replica's server listens on with --ray "
-                       "(default: its node's IP when tokens are configured, else loopback)")
+    serve.add_argument(
+        "--replica-host",
+        default=None,
+        help="address each replica's server listens on with --ray "
+        "(default: its node's IP when tokens are configured, else loopback)",
+    )
     single = serve.get_default("fn")
 
     def run(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ import os
 import queue
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -86,7 +87,7 @@ def program_of(fn: Callable | str) -> tuple[str, str]:
 class RemoteProcess:
     """A process on the server: `messages()`, `send()`, `result()`, `cancel()`, `status`, `pid`."""
 
-    def __init__(self, client: "Client", ws, started: dict, on_output: Callable[[str, str], None] | None) -> None:
+    def __init__(self, client: Client, ws, started: dict, on_output: Callable[[str, str], None] | None) -> None:
         self._client, self._ws = client, ws
         self.pid: int = started["pid"]
         self.name: str = started.get("name", "")
@@ -118,12 +119,16 @@ class RemoteProcess:
                     self._q.put(("e", f"{e.get('type')}: {e.get('message')}"))
         except Exception as e:  # the connection broke
             if self._outcome is None:
-                self._outcome = {"status": "failed", "error": {"type": "ConnectionError",
-                                                               "message": f"lost the connection to the server: {e}"}}
+                self._outcome = {
+                    "status": "failed",
+                    "error": {"type": "ConnectionError", "message": f"lost the connection to the server: {e}"},
+                }
         finally:
             if self._outcome is None:
-                self._outcome = {"status": "failed", "error": {"type": "ConnectionError",
-                                                               "message": "the server closed the connection"}}
+                self._outcome = {
+                    "status": "failed",
+                    "error": {"type": "ConnectionError", "message": "the server closed the connection"},
+                }
             self._done.set()
             self._q.put(("end", None))
             try:
@@ -187,8 +192,9 @@ class RemoteProcess:
         out = self._outcome or {}
         if "error" in out:
             e = out["error"]
-            raise RemoteLIPError(e.get("message", "failed"), e.get("traceback", ""), e.get("type", ""),
-                                 out.get("status", "failed"))
+            raise RemoteLIPError(
+                e.get("message", "failed"), e.get("traceback", ""), e.get("type", ""), out.get("status", "failed")
+            )
         return out.get("result")
 
     def __repr__(self) -> str:
@@ -242,10 +248,22 @@ class Client:
         """
         return self.launch(fn, *args, kwargs=kwargs)
 
-    def launch(self, fn: Callable | str | None = None, *args: Any, name: str | None = None, priority: int = 0,
-               limits: dict | None = None, kwargs: dict | None = None, sandbox: bool | None = None,
-               source: str | None = None, entry: str | None = None, program: str | None = None,
-               detach: bool = False, on_output: Callable[[str, str], None] | None = None, user: str | None = None) -> RemoteProcess:
+    def launch(
+        self,
+        fn: Callable | str | None = None,
+        *args: Any,
+        name: str | None = None,
+        priority: int = 0,
+        limits: dict | None = None,
+        kwargs: dict | None = None,
+        sandbox: bool | None = None,
+        source: str | None = None,
+        entry: str | None = None,
+        program: str | None = None,
+        detach: bool = False,
+        on_output: Callable[[str, str], None] | None = None,
+        user: str | None = None,
+    ) -> RemoteProcess:
         """`run` with options. The user is the token's (`user=` is accepted for Engine parity and
         must match it if given). `limits`: wall_time, max_tokens, cpu_seconds, memory_mb, max_threads.
 
@@ -292,8 +310,9 @@ class Client:
         ws_url = ("ws" + self.url[4:] if self.url.startswith("http") else self.url) + "/v1/ws"
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # entered at once: the connection lives as long as the RemoteProcess, which closes it
-        ws = connect(ws_url, additional_headers=headers, max_size=None, open_timeout=self.timeout,
-                     close_timeout=5).__enter__()
+        ws = connect(
+            ws_url, additional_headers=headers, max_size=None, open_timeout=self.timeout, close_timeout=5
+        ).__enter__()
         try:
             ws.send(json.dumps(req, allow_nan=False))
             first = json.loads(ws.recv(timeout=self.timeout))
@@ -356,7 +375,7 @@ class Client:
         """Close the HTTP connection pool (processes keep their own WebSockets)."""
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:

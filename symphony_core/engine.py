@@ -97,8 +97,9 @@ class Engine:
         """The LIP runtime (schedulers, kernel, event bus), started on first use."""
         with self._runtime_lock:
             if self._runtime is None:
-                self._runtime = Runtime(self.executor, self.tokenizer, str(self.model_dir / "tokenizer.json"),
-                                        **self.scheduler_options)
+                self._runtime = Runtime(
+                    self.executor, self.tokenizer, str(self.model_dir / "tokenizer.json"), **self.scheduler_options
+                )
             return self._runtime
 
     def run(self, fn, *args, **kwargs):
@@ -111,8 +112,16 @@ class Engine:
         """
         return self.runtime.launch(fn, args, kwargs)
 
-    def launch(self, fn, *args, user: str = DEFAULT_USER, name: str | None = None, priority: int = 0,
-               limits=None, kwargs: dict | None = None):
+    def launch(
+        self,
+        fn,
+        *args,
+        user: str = DEFAULT_USER,
+        name: str | None = None,
+        priority: int = 0,
+        limits=None,
+        kwargs: dict | None = None,
+    ):
         """`run` with options: the user it runs as, a name, its priority and its `Limits`.
 
         Args:
@@ -188,7 +197,9 @@ class Engine:
         self.kvfs.hint(kv, keep_for, priority)
 
     # --- forward passes ------------------------------------------------------------------------
-    def pred(self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None) -> Dist:
+    def pred(
+        self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None
+    ) -> Dist:
         """Append `token_ids` to `kv` and return next-token distributions, synchronously.
 
         The same call as `Sym.pred` (same arguments, same errors) but outside any process: it
@@ -215,4 +226,10 @@ class Engine:
 
     def stats(self) -> dict:
         """The model, device, dtype, weight format and the page pool's counts (`pages_total`, `pages_used`, …)."""
-        return {"model": self.model_name, "device": str(self.device), "dtype": str(self.dtype), "weights": self.weight_format, **self.kvfs.stats()}
+        return {
+            "model": self.model_name,
+            "device": str(self.device),
+            "dtype": str(self.dtype),
+            "weights": self.weight_format,
+            **self.kvfs.stats(),
+        }

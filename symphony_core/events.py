@@ -14,7 +14,8 @@ import copy
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _T0 = time.perf_counter()
 _perf = time.perf_counter
@@ -48,9 +49,21 @@ class Event:
     __slots__ = ("kind", "ts", "pid", "tid", "call", "_args", "result", "error", "file", "line", "seq", "duration")
     FIELDS = ("kind", "ts", "pid", "tid", "call", "args", "result", "error", "file", "line", "seq", "duration")
 
-    def __init__(self, kind: str, ts: float, pid: int | None = None, tid: int | None = None, call: str | None = None,
-                 args: dict[str, Any] | Callable[[], dict] | None = None, result: Any = None, error: str | None = None,
-                 file: str | None = None, line: int | None = None, seq: int = 0, duration: float | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        ts: float,
+        pid: int | None = None,
+        tid: int | None = None,
+        call: str | None = None,
+        args: dict[str, Any] | Callable[[], dict] | None = None,
+        result: Any = None,
+        error: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        seq: int = 0,
+        duration: float | None = None,
+    ) -> None:
         self.kind = kind
         self.ts = ts
         self.pid = pid
@@ -115,7 +128,7 @@ class EventBus:
 
         return unsubscribe
 
-    def queue(self, maxsize: int = 0) -> tuple["queue.Queue[Event]", Callable[[], None]]:
+    def queue(self, maxsize: int = 0) -> tuple[queue.Queue[Event], Callable[[], None]]:
         """A queue that receives every event (drops when full, never blocks the engine)."""
         q: queue.Queue[Event] = queue.Queue(maxsize)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import operator
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -50,7 +50,9 @@ def _as_int_list(x, what: str) -> list[int]:
             raise PredError(f"pred: {what} must be integers, got a {x.dtype} tensor")
         x = x.tolist()
     if isinstance(x, str):
-        raise PredError(f"pred: {what} must be a list of ints, got a str" + (" (tokenize it first)" if what == "token_ids" else ""))
+        raise PredError(
+            f"pred: {what} must be a list of ints, got a str" + (" (tokenize it first)" if what == "token_ids" else "")
+        )
     if isinstance(x, bool):
         raise PredError(f"pred: {what} must be ints, not booleans")
     if isinstance(x, int):
@@ -99,8 +101,9 @@ class Executor:
             raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
         n, vocab = len(toks), self.vocab
         if min(toks) < 0 or max(toks) >= vocab:
-            raise PredError(f"pred: token ids {[t for t in toks if not 0 <= t < vocab][:5]} are outside the "
-                            f"vocabulary [0, {vocab})")
+            raise PredError(
+                f"pred: token ids {[t for t in toks if not 0 <= t < vocab][:5]} are outside the vocabulary [0, {vocab})"
+            )
         if c.positions is None:
             pos = list(range(start, start + n))
         else:

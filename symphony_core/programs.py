@@ -17,7 +17,7 @@ def chat_answer(sym, question: str, max_tokens: int = 64, system: str | None = N
         out.append(t)
         text = sym.detokenize(out)
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-            sym.send(text[len(shown):])
+            sym.send(text[len(shown) :])
             shown = text
         toks = [t]
     sym.kv_close(kv)

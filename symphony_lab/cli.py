@@ -56,21 +56,30 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="symphony-lab", description="Symphony Lab: debug LIPs in the terminal.")
     ap.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("tui", help="the terminal UI: single-step a LIP, watch the KV tree and the scheduler",
-                       description="Launch FILE:FUNC in an embedded engine, stopped on entry, and debug it; or "
-                                   "attach to a debugger served at --server URL.")
+    t = sub.add_parser(
+        "tui",
+        help="the terminal UI: single-step a LIP, watch the KV tree and the scheduler",
+        description="Launch FILE:FUNC in an embedded engine, stopped on entry, and debug it; or "
+        "attach to a debugger served at --server URL.",
+    )
     t.add_argument("target", nargs="?", help="FILE.py:FUNC or module:FUNC (with --server: module:FUNC on the server)")
     t.add_argument("lip_args", nargs=argparse.REMAINDER, help="arguments for the LIP: literals, or name=value")
     t.add_argument("--server", metavar="URL", help="attach to a debugger over WebSocket instead of an embedded engine")
     t.add_argument("--token", help="API token for --server")
-    t.add_argument("--no-sandbox", action="store_true",
-                   help="with an http(s) --server: ask to run the program in-process (trusted users only)")
+    t.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="with an http(s) --server: ask to run the program in-process (trusted users only)",
+    )
     t.add_argument("--model", help="model for the embedded engine (default: the built-in SmolLM2-135M-Instruct)")
     t.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda if available)")
     t.add_argument("--num-pages", type=int, help="KV pages in the pool (default: from --kv-cache-gb)")
     t.add_argument("--kv-cache-gb", type=float, help="KV cache size in GB")
-    t.add_argument("--weights", choices=("fp32", "q8", "q4"), help="weight format of the embedded engine on CPU "
-                   "(fp32 exact, the default; q8/q4 quantised and faster)")
+    t.add_argument(
+        "--weights",
+        choices=("fp32", "q8", "q4"),
+        help="weight format of the embedded engine on CPU (fp32 exact, the default; q8/q4 quantised and faster)",
+    )
     t.add_argument("--no-stop-on-entry", action="store_true", help="run straight away (breakpoints still stop)")
     t.add_argument("--theme", choices=["dark", "light"], help="colour theme (t toggles it in the app)")
     t.add_argument("--poll", type=float, default=0.25, help="seconds between screen refreshes (default 0.25)")
@@ -92,7 +101,8 @@ def make_session(ns):
             raise SystemExit(
                 f"symphony-lab: could not attach to a debugger at {url}: {type(e).__name__}: {e}\n"
                 f"  The address must serve the debugger protocol (docs/protocol.md): a DebugServer, or a "
-                f"server that mounts symphony_lab.debugger.starlette_route at {DEBUG_PATH}.") from None
+                f"server that mounts symphony_lab.debugger.starlette_route at {DEBUG_PATH}."
+            ) from None
         target, path = resolve_target(ns.target, load=False) if ns.target else (None, None)
         program = None
         if path is not None and urlparse(ns.server if "://" in ns.server else "").scheme in ("http", "https"):
@@ -101,14 +111,32 @@ def make_session(ns):
                 program = {"source": f.read(), "entry": target.rsplit(":", 1)[1]}
             if ns.no_sandbox:
                 program["sandbox"] = False
-        return DebuggerSession(remote, target, args, kwargs, title=f"{url}" + (f"  {ns.target}" if ns.target else ""),
-                               stop_on_entry=not ns.no_stop_on_entry, on_close=remote.close, program=program,
-                               program_file=path)
+        return DebuggerSession(
+            remote,
+            target,
+            args,
+            kwargs,
+            title=f"{url}" + (f"  {ns.target}" if ns.target else ""),
+            stop_on_entry=not ns.no_stop_on_entry,
+            on_close=remote.close,
+            program=program,
+            program_file=path,
+        )
     if not ns.target:
-        raise SystemExit("symphony-lab tui: give FILE:FUNC (e.g. examples/lips/prefix_parallel.py:prefix_parallel) "
-                         "or --server URL")
-    opts = {k: v for k, v in (("model", ns.model), ("device", ns.device), ("num_pages", ns.num_pages),
-                              ("kv_cache_gb", ns.kv_cache_gb), ("weights", ns.weights)) if v is not None}
+        raise SystemExit(
+            "symphony-lab tui: give FILE:FUNC (e.g. examples/lips/prefix_parallel.py:prefix_parallel) or --server URL"
+        )
+    opts = {
+        k: v
+        for k, v in (
+            ("model", ns.model),
+            ("device", ns.device),
+            ("num_pages", ns.num_pages),
+            ("kv_cache_gb", ns.kv_cache_gb),
+            ("weights", ns.weights),
+        )
+        if v is not None
+    }
     try:
         return EmbeddedSession(ns.target, args, kwargs, engine_options=opts, stop_on_entry=not ns.no_stop_on_entry)
     except Exception as e:

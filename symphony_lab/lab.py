@@ -27,7 +27,8 @@ The parts live in `symphony_lab.notebook` (lab.py, run.py, views.py, token_tap.p
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .notebook.lab import Lab
 from .notebook.run import LabRun

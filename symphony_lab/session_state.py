@@ -21,12 +21,27 @@ from __future__ import annotations
 import ast
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # the events the model folds (a front-end subscribes to these)
-EVENTS = ["stopped", "continued", "overridden", "taken", "batch_pending", "replay_diverged", "syscall_enter",
-          "syscall_exit", "process_start", "process_exit", "thread_start", "thread_exit", "batch", "view"]
+EVENTS = [
+    "stopped",
+    "continued",
+    "overridden",
+    "taken",
+    "batch_pending",
+    "replay_diverged",
+    "syscall_enter",
+    "syscall_exit",
+    "process_start",
+    "process_exit",
+    "thread_start",
+    "thread_exit",
+    "batch",
+    "view",
+]
 
 
 @dataclass
@@ -114,7 +129,8 @@ class SessionState:
                 if call == "pred":
                     a = b.get("args") or {}
                     self.preds.setdefault(key, {})[b.get("seq", 0)] = PredRecord(
-                        b.get("seq", 0), list(a.get("tokens") or []), a.get("n_tokens", 0), a.get("file"))
+                        b.get("seq", 0), list(a.get("tokens") or []), a.get("n_tokens", 0), a.get("file")
+                    )
                 elif call == "send" and isinstance(pid, int):
                     self.messages.setdefault(pid, []).append(message_value((b.get("args") or {}).get("value")))
             elif name == "syscall_exit" and b.get("call") == "pred":
@@ -177,7 +193,12 @@ class SessionState:
         self.stops[b["stop_id"]] = b
         self.stop_log.append(b)
         res = b.get("result")
-        if b.get("where") == "after" and b.get("call") == "pred" and isinstance(res, dict) and res.get("kind") == "dist":
+        if (
+            b.get("where") == "after"
+            and b.get("call") == "pred"
+            and isinstance(res, dict)
+            and res.get("kind") == "dist"
+        ):
             rec = self.preds.get((b["pid"], b["tid"]), {}).get(b.get("seq"))
             if rec is not None and rec.dist is None:
                 rec.dist = {**res, "stop_id": b.get("stop_id")}
@@ -269,8 +290,15 @@ class SessionState:
         for pr in preds:
             if prev is not None and pr.n == 1 and pr.tokens:
                 tok = pr.tokens[0]
-                tokens.append({"token": tok, "text": text_of(tok), "p": prob(prev, tok),
-                               "overridden": prev.forced is not None and prev.forced == tok, "seq": prev.seq})
+                tokens.append(
+                    {
+                        "token": tok,
+                        "text": text_of(tok),
+                        "p": prob(prev, tok),
+                        "overridden": prev.forced is not None and prev.forced == tok,
+                        "seq": prev.seq,
+                    }
+                )
             elif not tokens:
                 prompt_parts.append("".join(text_of(t) for t in pr.tokens) + ("…" if pr.n > len(pr.tokens) else ""))
             else:  # fed text in the middle (a tool result, a re-prompt): dim, no probability
@@ -283,9 +311,16 @@ class SessionState:
         if pick is None:
             pick = last.argmax
         if isinstance(pick, int):
-            tokens.append({"token": pick, "text": text_of(pick), "p": prob(last, pick),
-                           "overridden": last.forced is not None and last.forced == pick, "pending": True,
-                           "seq": last.seq})
+            tokens.append(
+                {
+                    "token": pick,
+                    "text": text_of(pick),
+                    "p": prob(last, pick),
+                    "overridden": last.forced is not None and last.forced == pick,
+                    "pending": True,
+                    "seq": last.seq,
+                }
+            )
         prompt = "".join(prompt_parts)
         return {"prompt": prompt[-600:], "tokens": tokens[-2000:]}
 
@@ -318,12 +353,19 @@ def scope_timeline(tl: dict, pids: set[int] | list[int]) -> dict:
     (each batch still counts every member, so its fill is the real one)."""
     pids = set(pids)
     out = dict(tl)
-    out["batches"] = [b for b in tl.get("batches") or []
-                      if any(m.get("pid") in pids for m in b.get("members") or [])]
+    out["batches"] = [b for b in tl.get("batches") or [] if any(m.get("pid") in pids for m in b.get("members") or [])]
     out["queue"] = [q for q in tl.get("queue") or [] if q.get("pid") in pids]
     out["scope"] = sorted(pids)
     return out
 
 
-__all__ = ["EVENTS", "PredRecord", "message_value", "ProcessState", "SessionState", "ThreadState", "scope_kv_tree",
-           "scope_timeline"]
+__all__ = [
+    "EVENTS",
+    "PredRecord",
+    "message_value",
+    "ProcessState",
+    "SessionState",
+    "ThreadState",
+    "scope_kv_tree",
+    "scope_timeline",
+]

@@ -38,8 +38,10 @@ class WhatIf:
     def side_by_side(self, width: int = 40) -> str:
         o, a = self.texts.get("original", ""), self.texts.get("alternative", "")
         mark = "identical" if self.diverge_at is None else f"diverge at +{self.diverge_at}"
-        return (f"position {self.position} ({mark}; {len(self.shared_pages)} prefix pages shared)\n"
-                f"{'original':<{width}} | alternative\n{o[:width]:<{width}} | {a[:width]}")
+        return (
+            f"position {self.position} ({mark}; {len(self.shared_pages)} prefix pages shared)\n"
+            f"{'original':<{width}} | alternative\n{o[:width]:<{width}} | {a[:width]}"
+        )
 
     def _repr_html_(self) -> str:
         """The notebook view: both continuations side by side, the divergence marked."""
@@ -47,14 +49,31 @@ class WhatIf:
         head = "identical" if d is None else f"diverge at +{d}"
         cells = []
         for name in ("original", "alternative"):
-            cells.append(f"<td style='vertical-align:top'><b>{name}</b><br><pre>"
-                         f"{html.escape(self.texts.get(name, ''))}</pre></td>")
-        return (f"<div class='symphony-whatif'>position {self.position}: {head}; "
-                f"{len(self.shared_pages)} prefix pages shared<table><tr>{''.join(cells)}</tr></table></div>")
+            cells.append(
+                f"<td style='vertical-align:top'><b>{name}</b><br><pre>"
+                f"{html.escape(self.texts.get(name, ''))}</pre></td>"
+            )
+        return (
+            f"<div class='symphony-whatif'>position {self.position}: {head}; "
+            f"{len(self.shared_pages)} prefix pages shared<table><tr>{''.join(cells)}</tr></table></div>"
+        )
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("position", "original", "alternative", "recorded", "diverge_at",
-                                              "shared_pages", "prefix_pages", "files", "recomputed_prefix", "texts")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "position",
+                "original",
+                "alternative",
+                "recorded",
+                "diverge_at",
+                "shared_pages",
+                "prefix_pages",
+                "files",
+                "recomputed_prefix",
+                "texts",
+            )
+        }
 
 
 def thread_tokens(recording: Any, tid: int = 1) -> list[int]:
@@ -93,13 +112,20 @@ def _decode(sym, kv, first: int, max_tokens: int, sampler: Sampler | None, eos: 
     return out
 
 
-def explore(sym, prefix: list[int], original: int, alternative: int, max_tokens: int,
-            sampler: Sampler | None = None, source: str | None = None) -> dict:
+def explore(
+    sym,
+    prefix: list[int],
+    original: int,
+    alternative: int,
+    max_tokens: int,
+    sampler: Sampler | None = None,
+    source: str | None = None,
+) -> dict:
     """The LIP: a base file holding `prefix`, two forks of it, one continuation in each."""
     recomputed = source is None
     if source is not None:
         src = sym.kv_open(source, "r")
-        if src.tokens[:len(prefix)] != list(prefix):
+        if src.tokens[: len(prefix)] != list(prefix):
             raise ValueError(f"KV file {source} does not start with the recorded prefix")
         base = sym.kv_fork(src)
         sym.kv_truncate(base, len(prefix))
@@ -117,20 +143,36 @@ def explore(sym, prefix: list[int], original: int, alternative: int, max_tokens:
     still_shared = set(shared) & set(forks["original"].pages) & set(forks["alternative"].pages)
     for kv in (*forks.values(), base):
         sym.kv_close(kv)
-    return {"tokens": got, "shared": shared, "still_shared": sorted(still_shared), "files": files,
-            "prefix_pages": -(-len(prefix) // sym.page_size), "recomputed": recomputed,
-            "texts": {k: sym.detokenize(v) for k, v in got.items()}}
+    return {
+        "tokens": got,
+        "shared": shared,
+        "still_shared": sorted(still_shared),
+        "files": files,
+        "prefix_pages": -(-len(prefix) // sym.page_size),
+        "recomputed": recomputed,
+        "texts": {k: sym.detokenize(v) for k, v in got.items()},
+    }
 
 
-def what_if(engine: Any, tokens: Sequence[int], position: int, token: int | str, max_tokens: int = 16,
-            sampler: Sampler | None = None, source: str | None = None, timeout: float = 600) -> WhatIf:
+def what_if(
+    engine: Any,
+    tokens: Sequence[int],
+    position: int,
+    token: int | str,
+    max_tokens: int = 16,
+    sampler: Sampler | None = None,
+    source: str | None = None,
+    timeout: float = 600,
+) -> WhatIf:
     """Run the alternative continuation at `position` of `tokens` (a thread's token stream) with
     `token` (an id, or a text of exactly one token) beside the original's, in KV forks of the
     shared prefix. `sampler` decodes the alternative with another sampler (the original stays greedy)."""
     tokens = [int(t) for t in tokens]
     if not isinstance(position, int) or not 1 <= position < len(tokens):
-        raise ValueError(f"position must be in [1, {len(tokens) - 1}] (the recorded stream has {len(tokens)} "
-                         f"tokens), got {position!r}")
+        raise ValueError(
+            f"position must be in [1, {len(tokens) - 1}] (the recorded stream has {len(tokens)} "
+            f"tokens), got {position!r}"
+        )
     if isinstance(token, str):
         ids = engine.tokenize(token)
         if len(ids) != 1:
@@ -138,11 +180,22 @@ def what_if(engine: Any, tokens: Sequence[int], position: int, token: int | str,
         token = ids[0]
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    r = engine.launch(explore, tokens[:position], tokens[position], int(token), max_tokens, sampler, source,
-                      name="what-if").result(timeout=timeout)
+    r = engine.launch(
+        explore, tokens[:position], tokens[position], int(token), max_tokens, sampler, source, name="what-if"
+    ).result(timeout=timeout)
     o, a = r["tokens"]["original"], r["tokens"]["alternative"]
     diverge = next((i for i, (x, y) in enumerate(zip(o, a)) if x != y), None)
     if diverge is None and len(o) != len(a):
         diverge = min(len(o), len(a))
-    return WhatIf(position, o, a, tokens[position:position + max_tokens], diverge, r["still_shared"],
-                  r["prefix_pages"], r["files"], r["recomputed"], r["texts"])
+    return WhatIf(
+        position,
+        o,
+        a,
+        tokens[position : position + max_tokens],
+        diverge,
+        r["still_shared"],
+        r["prefix_pages"],
+        r["files"],
+        r["recomputed"],
+        r["texts"],
+    )

@@ -36,8 +36,9 @@ class JupyterServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def request(self, method: str, path: str, body: bytes | None = None, token: bool = True,
-                headers: dict | None = None) -> tuple[int, dict | str, dict]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, token: bool = True, headers: dict | None = None
+    ) -> tuple[int, dict | str, dict]:
         h = dict(headers or {})
         if token:
             h["Authorization"] = f"token {self.token}"
@@ -78,18 +79,37 @@ def start_server(tmp: Path, app: str = "server", env_extra: dict | None = None, 
     runtime_dir = tmp / "runtime"
     root_dir.mkdir(parents=True, exist_ok=True)
     runtime_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime_dir), "PYTHONPATH": str(ROOT),
-           "JUPYTER_PLATFORM_DIRS": "1", **(env_extra or {})}
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(runtime_dir),
+        "PYTHONPATH": str(ROOT),
+        "JUPYTER_PLATFORM_DIRS": "1",
+        **(env_extra or {}),
+    }
     env.pop("JUPYTER_TOKEN", None)
     log = tmp / f"jupyter-{app}.log"
     module = "jupyterlab" if app == "lab" else "jupyter_server"
-    cmd = [sys.executable, "-m", module, f"--port={port}", "--ip=127.0.0.1", "--no-browser",
-           f"--IdentityProvider.token={token}", "--allow-root", f"--ServerApp.root_dir={root_dir}",
-           "--ServerApp.jpserver_extensions={'symphony_lab.jupyter': True}",
-           "--ServerApp.port_retries=0", "--ServerApp.disable_check_xsrf=False"]
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        "--no-browser",
+        f"--IdentityProvider.token={token}",
+        "--allow-root",
+        f"--ServerApp.root_dir={root_dir}",
+        "--ServerApp.jpserver_extensions={'symphony_lab.jupyter': True}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.disable_check_xsrf=False",
+    ]
     if app == "lab":
-        cmd += ["--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                "--ServerApp.terminals_enabled=False"]
+        cmd += [
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--ServerApp.terminals_enabled=False",
+        ]
     f = open(log, "wb")
     proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(root_dir))
     srv = JupyterServer(proc, port, token, root_dir, runtime_dir, log)

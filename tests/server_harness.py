@@ -41,8 +41,18 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(self.dir, "server.log")
         self._log = open(self.log_path, "w")
-        cmd = symphony_cmd() + ["serve", "--port", str(self.port), "--users-file", self.users_file,
-                                "--num-pages", "2048", "--threads", "2", *(extra or [])]
+        cmd = symphony_cmd() + [
+            "serve",
+            "--port",
+            str(self.port),
+            "--users-file",
+            self.users_file,
+            "--num-pages",
+            "2048",
+            "--threads",
+            "2",
+            *(extra or []),
+        ]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.time() + ready_timeout
         while True:

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from symphony_core import (
-    Dist, KVError, KVNotFound, KVPermissionError, OutOfPages, PredCall, PredError, Sampler,
+    Dist,
+    KVError,
+    KVNotFound,
+    KVPermissionError,
+    OutOfPages,
+    PredCall,
+    PredError,
+    Sampler,
 )
 
 TOL = 1e-3
@@ -123,8 +130,14 @@ def test_out_of_vocabulary_ids(engine, kv, serves, bad):
 
 @pytest.mark.parametrize(
     "ids,words",
-    [([1.5], "1.5"), ("hello", "tokenize"), ([True, 2], "boolean"), (None, "NoneType"),
-     (torch.tensor([1.0, 2.0]), "float32"), ([[1, 2]], "list")],
+    [
+        ([1.5], "1.5"),
+        ("hello", "tokenize"),
+        ([True, 2], "boolean"),
+        (None, "NoneType"),
+        (torch.tensor([1.0, 2.0]), "float32"),
+        ([[1, 2]], "list"),
+    ],
 )
 def test_non_integer_token_ids(engine, kv, serves, ids, words):
     before = snapshot(kv)

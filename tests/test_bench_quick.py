@@ -17,8 +17,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
 
     out = tmp_path / "RESULTS.md"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)], capture_output=True, text=True, timeout=600
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()
@@ -59,8 +60,10 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
 
     w5 = numbers["runtime_overhead"]["rows"]
     assert [r["subscriber"] for r in w5] == [False, True]
-    assert all(r["us_per_pred"] > 0 and r["cpu_us_per_pred"] > 0 and r["host_us_per_batch"] > 0
-               and r["mean_batch"] >= 1 for r in w5)
+    assert all(
+        r["us_per_pred"] > 0 and r["cpu_us_per_pred"] > 0 and r["host_us_per_batch"] > 0 and r["mean_batch"] >= 1
+        for r in w5
+    )
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
     sb = numbers["sandbox_latency"]
@@ -79,8 +82,12 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert "![programs_vs_prompts](plots/programs_vs_prompts.png)" in text
 
     # Re-running one workload keeps the others' sections, each marked with the run it came from.
-    again = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "runtime_overhead", "--out", str(out)],
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "runtime_overhead", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     text2 = out.read_text()
     kept = json.loads((tmp_path / "results.json").read_text())["_sections"]
@@ -90,7 +97,8 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert "_(from the run of" not in w5_section  # this one is new
 
     # --render runs nothing and writes the same report from results.json.
-    again = subprocess.run([sys.executable, "-m", "bench", "--render", "--out", str(out)],
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "bench", "--render", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert out.read_text() == text2

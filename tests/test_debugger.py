@@ -9,7 +9,7 @@ import time
 import pytest
 
 from examples.lips.streaming_completion import complete
-from symphony_lab.debugger import DebugServer, Debugger, DebuggerError, RemoteDebugger, handle_command, validate_trace
+from symphony_lab.debugger import Debugger, DebuggerError, DebugServer, RemoteDebugger, handle_command, validate_trace
 from tests.lips_for_tests import greedy, greedy_reference
 
 COMPLETE = "examples.lips.streaming_completion:complete"
@@ -69,14 +69,20 @@ def target(request, dbg, engine):
     real `symphony serve --plugin debugger` process, the program started through the server's
     own launch path."""
     if request.param == "inprocess":
-        yield _Target(dbg, lambda prompt, n: dbg.launch(COMPLETE, prompt, max_tokens=n, stop_on_entry=True)["pid"],
-                      "streaming_completion.py")
+        yield _Target(
+            dbg,
+            lambda prompt, n: dbg.launch(COMPLETE, prompt, max_tokens=n, stop_on_entry=True)["pid"],
+            "streaming_completion.py",
+        )
         return
     if request.param == "websocket":
         server = DebugServer(dbg, allow_launch=True)
         remote = RemoteDebugger(server.url)
-        yield _Target(remote, lambda prompt, n: remote.launch(COMPLETE, prompt, max_tokens=n, stop_on_entry=True)["pid"],
-                      "streaming_completion.py")
+        yield _Target(
+            remote,
+            lambda prompt, n: remote.launch(COMPLETE, prompt, max_tokens=n, stop_on_entry=True)["pid"],
+            "streaming_completion.py",
+        )
         remote.close()
         server.close()
         return
@@ -133,7 +139,11 @@ def test_step_override_continue_kv_consistent(target, dbg, engine):
             assert top[0]["token"] != wid
             r = client.override(pid, 1, text=word)
             assert r["applied"] and r["stop"]["result"]["chosen"] == {
-                "token": wid, "text": word, "p": 1.0, "by": "override"}
+                "token": wid,
+                "text": word,
+                "p": 1.0,
+                "by": "override",
+            }
             s = r["stop"]
         steps.append(s)
     # the inspector at the 5th stop: stack with locals, input tokens, the KV file
@@ -337,7 +347,9 @@ def test_trace_valid_and_complete(dbg, engine, tmp_path):
     exits = [m["body"] for m in _drain(q) if m["event"] == "syscall_exit" and m["body"]["pid"] in (p1, p2)]
     for pid in (p1, p2):
         want = sorted((e["tid"], e["call"]) for e in exits if e["pid"] == pid)
-        got = sorted((e["tid"], e["name"]) for e in evs if e.get("cat") == "syscall" and e["ph"] == "B" and e["pid"] == pid)
+        got = sorted(
+            (e["tid"], e["name"]) for e in evs if e.get("cat") == "syscall" and e["ph"] == "B" and e["pid"] == pid
+        )
         assert got == want and got
     threads = {(e["pid"], e["tid"]) for e in evs if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {(p1, 1), (p1, 2), (p1, 3), (p2, 1)} <= threads
@@ -349,11 +361,16 @@ def test_trace_valid_and_complete(dbg, engine, tmp_path):
     stop_b = [e for e in evs if e.get("cat") == "debugger" and e["ph"] == "B" and e["pid"] == p2]
     assert stop_b and stop_b[0]["name"] == "stopped: breakpoint"
     # the validator catches what Perfetto would misdraw
-    bad = {"traceEvents": [
-        {"name": "a", "ph": "B", "pid": 1, "tid": 1, "ts": 0}, {"name": "b", "ph": "B", "pid": 1, "tid": 1, "ts": 1},
-        {"name": "a", "ph": "E", "pid": 1, "tid": 1, "ts": 2}, {"ph": "E", "pid": 1, "tid": 2, "ts": 3},
-        {"name": "c", "ph": "X", "pid": 1, "tid": 3, "ts": 0}, {"name": "q", "ph": "C", "pid": 1, "ts": 0, "args": {"x": "y"}},
-    ]}
+    bad = {
+        "traceEvents": [
+            {"name": "a", "ph": "B", "pid": 1, "tid": 1, "ts": 0},
+            {"name": "b", "ph": "B", "pid": 1, "tid": 1, "ts": 1},
+            {"name": "a", "ph": "E", "pid": 1, "tid": 1, "ts": 2},
+            {"ph": "E", "pid": 1, "tid": 2, "ts": 3},
+            {"name": "c", "ph": "X", "pid": 1, "tid": 3, "ts": 0},
+            {"name": "q", "ph": "C", "pid": 1, "ts": 0, "args": {"x": "y"}},
+        ]
+    }
     errs = validate_trace(bad)
     assert any("bad nesting" in e for e in errs) and any("without a matching B" in e for e in errs)
     assert any("dur" in e for e in errs) and any("(C)" in e for e in errs) and any("never closed" in e for e in errs)
@@ -371,12 +388,18 @@ def test_kv_tree_pause_restart_and_protocol(dbg, engine):
     assert not h("nonsense")["success"]
     ids = engine.tokenize(" Paris")
     assert h("token_texts", ids=ids)["body"]["texts"] == {str(i): engine.tokenizer.token_text(i) for i in ids}
-    for bad_ids, why in (([-1], "not token ids"), ([10**9], "not token ids"), (["3"], "not token ids"),
-                         ("3", "must be a list")):
+    for bad_ids, why in (
+        ([-1], "not token ids"),
+        ([10**9], "not token ids"),
+        (["3"], "not token ids"),
+        ("3", "must be a list"),
+    ):
         r = h("token_texts", ids=bad_ids)
         assert not r["success"] and why in r["message"], r
     q, unsub = dbg.event_queue()
-    assert h("watch", view="timeline", interval=0.05)["success"] and h("watch", view="kv_tree", interval=0.05)["success"]
+    assert (
+        h("watch", view="timeline", interval=0.05)["success"] and h("watch", view="kv_tree", interval=0.05)["success"]
+    )
     bp = h("set_breakpoint", call="kv_fork", when="after", text_contains="road")["body"]
     pid = h("launch", fn="tests.test_debugger:forky", args=["A fork in the road, and a long one: " * 2])["body"]["pid"]
     s = h("wait_stopped", pid=pid, timeout=60)["body"]
@@ -417,8 +440,16 @@ def test_kv_tree_pause_restart_and_protocol(dbg, engine):
     unsub()
     msgs = _drain(q)
     json.dumps(msgs, allow_nan=False)
-    assert {"stopped", "continued", "syscall_enter", "syscall_exit", "batch", "process_start", "process_exit", "view"} <= {
-        m["event"] for m in msgs}
+    assert {
+        "stopped",
+        "continued",
+        "syscall_enter",
+        "syscall_exit",
+        "batch",
+        "process_start",
+        "process_exit",
+        "view",
+    } <= {m["event"] for m in msgs}
     views = {m["body"]["view"]: m["body"]["data"] for m in msgs if m["event"] == "view"}
     assert views["timeline"]["batches"] and "files" in views["kv_tree"]  # live streams of the two views
 
@@ -447,7 +478,9 @@ def test_starlette_route_speaks_the_protocol(dbg, engine):
 
     from symphony_lab.debugger import starlette_route
 
-    app = Starlette(routes=[starlette_route(dbg, "/v1/debug", authenticate=lambda ws: ws.query_params.get("token") == "t")])
+    app = Starlette(
+        routes=[starlette_route(dbg, "/v1/debug", authenticate=lambda ws: ws.query_params.get("token") == "t")]
+    )
     with TestClient(app) as tc:
         with pytest.raises(WebSocketDisconnect):
             with tc.websocket_connect("/v1/debug?token=wrong") as ws:

@@ -109,8 +109,14 @@ def run_pages(pages: list[str], env: dict, timeout: float = 600) -> dict[str, st
     with tempfile.TemporaryDirectory(prefix="symphony-docs-") as tmp:
         spec, out = Path(tmp) / "pages.json", Path(tmp) / "results.json"
         spec.write_text(json.dumps([[p, python_blocks(ROOT / p)] for p in pages]))
-        r = subprocess.run([sys.executable, "-c", RUNNER, str(spec), str(out)], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(
+            [sys.executable, "-c", RUNNER, str(spec), str(out)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if not out.exists():
             crash = f"the snippet runner crashed (exit {r.returncode})\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
             return {p: crash for p in pages}
@@ -155,8 +161,14 @@ def test_snippet_extraction_sees_every_python_fence():
 @pytest.mark.slow
 def test_site_builds_strict(tmp_path):
     """`mkdocs build --strict`, and the generated pages hold what the code has."""
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
     site = tmp_path / "site"
     cli = (site / "reference" / "cli" / "index.html").read_text()
@@ -177,8 +189,23 @@ def test_site_builds_strict(tmp_path):
     for nb in (ROOT / "tutorials").glob("*.ipynb"):
         assert nb.name in labs
     syscalls = (site / "reference" / "syscalls" / "index.html").read_text()
-    for call in ("pred", "kv_create", "kv_open", "kv_fork", "kv_truncate", "kv_close", "kv_remove", "kv_hint",
-                 "kv_list", "tokenize", "detokenize", "chat_template", "send", "recv", "spawn"):
+    for call in (
+        "pred",
+        "kv_create",
+        "kv_open",
+        "kv_fork",
+        "kv_truncate",
+        "kv_close",
+        "kv_remove",
+        "kv_hint",
+        "kv_list",
+        "tokenize",
+        "detokenize",
+        "chat_template",
+        "send",
+        "recv",
+        "spawn",
+    ):
         assert f'id="symphony_core.lip.syscalls.Sym.{call}"' in syscalls, call
 
 
@@ -193,7 +220,9 @@ def test_http_reference_lists_every_route(engine):
     routes, missing = [], []
     for r in app.routes:
         path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: "{" + m.group(1) + "}", r.path).replace("{prog}", "{id}")
-        methods = ["GET"] if isinstance(r, WebSocketRoute) else sorted(set(getattr(r, "methods", None) or {"GET"}) - {"HEAD"})
+        methods = (
+            ["GET"] if isinstance(r, WebSocketRoute) else sorted(set(getattr(r, "methods", None) or {"GET"}) - {"HEAD"})
+        )
         for m in methods:
             routes.append(f"{m} {path}")
             if f"`{m} {path}`" not in page:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 USERS = [{"name": "alice", "token": "tok-alice"}]
 H = {"Authorization": "Bearer tok-alice"}
-SOURCE = '''
+SOURCE = """
 def decode(sym, n: int):
     kv = sym.kv_create()
     toks = sym.tokenize("Once upon a time")
@@ -47,7 +47,7 @@ def talk(sym, n: int):
 
 def waits(sym):
     return sym.recv(120)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +157,13 @@ def test_client_disconnects_mid_stream(server):
         assert pid is not None
         out = result(c, pid, 60)
         assert out["status"] == "cancelled" and "disconnected" in out["error"]["message"], out
-        with httpx.stream("POST", server.url + "/v1/completions", headers=H, timeout=60,
-                          json={"model": "smollm2", "prompt": "Once", "max_tokens": 500, "stream": True}) as r:
+        with httpx.stream(
+            "POST",
+            server.url + "/v1/completions",
+            headers=H,
+            timeout=60,
+            json={"model": "smollm2", "prompt": "Once", "max_tokens": 500, "stream": True},
+        ) as r:
             assert r.status_code == 200
             next(r.iter_lines())
         deadline = time.time() + 30
@@ -179,8 +184,10 @@ def test_slow_client_never_reads_its_stream(server):
     s = socket.create_connection(("127.0.0.1", server.port))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     body = json.dumps({"model": "smollm2", "prompt": "Once", "max_tokens": 300, "stream": True}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-alice\r\n"
-              b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-alice\r\n"
+        b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     try:
         with client(server) as c:
             time.sleep(1.0)

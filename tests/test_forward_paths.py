@@ -253,7 +253,7 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
         engine.pred(other, other_toks)
         chunk_base, chunk_prefix, chunk_new = kvs(), _prompt(30, 902, vocab), _prompt(11, 903, vocab)
         engine.pred(chunk_base, chunk_prefix)
-        want_chunk = _reference(hf_model, chunk_prefix + chunk_new)[-len(chunk_new):]
+        want_chunk = _reference(hf_model, chunk_prefix + chunk_new)[-len(chunk_new) :]
 
         def step(files, other, tokens):
             calls = [PredCall(kv, [t]) for kv, t in zip(files, tokens)]

@@ -137,7 +137,11 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(engine, story):
     engine.pred(base, story)
     forks = [engine.kv_fork(base) for _ in range(4)]
     try:
-        samplers = [Sampler(temperature=1.0, seed=7), Sampler(temperature=1.0, seed=7), Sampler(temperature=1.0, seed=8)]
+        samplers = [
+            Sampler(temperature=1.0, seed=7),
+            Sampler(temperature=1.0, seed=7),
+            Sampler(temperature=1.0, seed=8),
+        ]
         toks = [[story[-1]] for _ in range(3)]
         seqs: list[list[int]] = [[], [], []]
         for _ in range(12):
@@ -160,8 +164,12 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(engine, story):
 
 
 def test_top_k_1_and_temperature_0_are_greedy(engine, story):
-    specs = [Sampler(temperature=1.5, top_k=1, seed=3), Sampler(temperature=0.0, seed=3), "greedy",
-             Sampler(temperature=1.5, seed=3)]
+    specs = [
+        Sampler(temperature=1.5, top_k=1, seed=3),
+        Sampler(temperature=0.0, seed=3),
+        "greedy",
+        Sampler(temperature=1.5, seed=3),
+    ]
     files = [engine.kv_create() for _ in specs]
     try:
         res = engine.pred_batch([PredCall(kv, story, outputs="all", sampler=s) for kv, s in zip(files, specs)])
@@ -176,11 +184,11 @@ def test_top_k_1_and_temperature_0_are_greedy(engine, story):
 
 
 def test_top_p_and_min_p_only_pick_allowed_tokens(engine, story):
-    specs = [
-        Sampler(temperature=1.3, top_p=0.8, seed=s) for s in range(3)
-    ] + [
-        Sampler(temperature=1.3, min_p=0.1, seed=s) for s in range(3)
-    ] + [Sampler(temperature=2.0, top_k=20, top_p=0.9, min_p=0.02, seed=5)]
+    specs = (
+        [Sampler(temperature=1.3, top_p=0.8, seed=s) for s in range(3)]
+        + [Sampler(temperature=1.3, min_p=0.1, seed=s) for s in range(3)]
+        + [Sampler(temperature=2.0, top_k=20, top_p=0.9, min_p=0.02, seed=5)]
+    )
     files = [engine.kv_create() for _ in specs]
     try:
         res = engine.pred_batch([PredCall(kv, story, outputs="all", sampler=s) for kv, s in zip(files, specs)])
@@ -220,8 +228,16 @@ def _naive_filter(logits: torch.Tensor, t: float, k: int, p: float, mp: float) -
 def test_filtered_probs_matches_the_definitions():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(8, 60, generator=g) * 3
-    params = [(1.0, 0, 1.0, 0.0), (0.7, 5, 1.0, 0.0), (1.0, 0, 0.5, 0.0), (1.5, 0, 0.9, 0.0),
-              (1.0, 0, 1.0, 0.2), (2.0, 10, 0.8, 0.05), (0.5, 1, 1.0, 0.0), (1.0, 0, 0.01, 0.0)]
+    params = [
+        (1.0, 0, 1.0, 0.0),
+        (0.7, 5, 1.0, 0.0),
+        (1.0, 0, 0.5, 0.0),
+        (1.5, 0, 0.9, 0.0),
+        (1.0, 0, 1.0, 0.2),
+        (2.0, 10, 0.8, 0.05),
+        (0.5, 1, 1.0, 0.0),
+        (1.0, 0, 0.01, 0.0),
+    ]
     got = filtered_probs(logits, *(torch.tensor(c) for c in zip(*params)))
     for row, (t, k, p, mp) in enumerate(params):
         ref = _naive_filter(logits[row], t, k, p, mp).float()

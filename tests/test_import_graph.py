@@ -130,9 +130,12 @@ def test_no_import_circles():
 
 
 def test_imports_point_down():
-    up = [f"{m} (floor {layer_of(m)}) imports {t} (floor {layer_of(t)})"
-          for m, targets in sorted(import_graph().items()) for t in sorted(targets)
-          if layer_of(t) > layer_of(m)]
+    up = [
+        f"{m} (floor {layer_of(m)}) imports {t} (floor {layer_of(t)})"
+        for m, targets in sorted(import_graph().items())
+        for t in sorted(targets)
+        if layer_of(t) > layer_of(m)
+    ]
     assert not up, "imports from a floor above:\n" + "\n".join(up)
 
 
@@ -144,11 +147,17 @@ def test_the_checker_sees_hidden_imports():
     src = "def f():\n    from .b import x\nif TYPE_CHECKING:\n    from . import c\n"
     tree = ast.parse(src)
     froms = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    assert [_resolve("symphony_core.sched.a", False, n) for n in froms] == ["symphony_core.sched.b", "symphony_core.sched"]
+    assert [_resolve("symphony_core.sched.a", False, n) for n in froms] == [
+        "symphony_core.sched.b",
+        "symphony_core.sched",
+    ]
 
 
 def test_no_long_files():
     """No file of symphony_core over 450 lines: one concept per file."""
-    long = [f"{p.relative_to(ROOT.parent)}: {n} lines" for p in sorted(ROOT.rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > 450]
+    long = [
+        f"{p.relative_to(ROOT.parent)}: {n} lines"
+        for p in sorted(ROOT.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 450
+    ]
     assert not long, "files over 450 lines:\n" + "\n".join(long)

@@ -21,18 +21,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
-
 from jupyter_harness import ROOT, chromium_path, start_server
 
 SHOTS = ROOT / "test-artifacts" / "jupyterlab"
 LABEXT = ROOT / "symphony_lab" / "jupyter" / "labextension" / "package.json"
 WIDGET_JS = ROOT / "symphony_lab" / "widgets" / "static" / "widget.js"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 PROMPT = "The capital of France is"
 WAITING = "cell 2: waiting for the LIP"
 
@@ -66,15 +71,19 @@ def lab_server(tmp_path_factory):
     (jpath / "labextensions" / "symphony-lab").symlink_to(LABEXT.parent)
     srv = start_server(tmp, app="lab", env_extra={"SYMPHONY_LAB_TOPK": "5", "JUPYTER_PATH": str(jpath)})
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'examples' / 'lips')!r})\n"
-        "from symphony_lab import lab\n"
-        "from beam_search import beam_search\n"
-        f"run = lab.run(beam_search, {PROMPT!r}, 2, 6, stop_on_entry=True)"),
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import sys\n"
+            f"sys.path.insert(0, {str(ROOT / 'examples' / 'lips')!r})\n"
+            "from symphony_lab import lab\n"
+            "from beam_search import beam_search\n"
+            f"run = lab.run(beam_search, {PROMPT!r}, 2, 6, stop_on_entry=True)"
+        ),
         # the kernel then stays busy in this cell until the LIP ends: every click below happens meanwhile
-        nbformat.v4.new_code_cell(f"print({WAITING!r}, flush=True)\n"
-                                  "best = run.result(600)['best']['text']\nprint('BEST:', repr(best))")]
+        nbformat.v4.new_code_cell(
+            f"print({WAITING!r}, flush=True)\nbest = run.result(600)['best']['text']\nprint('BEST:', repr(best))"
+        ),
+    ]
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     nbformat.write(nb, srv.root_dir / "beam.ipynb")
     yield srv
@@ -109,16 +118,22 @@ def _wait(page, predicate_js: str, timeout: float, what: str, arg=None):
 
 W = ".symphony-lab-widget[data-kind='run']"
 # the second cell has started (its first line printed) and has not finished (its prompt is [*])
-SECOND_CELL_WAITING = ("(marker) => { const c = document.querySelectorAll('.jp-Notebook .jp-CodeCell')[1];"
-                       " if (!c) return false; const p = c.querySelector('.jp-InputPrompt');"
-                       " const o = c.querySelector('.jp-OutputArea');"
-                       " return !!(p && p.textContent.includes('*') && o && o.textContent.includes(marker)"
-                       " && !o.textContent.includes('BEST:')); }")
-TOPK_ROWS = ("(sel) => [...document.querySelectorAll(sel + ' .sl-topk-row')]"
-             ".map(r => [...r.querySelectorAll('td')].slice(0, 3).map(td => td.textContent.trim()))")
-KERNEL_READY = ("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-                " const sc = w && w.sessionContext; const k = sc && sc.session && sc.session.kernel;"
-                " return !!(sc && sc.isReady && k && k.connectionStatus === 'connected' && k.status === 'idle'); }")
+SECOND_CELL_WAITING = (
+    "(marker) => { const c = document.querySelectorAll('.jp-Notebook .jp-CodeCell')[1];"
+    " if (!c) return false; const p = c.querySelector('.jp-InputPrompt');"
+    " const o = c.querySelector('.jp-OutputArea');"
+    " return !!(p && p.textContent.includes('*') && o && o.textContent.includes(marker)"
+    " && !o.textContent.includes('BEST:')); }"
+)
+TOPK_ROWS = (
+    "(sel) => [...document.querySelectorAll(sel + ' .sl-topk-row')]"
+    ".map(r => [...r.querySelectorAll('td')].slice(0, 3).map(td => td.textContent.trim()))"
+)
+KERNEL_READY = (
+    "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+    " const sc = w && w.sessionContext; const k = sc && sc.session && sc.session.kernel;"
+    " return !!(sc && sc.isReady && k && k.connectionStatus === 'connected' && k.status === 'idle'); }"
+)
 
 
 def _accept_dialogs_until(page, ready_js: str, timeout: float, what: str = "the notebook's kernel") -> None:
@@ -142,16 +157,24 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     # the extension is loaded: its sidebar tab is in the left bar
     tab = page.locator(".jp-SideBar.jp-mod-left [data-id='symphony-lab-sidebar']")
     tab.wait_for(timeout=30_000)
-    _wait(page, "() => document.querySelector('.jp-Notebook') && window.jupyterapp !== undefined", 30,
-          "the JupyterLab app")
+    _wait(
+        page,
+        "() => document.querySelector('.jp-Notebook') && window.jupyterapp !== undefined",
+        30,
+        "the JupyterLab app",
+    )
     _accept_dialogs_until(page, KERNEL_READY, 120)
     no_news = page.locator(".Toastify button", has_text="No")  # JupyterLab's "notify about news?" toast
     if no_news.count():
         no_news.first.click()
     # run the cell (as a user would: Run > Run All Cells)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }")
-    _accept_dialogs_until(page, f"() => {{ const w = document.querySelector(\"{W}\"); return w && w.dataset.stopWhere === 'entry'; }}",
-                          150, "the widget to show the LIP stopped on entry")
+    _accept_dialogs_until(
+        page,
+        f"() => {{ const w = document.querySelector(\"{W}\"); return w && w.dataset.stopWhere === 'entry'; }}",
+        150,
+        "the widget to show the LIP stopped on entry",
+    )
     widget = page.locator(W)
     assert widget.get_attribute("data-status") == "stopped"
     assert "stopped on entry" in widget.locator(".sl-stop-line").inner_text()
@@ -160,32 +183,54 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     # open the sidebar: processes, KV tree, scheduler
     tab.click()
     side = page.locator(".symphony-lab-sidebar")
-    _wait(page, "() => { const s = document.querySelector('.symphony-lab-sidebar');"
-                " return s && s.dataset.connected && s.querySelector('.sl-thread'); }", 60,
-          "the sidebar to connect to the kernel's lab")
+    _wait(
+        page,
+        "() => { const s = document.querySelector('.symphony-lab-sidebar');"
+        " return s && s.dataset.connected && s.querySelector('.sl-thread'); }",
+        60,
+        "the sidebar to connect to the kernel's lab",
+    )
     assert "stopped" in side.locator(".sl-procs").inner_text()
 
     def stop_id() -> str:
         return widget.get_attribute("data-stop-id") or ""
 
     # the second cell waits on the stopped LIP: the kernel is busy in it from here to the end
-    _wait(page, SECOND_CELL_WAITING, 120, "the second cell to be running (its output printed, its prompt [*])",
-          arg=WAITING)
+    _wait(
+        page,
+        SECOND_CELL_WAITING,
+        120,
+        "the second cell to be running (its output printed, its prompt [*])",
+        arg=WAITING,
+    )
     # record from the widget while stopped on entry (so the recording is complete: it can be replayed)
-    _wait(page, f"() => document.querySelector(\"{W}\").dataset.transport === 'server'", 20,
-          "the widget to reach the kernel through the server extension")
+    _wait(
+        page,
+        f"() => document.querySelector(\"{W}\").dataset.transport === 'server'",
+        20,
+        "the widget to reach the kernel through the server extension",
+    )
     assert widget.get_attribute("data-record") == "off"
     assert widget.locator("button.sl-step-back").is_disabled()
     widget.locator("button.sl-record").click()
-    _wait(page, f"() => document.querySelector(\"{W}\").dataset.record === 'recording'", 20,
-          "the widget's record indicator")
+    _wait(
+        page,
+        f"() => document.querySelector(\"{W}\").dataset.record === 'recording'",
+        20,
+        "the widget's record indicator",
+    )
 
     def step(n: int) -> None:
         before = stop_id()
         widget.locator("button.sl-step").click()
-        _wait(page, f"([sel, before]) => {{ const w = document.querySelector(sel);"
-                    f" return w.dataset.stopId && w.dataset.stopId !== before && w.dataset.stopWhere === 'after'; }}",
-              60, f"step {n} to stop after a pred", arg=[W, before])
+        _wait(
+            page,
+            "([sel, before]) => { const w = document.querySelector(sel);"
+            " return w.dataset.stopId && w.dataset.stopId !== before && w.dataset.stopWhere === 'after'; }",
+            60,
+            f"step {n} to stop after a pred",
+            arg=[W, before],
+        )
 
     # step twice from the widget (commands go over the server extension's WebSocket)
     step(1)
@@ -197,9 +242,14 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     t_back = time.monotonic()
     pid_1, before = widget.get_attribute("data-pid"), stop_id()
     widget.locator("button.sl-step-back").click()
-    _wait(page, f"([sel, pid, before]) => {{ const w = document.querySelector(sel); return w.dataset.pid !== pid"
-                f" && w.dataset.stopWhere === 'after' && w.dataset.stopId !== before && w.dataset.record === 'replay'; }}",
-          60, "step back to replay to pred 1", arg=[W, pid_1, before])
+    _wait(
+        page,
+        "([sel, pid, before]) => { const w = document.querySelector(sel); return w.dataset.pid !== pid"
+        " && w.dataset.stopWhere === 'after' && w.dataset.stopId !== before && w.dataset.record === 'replay'; }",
+        60,
+        "step back to replay to pred 1",
+        arg=[W, pid_1, before],
+    )
     assert page.evaluate(TOPK_ROWS, W) == topk_1, "the replayed stop shows the recorded top-k"
     assert f"replay of pid {pid_1}" in widget.locator(".sl-rec").inner_text()
     widget.screenshot(path=str(SHOTS / "widget-step-back.png"))
@@ -209,9 +259,13 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     assert rows.count() >= 3
     assert "sl-chosen" in (rows.nth(0).get_attribute("class") or "")
     updates_stopped = int(side.get_attribute("data-updates") or 0)
-    _wait(page, "() => document.querySelectorAll('.symphony-lab-sidebar .sl-kv .sl-kvnode').length >= 1"
-                " && document.querySelectorAll('.symphony-lab-sidebar .sl-tl .sl-batch').length >= 2", 30,
-          "the sidebar's KV tree and scheduler to show the stepped LIP")
+    _wait(
+        page,
+        "() => document.querySelectorAll('.symphony-lab-sidebar .sl-kv .sl-kvnode').length >= 1"
+        " && document.querySelectorAll('.symphony-lab-sidebar .sl-tl .sl-batch').length >= 2",
+        30,
+        "the sidebar's KV tree and scheduler to show the stepped LIP",
+    )
     batches_stopped = page.locator(".symphony-lab-sidebar .sl-tl .sl-batch").count()
 
     # override: use the model's second choice
@@ -219,9 +273,14 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     alt_text = alt.locator("code").text_content()
     alt_token = alt.locator("button.sl-override-pick").get_attribute("data-token")
     alt.locator("button.sl-override-pick").click()
-    _wait(page, f"([sel, t]) => {{ const c = document.querySelector(sel + ' .sl-chosen-text');"
-                f" return c && c.textContent === t && document.querySelector(sel + ' .sl-dist').textContent.includes('override'); }}",
-          30, "the override to show in the widget", arg=[W, alt_text])
+    _wait(
+        page,
+        "([sel, t]) => { const c = document.querySelector(sel + ' .sl-chosen-text');"
+        " return c && c.textContent === t && document.querySelector(sel + ' .sl-dist').textContent.includes('override'); }",
+        30,
+        "the override to show in the widget",
+        arg=[W, alt_text],
+    )
     widget.screenshot(path=str(SHOTS / "widget-stopped-override.png"))
     side.screenshot(path=str(SHOTS / "sidebar-stopped.png"))
 
@@ -230,23 +289,43 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     side.locator(".sl-bp-call").fill("kv_close")
     side.locator(".sl-bp-pid").fill(pid)
     side.locator("button.sl-bp-add").click()
-    _wait(page, "() => document.querySelector('.symphony-lab-sidebar .sl-bps').textContent.includes('kv_close')", 20,
-          "the breakpoint in the sidebar's list")
+    _wait(
+        page,
+        "() => document.querySelector('.symphony-lab-sidebar .sl-bps').textContent.includes('kv_close')",
+        20,
+        "the breakpoint in the sidebar's list",
+    )
     widget.locator("button.sl-continue").click()
-    _wait(page, f"() => {{ const w = document.querySelector(\"{W}\"); return w.dataset.stopWhere === 'before'"
-                f" && w.querySelector('.sl-stop-line').textContent.includes('kv_close'); }}", 60,
-          "the LIP to stop at the kv_close breakpoint")
-    _wait(page, "() => document.querySelectorAll('.symphony-lab-sidebar .sl-kv .sl-kvnode').length >= 2"
-                " && document.querySelector('.symphony-lab-sidebar .sl-kv .sl-shared')", 30,
-          "the sidebar's KV tree to show forked files sharing pages")
+    _wait(
+        page,
+        f"() => {{ const w = document.querySelector(\"{W}\"); return w.dataset.stopWhere === 'before'"
+        f" && w.querySelector('.sl-stop-line').textContent.includes('kv_close'); }}",
+        60,
+        "the LIP to stop at the kv_close breakpoint",
+    )
+    _wait(
+        page,
+        "() => document.querySelectorAll('.symphony-lab-sidebar .sl-kv .sl-kvnode').length >= 2"
+        " && document.querySelector('.symphony-lab-sidebar .sl-kv .sl-shared')",
+        30,
+        "the sidebar's KV tree to show forked files sharing pages",
+    )
     side.locator(".sl-kv .sl-kvnode").nth(1).click()
-    _wait(page, "() => document.querySelector('.symphony-lab-sidebar .sl-kv-details .sl-pages')", 10,
-          "a KV file's pages after a click")
+    _wait(
+        page,
+        "() => document.querySelector('.symphony-lab-sidebar .sl-kv-details .sl-pages')",
+        10,
+        "a KV file's pages after a click",
+    )
     side.screenshot(path=str(SHOTS / "sidebar-kv-forks.png"))
     widget.screenshot(path=str(SHOTS / "widget-breakpoint.png"))
     side.locator("button.sl-bp-rm").first.click()
-    _wait(page, "() => document.querySelector('.symphony-lab-sidebar .sl-bps').textContent.includes('no breakpoints')",
-          20, "the breakpoint to be removed")
+    _wait(
+        page,
+        "() => document.querySelector('.symphony-lab-sidebar .sl-bps').textContent.includes('no breakpoints')",
+        20,
+        "the breakpoint to be removed",
+    )
 
     # continue to the end, from the sidebar's thread controls
     side.locator(f".sl-cmd[data-cmd='continue'][data-pid='{pid}'][data-tid='1']").click()
@@ -264,23 +343,36 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     assert lanes.count() >= 3, widget.locator(".sl-tokens").inner_text()
     tids = [lanes.nth(i).get_attribute("data-tid") for i in range(lanes.count())]
     assert len(set(tids)) == len(tids) and "1" in tids, tids
-    _wait(page, f"() => {{ const w = document.querySelector(\"{W}\"); return w.dataset.kvSource === 'kept'"
-                f" && w.querySelectorAll('.sl-kv .sl-kvnode').length >= 1; }}", 30,
-          "the widget's KV tree kept after the run ended")
+    _wait(
+        page,
+        f"() => {{ const w = document.querySelector(\"{W}\"); return w.dataset.kvSource === 'kept'"
+        f" && w.querySelectorAll('.sl-kv .sl-kvnode').length >= 1; }}",
+        30,
+        "the widget's KV tree kept after the run ended",
+    )
     assert "the run has ended" in widget.locator(".sl-kv-note").inner_text()
     assert not widget.locator(".sl-kv-scrub").is_disabled()
 
     # the busy cell got the same result once the LIP ended
-    _wait(page, "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('BEST:'))",
-          60, "the second cell to print the LIP's result")
+    _wait(
+        page,
+        "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(o => o.textContent.includes('BEST:'))",
+        60,
+        "the second cell to print the LIP's result",
+    )
     printed = next(t for t in page.locator(".jp-OutputArea-output").all_text_contents() if "BEST:" in t)
     assert repr(best) in printed, (printed, best)
 
     # the sidebar kept up: more batches, the process finished
-    _wait(page, "([n0, b0]) => { const s = document.querySelector('.symphony-lab-sidebar');"
-                " return Number(s.dataset.updates) > n0 && s.querySelectorAll('.sl-tl .sl-batch').length > b0"
-                " && s.querySelector('.sl-procs').textContent.includes('finished'); }", 30,
-          "the sidebar to show the finished run", arg=[updates_stopped, batches_stopped])
+    _wait(
+        page,
+        "([n0, b0]) => { const s = document.querySelector('.symphony-lab-sidebar');"
+        " return Number(s.dataset.updates) > n0 && s.querySelectorAll('.sl-tl .sl-batch').length > b0"
+        " && s.querySelector('.sl-procs').textContent.includes('finished'); }",
+        30,
+        "the sidebar to show the finished run",
+        arg=[updates_stopped, batches_stopped],
+    )
     # export the run as a Perfetto trace from the sidebar
     with page.expect_download(timeout=30_000) as dl:
         side.locator("button.sl-export").click()
@@ -303,8 +395,13 @@ def test_labextension_is_listed_enabled():
 
     if not LABEXT.exists():
         pytest.skip("the front-end is not built (make setup)")
-    out = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    out = subprocess.run(
+        [sys.executable, "-m", "jupyterlab.labextensions", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     text = out.stdout + out.stderr
     line = next((ln for ln in text.splitlines() if "symphony-lab" in ln), "")
     assert "enabled" in line and "OK" in line, text

@@ -21,7 +21,13 @@ def test_jest_unit_tests():
     jest = EXT / "node_modules" / ".bin" / "jest"
     if not jest.exists() or shutil.which("node") is None:
         pytest.skip("extension/node_modules is not installed (make setup)")
-    out = subprocess.run([str(jest), "--ci", "--silent"], cwd=EXT, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "CI": "true", "FORCE_COLOR": "0"})
+    out = subprocess.run(
+        [str(jest), "--ci", "--silent"],
+        cwd=EXT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "CI": "true", "FORCE_COLOR": "0"},
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Tests:" in out.stderr and "failed" not in out.stderr.split("Tests:")[1].splitlines()[0]

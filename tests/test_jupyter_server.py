@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-
 from jupyter_harness import start_server
+
 from symphony_lab.jupyter import registry
 from symphony_lab.jupyter.bridge import KernelBridge
 from symphony_lab.jupyter.messages import MalformedMessage, parse_message
@@ -72,13 +72,16 @@ def ws_session(server, kernel_id: str, sends: list, expect: int, token: bool = T
 
 
 def test_unauthenticated_requests_are_refused(server, bridge):
-    for method, path, body in [("GET", "/symphony-lab/api/status", None),
-                               ("POST", f"/symphony-lab/api/kernels/{KID}/command", b'{"command": "threads"}'),
-                               ("GET", f"/symphony-lab/api/kernels/{KID}/trace", None)]:
+    for method, path, body in [
+        ("GET", "/symphony-lab/api/status", None),
+        ("POST", f"/symphony-lab/api/kernels/{KID}/command", b'{"command": "threads"}'),
+        ("GET", f"/symphony-lab/api/kernels/{KID}/trace", None),
+    ]:
         status, _, _ = server.request(method, path, body, token=False)
         assert status == 403, (method, path, status)
-    status, _, _ = server.request("GET", "/symphony-lab/api/status",
-                                  headers={"Authorization": "token wrong-token"}, token=False)
+    status, _, _ = server.request(
+        "GET", "/symphony-lab/api/status", headers={"Authorization": "token wrong-token"}, token=False
+    )
     assert status == 403
     from tornado.httpclient import HTTPClientError
 
@@ -100,24 +103,32 @@ def test_command_is_forwarded_to_the_kernel_lab(server, bridge):
     msg = {"type": "request", "seq": 41, "command": "step", "arguments": {"pid": 3, "tid": 1}}
     status, body, _ = server.request("POST", f"/symphony-lab/api/kernels/{KID}/command", json.dumps(msg).encode())
     assert status == 200, body
-    assert body == {"type": "response", "request_seq": 41, "command": "step", "success": True,
-                    "body": {"echo": "step", "arguments": {"pid": 3, "tid": 1}}}
+    assert body == {
+        "type": "response",
+        "request_seq": 41,
+        "command": "step",
+        "success": True,
+        "body": {"echo": "step", "arguments": {"pid": 3, "tid": 1}},
+    }
     assert bridge.seen[-1]["command"] == "step"
 
 
-@pytest.mark.parametrize("raw, says", [
-    (b"{not json", "not JSON"),
-    (b"[1, 2]", "expected a JSON object, got an array"),
-    (b'{"arguments": {}}', "missing 'command'"),
-    (b'{"command": "explode"}', "unknown command 'explode'"),
-    (b'{"command": "step", "arguments": [1]}', "'arguments' must be a JSON object"),
-    (b'{"command": "step", "arguments": {"pid": "3"}}', "'pid' must be an integer"),
-    (b'{"command": "step", "seq": -1}', "'seq' must be a non-negative integer"),
-    (b'{"command": "step", "payload": 1}', "unknown field(s) ['payload']"),
-    (b'{"command": "launch", "arguments": {"fn": "os:system"}}', "not allowed here"),
-    (b'{"command": "lab_view", "arguments": {"bogus": 1}}', "unknown argument(s) ['bogus']"),
-    (b'\xff\xfe', "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "expected a JSON object, got an array"),
+        (b'{"arguments": {}}', "missing 'command'"),
+        (b'{"command": "explode"}', "unknown command 'explode'"),
+        (b'{"command": "step", "arguments": [1]}', "'arguments' must be a JSON object"),
+        (b'{"command": "step", "arguments": {"pid": "3"}}', "'pid' must be an integer"),
+        (b'{"command": "step", "seq": -1}', "'seq' must be a non-negative integer"),
+        (b'{"command": "step", "payload": 1}', "unknown field(s) ['payload']"),
+        (b'{"command": "launch", "arguments": {"fn": "os:system"}}', "not allowed here"),
+        (b'{"command": "lab_view", "arguments": {"bogus": 1}}', "unknown argument(s) ['bogus']"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
 def test_malformed_messages_are_rejected_with_a_clear_error(server, bridge, raw, says):
     n = len(bridge.seen)
     status, body, _ = server.request("POST", f"/symphony-lab/api/kernels/{KID}/command", raw)
@@ -128,8 +139,9 @@ def test_malformed_messages_are_rejected_with_a_clear_error(server, bridge, raw,
 
 
 def test_unknown_kernel_is_a_clear_404(server, bridge):
-    status, body, _ = server.request("POST", "/symphony-lab/api/kernels/no-such-kernel/command",
-                                     b'{"command": "threads"}')
+    status, body, _ = server.request(
+        "POST", "/symphony-lab/api/kernels/no-such-kernel/command", b'{"command": "threads"}'
+    )
     assert status == 404
     assert "has no running Symphony Lab" in json.dumps(body)
 
@@ -147,11 +159,16 @@ def test_websocket_forwards_checks_and_streams_events(server, bridge):
         bridge.broadcast({"type": "event", "event": "stopped", "seq": 1, "ts": 0.0, "body": {"pid": 7, "tid": 1}})
 
     threading.Thread(target=later, daemon=True).start()
-    got = ws_session(server, KID, [
-        "this is not json",
-        {"type": "request", "seq": 5, "command": "continue", "arguments": {"pid": 7}},
-        {"type": "request", "seq": 6, "command": "save_recording", "arguments": {"pid": 7, "path": "/etc/x"}},
-    ], expect=4)
+    got = ws_session(
+        server,
+        KID,
+        [
+            "this is not json",
+            {"type": "request", "seq": 5, "command": "continue", "arguments": {"pid": 7}},
+            {"type": "request", "seq": 6, "command": "save_recording", "arguments": {"pid": 7, "path": "/etc/x"}},
+        ],
+        expect=4,
+    )
     kinds = [(m["type"], m.get("request_seq"), m.get("success")) for m in got]
     assert ("response", None, False) in kinds  # the non-JSON line
     bad = next(m for m in got if m["type"] == "response" and m.get("request_seq") is None)
@@ -185,7 +202,11 @@ def test_command_list_matches_the_debugger_protocol():
 
 def test_parse_message_accepts_the_protocols_requests():
     assert parse_message('{"command": "step", "arguments": {"pid": 1}}') == {
-        "type": "request", "seq": 0, "command": "step", "arguments": {"pid": 1}}
+        "type": "request",
+        "seq": 0,
+        "command": "step",
+        "arguments": {"pid": 1},
+    }
     assert parse_message({"type": "request", "seq": 2, "command": "lab_view"})["arguments"] == {}
     with pytest.raises(MalformedMessage, match="'type' must be 'request'"):
         parse_message({"type": "event", "command": "step"})

@@ -42,8 +42,15 @@ def key(stop: dict) -> tuple:
     """What makes two stops the same stop, whichever front-end met it."""
     res = stop.get("result") or {}
     taken = (res.get("taken") or {}).get("token") if isinstance(res, dict) else None
-    return (stop["tid"], stop["where"], stop.get("call"), tuple(stop.get("reasons") or [stop["reason"]]),
-            stop.get("line"), stop.get("seq"), taken)
+    return (
+        stop["tid"],
+        stop["where"],
+        stop.get("call"),
+        tuple(stop.get("reasons") or [stop["reason"]]),
+        stop.get("line"),
+        stop.get("seq"),
+        taken,
+    )
 
 
 def python_api_stops(engine) -> list[tuple]:
@@ -75,12 +82,17 @@ def tui_stops(engine) -> list[tuple]:
                 if done:
                     return
                 held = [s for s in session.model.stops.values() if s["pid"] == session.pid]
-                if held and app.busy is None and app.focused_stop() is not None \
-                        and app.focused_stop()["stop_id"] == held[-1]["stop_id"]:
+                if (
+                    held
+                    and app.busy is None
+                    and app.focused_stop() is not None
+                    and app.focused_stop()["stop_id"] == held[-1]["stop_id"]
+                ):
                     n = len(session.model.stop_log)
                     await pilot.press("s")
                     while len(session.model.stop_log) == n and not any(
-                            p["pid"] == session.pid and p.get("done") for p in app.state.get("processes", [])):
+                        p["pid"] == session.pid and p.get("done") for p in app.state.get("processes", [])
+                    ):
                         assert time.monotonic() - t0 < 120, "the TUI's step never landed"
                         await pilot.pause(0.05)
                 assert time.monotonic() - t0 < 120, "the TUI session did not reach the end"
@@ -118,8 +130,14 @@ def test_the_same_stops_through_the_python_api_the_tui_and_the_widget_model(engi
     # ends, so the step goes on in main, which spawns thread 3: into it; its next pred; the end.
     tids = [k[0] for k in api]
     assert tids == [1, 1, 2, 2, 3, 3], api
-    assert [k[3] for k in api] == [("entry",), ("step",), ("step", "follow"), ("step",), ("step", "follow"),
-                                   ("step",)], api
+    assert [k[3] for k in api] == [
+        ("entry",),
+        ("step",),
+        ("step", "follow"),
+        ("step",),
+        ("step", "follow"),
+        ("step",),
+    ], api
     assert all(k[6] is not None for k in api if k[0] > 1), "a pred(sampler=) stop says the token the engine took"
     tui = tui_stops(engine)
     assert tui == api
@@ -176,8 +194,11 @@ def test_a_stop_says_what_the_model_preferred_and_what_the_program_took(engine):
         assert ev["token"] == s2["input"]["ids"][0]  # what it fed next is what it took
         # an override is what the program takes
         r = dbg.override(pid, 1, token=res["topk"][2]["token"])
-        assert r["stop"]["result"]["taken"] == {**r["stop"]["result"]["taken"], "token": res["topk"][2]["token"],
-                                                "by": "override"}
+        assert r["stop"]["result"]["taken"] == {
+            **r["stop"]["result"]["taken"],
+            "token": res["topk"][2]["token"],
+            "by": "override",
+        }
         dbg.continue_(pid)
         dbg.wait_process(pid)
         unsub()
@@ -188,20 +209,34 @@ def test_session_state_folds_the_event_stream():
     ev = lambda name, **b: {"type": "event", "event": name, "body": b}  # noqa: E731
     st.apply(ev("process_start", pid=1, tid=1, args={"name": "p"}))
     st.apply(ev("thread_start", pid=1, tid=2, args={"name": "t"}))
-    st.apply(ev("syscall_enter", pid=1, tid=2, call="pred", seq=1, file="f.py", line=3,
-                args={"tokens": [5, 6], "n_tokens": 2, "file": 9}))
+    st.apply(
+        ev(
+            "syscall_enter",
+            pid=1,
+            tid=2,
+            call="pred",
+            seq=1,
+            file="f.py",
+            line=3,
+            args={"tokens": [5, 6], "n_tokens": 2, "file": 9},
+        )
+    )
     st.apply(ev("syscall_exit", pid=1, tid=2, call="pred", seq=1, result={"argmax": 7, "token": 8}))
     st.apply(ev("syscall_enter", pid=1, tid=2, call="pred", seq=2, args={"tokens": [8], "n_tokens": 1, "file": 9}))
-    st.apply(ev("stopped", stop_id=4, pid=1, tid=2, where="before", call="pred", seq=2, reason="pause",
-                reasons=["pause"]))
+    st.apply(
+        ev("stopped", stop_id=4, pid=1, tid=2, where="before", call="pred", seq=2, reason="pause", reasons=["pause"])
+    )
     assert list(st.stops) == [4] and st.locations[(1, 2)]["line"] == 3
     st.apply(ev("continued", stop_id=4, pid=1, tid=2))
     assert not st.stops and len(st.stop_log) == 1
     lane = st.lane(1, 2, text_of=str)
     assert lane["prompt"] == "56" and [t["token"] for t in lane["tokens"]] == [8]
-    assert st.lanes(1) .keys() == {2}
-    tree = {"files": [{"file": 9, "held_by": [1], "ancestry": []}, {"file": 10, "held_by": [2], "ancestry": []}],
-            "edges": [], "roots": [9, 10]}
+    assert st.lanes(1).keys() == {2}
+    tree = {
+        "files": [{"file": 9, "held_by": [1], "ancestry": []}, {"file": 10, "held_by": [2], "ancestry": []}],
+        "edges": [],
+        "roots": [9, 10],
+    }
     st.apply({"type": "event", "event": "view", "ts": 1.0, "body": {"view": "kv_tree", "data": tree}})
     st.apply(ev("process_exit", pid=1, tid=1, args={"status": "finished"}))
     assert st.processes[1].done and st.processes[1].status == "finished"

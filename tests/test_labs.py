@@ -51,8 +51,13 @@ def execute(path: Path, allow_errors: bool):
     os.environ["JUPYTER_RUNTIME_DIR"] = str(runtime)  # the kernel's sidebar bridge registers here
     t0 = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=240, kernel_name="python3", allow_errors=allow_errors,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=240,
+            kernel_name="python3",
+            allow_errors=allow_errors,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     finally:
         if old is None:
             os.environ.pop("JUPYTER_RUNTIME_DIR", None)
@@ -63,8 +68,13 @@ def execute(path: Path, allow_errors: bool):
 
 
 def outputs(nb, kind: str | None = None):
-    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-            if kind is None or o.output_type == kind]
+    return [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if kind is None or o.output_type == kind
+    ]
 
 
 def text_of(cell) -> str:
@@ -150,10 +160,14 @@ def zipfile_open(path):
 
 def check_lab1_widgets(nb) -> None:
     """The live widgets were displayed, and nbclient stored a state the browser can render."""
-    widgets = [o for o in outputs(nb, "display_data") if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    widgets = [
+        o for o in outputs(nb, "display_data") if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     assert len(widgets) >= 2, "lab.run and lab.views display live widgets"
     state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    views = [m["state"].get("view") for m in state.values() if m.get("model_name") == "AnyModel" and m["state"].get("view")]
+    views = [
+        m["state"].get("view") for m in state.values() if m.get("model_name") == "AnyModel" and m["state"].get("view")
+    ]
     assert views, "nbclient stores the widgets' state in the notebook"
     runs = [v for v in views if v.get("name") == "complete"]
     # the state stored is the last one sent before the kernel stopped (a relaunched run may be mid-way)
@@ -177,8 +191,21 @@ def test_grading_a_folder_without_docker(bundle, tmp_path):
     (subs / "notes.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     out = tmp_path / "grades"
     bundle_dir = bundle[name]["student"].parent.parent
-    proc = subprocess.run([sys.executable, str(ROOT / "tutorials" / "grade_labs.py"), str(subs), "--bundle", str(bundle_dir),
-                           "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tutorials" / "grade_labs.py"),
+            str(subs),
+            "--bundle",
+            str(bundle_dir),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "skipping" in proc.stderr and "notes.ipynb" in proc.stderr
     rows = list(csv.DictReader(open(out / "grades.csv")))

@@ -67,8 +67,13 @@ def test_seeded_sampling_is_reproducible_and_same_on_either_side(engine):
     def lip(sym, in_engine: bool, seed: int):
         kv = sym.kv_create()
         procs = [] if in_engine else [lambda logits, hist: logits]
-        g = generate(sym, kv, sym.tokenize("Once upon a time"), 12,
-                     sampling=Sampling(temperature=1.0, top_p=0.9, seed=seed, processors=procs))
+        g = generate(
+            sym,
+            kv,
+            sym.tokenize("Once upon a time"),
+            12,
+            sampling=Sampling(temperature=1.0, top_p=0.9, seed=seed, processors=procs),
+        )
         return g.tokens
 
     a = run(engine, lip, True, 7)
@@ -82,8 +87,9 @@ def test_seeded_sampling_is_reproducible_and_same_on_either_side(engine):
 def test_repetition_penalty_reduces_repeats(engine):
     def lip(sym, penalty):
         kv = sym.kv_create()
-        return generate(sym, kv, sym.tokenize("one one one one one one"), 16, repetition_penalty=penalty,
-                        stop_tokens=[]).tokens
+        return generate(
+            sym, kv, sym.tokenize("one one one one one one"), 16, repetition_penalty=penalty, stop_tokens=[]
+        ).tokens
 
     plain, penalized = run(engine, lip, 1.0), run(engine, lip, 1.8)
     repeats = lambda toks: len(toks) - len(set(toks))  # noqa: E731
@@ -259,9 +265,12 @@ def test_regex_and_choice_constraints(engine, tok_path):
 
 
 def test_json_schema_constraint_and_errors(engine, tok_path):
-    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
-                                               "population": {"type": "integer", "minimum": 0}},
-              "required": ["city", "population"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer", "minimum": 0}},
+        "required": ["city", "population"],
+        "additionalProperties": False,
+    }
 
     def lip(sym):
         tok = tokenizer_for(sym, tok_path)

@@ -104,8 +104,13 @@ def test_a_gguf_path_converts_once_into_the_cache(engine, tmp_path, monkeypatch)
 @pytest.mark.slow
 def test_symphony_demo_answers_with_paris():
     """`symphony demo` (the README's demo) runs the chat LIP on the real model and streams the answer."""
-    out = subprocess.run([sys.executable, "-m", "symphony_core.cli", "demo"], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    out = subprocess.run(
+        [sys.executable, "-m", "symphony_core.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("Q: What is the capital of France?\nA: ")
     assert "Paris" in out.stdout.split("A: ", 1)[1], out.stdout

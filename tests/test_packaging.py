@@ -22,9 +22,24 @@ def test_wheel_carries_the_prebuilt_extension_and_widget_bundle(tmp_path):
     shared data under share/jupyter/labextensions, plus the server extension's config."""
     if not (LABEXT / "package.json").exists():
         pytest.fail("the front-end is not built: run make setup")
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     (wheel,) = tmp_path.glob("symphony_lip-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

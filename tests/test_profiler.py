@@ -34,9 +34,11 @@ def line_of(path: Path, text: str) -> int:
 def test_react_tool_line_carries_the_tools_time(engine):
     ex = load_example("react_agent")  # a private copy: its tools get a configured latency
     for name, tool in list(ex.TOOLS.items()):
+
         def slow(arg, _tool=tool):
             time.sleep(TOOL_SLEEP)  # the tool's network latency
             return _tool(arg)
+
         ex.TOOLS[name] = slow
     res, prof = profile_run(engine, ex.react, "What is 17 * 23?", engine.model_dir / "tokenizer.json", 2)
     calls = sum(1 for s in res["steps"] if s["tool"] != "finish")

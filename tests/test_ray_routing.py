@@ -50,11 +50,16 @@ def test_a_dead_replica_reports_its_files_once_until_acknowledged():
     death = ReplicaDeath(2, 0, 1_700_000_000.0, "its actor was restarted by Ray")
     book.record_death(death, {"alice": ["/users/alice/ctx.kv", "/shared/alice-notes.kv"]})
     lost = {f["path"]: f for f in book.lost_files("alice")}
-    assert set(lost) == {"/users/alice/ctx.kv", "/shared/alice-notes.kv"} and lost["/users/alice/ctx.kv"]["replica"] == "r2"
+    assert (
+        set(lost) == {"/users/alice/ctx.kv", "/shared/alice-notes.kv"}
+        and lost["/users/alice/ctx.kv"]["replica"] == "r2"
+    )
     assert book.lost_files("bob") == []
     assert book.acknowledge("alice", "/users/alice/ctx.kv") and not book.acknowledge("alice", "/users/alice/ctx.kv")
     out = lost_outcome(2_000_000_000_005, death)
-    assert out["status"] == "failed" and out["error"]["type"] == "ReplicaLost" and "replica r2" in out["error"]["message"]
+    assert (
+        out["status"] == "failed" and out["error"]["type"] == "ReplicaLost" and "replica r2" in out["error"]["message"]
+    )
 
 
 @pytest.mark.slow  # ~3 s of CPU, longer on a busy machine

@@ -30,8 +30,11 @@ from server_harness import ROOT, free_port, symphony_cmd
 
 pytestmark = pytest.mark.slow
 
-USERS = [{"name": "alice", "token": "tok-alice"}, {"name": "bob", "token": "tok-bob"},
-         {"name": "carol", "token": "tok-carol"}]
+USERS = [
+    {"name": "alice", "token": "tok-alice"},
+    {"name": "bob", "token": "tok-bob"},
+    {"name": "carol", "token": "tok-carol"},
+]
 
 
 class Front:
@@ -43,9 +46,27 @@ class Front:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(tmp, "front.log")
         self._log = open(self.log_path, "w")
-        cmd = symphony_cmd() + ["serve", "--ray", address, "--replicas", "2", "--replica-host", "127.0.0.1",
-                                "--port", str(self.port), "--users-file", users_file, "--num-pages", "1024",
-                                "--threads", "1", "--max-workers", "4", "--plugin", "debugger"]
+        cmd = symphony_cmd() + [
+            "serve",
+            "--ray",
+            address,
+            "--replicas",
+            "2",
+            "--replica-host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--users-file",
+            users_file,
+            "--num-pages",
+            "1024",
+            "--threads",
+            "1",
+            "--max-workers",
+            "4",
+            "--plugin",
+            "debugger",
+        ]
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=ray_env())
         deadline = time.time() + 400
         while True:
@@ -83,8 +104,11 @@ def front(tmp_path_factory):
     saved = dict(os.environ)
     cluster = fr = None
     try:
-        os.environ.update(ray_env({**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}))
+        os.environ.update(
+            ray_env(
+                {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)}
+            )
+        )
         cluster = start_local_cluster(nodes=2, num_cpus=1, object_store_mb=100)
         fr = Front(cluster.address, str(tmp_path_factory.mktemp("front")))
         ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING")
@@ -130,7 +154,9 @@ def test_run_streams_and_pid_names_the_home_replica(front):
     assert r["status"] == "finished" and r["result"] == out
     assert p.pid in [q["pid"] for q in c.processes()]
     # another user cannot reach it
-    assert httpx.get(f"{front.url}/v1/processes/{p.pid}", headers={"Authorization": "Bearer tok-bob"}).status_code == 404
+    assert (
+        httpx.get(f"{front.url}/v1/processes/{p.pid}", headers={"Authorization": "Bearer tok-bob"}).status_code == 404
+    )
     # bad token: the server's own 401
     assert httpx.get(f"{front.url}/v1/processes", headers={"Authorization": "Bearer nope"}).status_code == 401
 
@@ -182,14 +208,20 @@ def test_messages_and_cancel(front):
 def test_openai_client(front):
     openai = pytest.importorskip("openai")
     oc = openai.OpenAI(base_url=front.url + "/v1", api_key="tok-alice")
-    r = oc.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=4,
-                                   temperature=0)
+    r = oc.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=4, temperature=0
+    )
     assert r.choices[0].message.content and r.usage.completion_tokens == 4
     # the same prompt prefix lands on the same replica (the response id carries the pid)
     again = oc.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=2)
     assert replica_of(int(r.id.split("-")[1])) == replica_of(int(again.id.split("-")[1]))
-    text = "".join(ch.choices[0].text for ch in oc.completions.create(
-        model="smollm2", prompt="The capital of France is", max_tokens=4, temperature=0, stream=True) if ch.choices)
+    text = "".join(
+        ch.choices[0].text
+        for ch in oc.completions.create(
+            model="smollm2", prompt="The capital of France is", max_tokens=4, temperature=0, stream=True
+        )
+        if ch.choices
+    )
     assert text
 
 

@@ -68,8 +68,14 @@ def test_health_metrics_and_auth(server):
     assert h["sandbox"]["enforced"], h
     assert run_lip(server, "greedy", "Hello", 2).result(120)
     text = httpx.get(server.url + "/metrics").text
-    for name in ("symphony_batches_total", "symphony_batch_size_bucket", "symphony_queue_depth",
-                 "symphony_kv_pages_used", "symphony_tokens_per_second", "symphony_sandbox_workers"):
+    for name in (
+        "symphony_batches_total",
+        "symphony_batch_size_bucket",
+        "symphony_queue_depth",
+        "symphony_kv_pages_used",
+        "symphony_tokens_per_second",
+        "symphony_sandbox_workers",
+    ):
         assert f"\n{name}" in text or text.startswith(name), name
     batches = [line for line in text.splitlines() if line.startswith("symphony_batches_total ")]
     assert float(batches[0].split()[1]) > 0
@@ -92,8 +98,9 @@ def test_openai_client_streams_chat_and_completions(server):
     full = oc.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0)
     text = full.choices[0].message.content
     assert text and full.usage.completion_tokens > 0 and full.choices[0].finish_reason in ("stop", "length")
-    stream = oc.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, stream=True,
-                                        stream_options={"include_usage": True})
+    stream = oc.chat.completions.create(
+        model=model, messages=msgs, max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
     pieces, finish, usage = [], None, None
     for chunk in stream:
         if chunk.usage is not None:
@@ -106,8 +113,12 @@ def test_openai_client_streams_chat_and_completions(server):
     assert "".join(pieces) == text and finish == full.choices[0].finish_reason
     assert usage is not None and usage.completion_tokens == full.usage.completion_tokens
     comp = oc.completions.create(model=model, prompt="The capital of France is", max_tokens=6, temperature=0)
-    streamed = "".join(c.choices[0].text for c in oc.completions.create(
-        model=model, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True))
+    streamed = "".join(
+        c.choices[0].text
+        for c in oc.completions.create(
+            model=model, prompt="The capital of France is", max_tokens=6, temperature=0, stream=True
+        )
+    )
     assert comp.choices[0].text and streamed == comp.choices[0].text
     with pytest.raises(openai.NotFoundError):
         oc.chat.completions.create(model="gpt-17", messages=msgs, max_tokens=2)
@@ -123,10 +134,18 @@ def test_prefix_example_remote_matches_embedded(server):
     questions = ["When is the library open on Saturday?", "How much are late fees?"]
     argv = [f"{PREFIX_EXAMPLE}:prefix_parallel", "--kw", "max_tokens=6", "--kw", f"questions={json.dumps(questions)}"]
     env = {**os.environ, "PYTHONPATH": ROOT}
-    emb = subprocess.run(symphony_cmd() + ["run", *argv], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    emb = subprocess.run(
+        symphony_cmd() + ["run", *argv], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
     assert emb.returncode == 0, emb.stderr
-    remote = subprocess.run(symphony_cmd() + ["run", *argv, "--server", server.url, "--token", TOKENS["alice"]],
-                            capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    remote = subprocess.run(
+        symphony_cmd() + ["run", *argv, "--server", server.url, "--token", TOKENS["alice"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert remote.returncode == 0, remote.stderr + server.log()[-2000:]
     assert remote.stdout == emb.stdout
     expected = json.loads(emb.stdout.strip().splitlines()[-1])
@@ -306,29 +325,44 @@ def test_hostile_programs_fail_clearly_while_a_benign_one_finishes(server):
 def test_malformed_requests_get_clear_4xx(server):
     """Bad JSON, unknown fields, wrong types, huge payloads, bad ids: 4xx naming what was wrong."""
     with http(server) as c:
+
         def err(r, status, *words):
             assert r.status_code == status, (r.status_code, r.text)
             msg = r.json()["error"]["message"]
             for w in words:
                 assert w in msg, (w, msg)
 
-        err(c.post("/v1/processes", content=b"{not json", headers={"content-type": "application/json"}),
-            400, "not valid JSON")
+        err(
+            c.post("/v1/processes", content=b"{not json", headers={"content-type": "application/json"}),
+            400,
+            "not valid JSON",
+        )
         err(c.post("/v1/processes", content=b""), 400, "empty")
         err(c.post("/v1/processes", json=[1, 2]), 422, "must be a JSON object")
-        err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "bogus": 1}), 422, "unknown field", "bogus")
+        err(
+            c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "bogus": 1}),
+            422,
+            "unknown field",
+            "bogus",
+        )
         err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "args": "x"}), 422, "'args'", "an array")
         err(c.post("/v1/processes", json={"source": 5, "entry": "greedy"}), 422, "'source'", "a string")
         err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "priority": True}), 422, "'priority'")
         err(c.post("/v1/processes", json={"source": SOURCE, "entry": "not an identifier"}), 422, "entry")
         err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "limits": {"cpu": 1}}), 422, "cpu")
-        err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "limits": {"wall_time": -1}}), 422,
-            "wall_time")
+        err(
+            c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "limits": {"wall_time": -1}}),
+            422,
+            "wall_time",
+        )
         err(c.post("/v1/processes", json={"entry": "greedy"}), 422, "source")
         err(c.post("/v1/processes", json={"program": "nope"}), 404, "no program")
         err(c.post("/v1/processes", json={"source": SOURCE, "entry": "greedy", "sandbox": False}), 403, "sandbox")
-        err(c.post("/v1/processes", content=b"x" * (2 << 20), headers={"content-type": "application/json"}), 413,
-            "over the limit")
+        err(
+            c.post("/v1/processes", content=b"x" * (2 << 20), headers={"content-type": "application/json"}),
+            413,
+            "over the limit",
+        )
         err(c.post("/v1/programs", json={"source": "#" * (600 << 10)}), 413, "program source")
         err(c.post("/v1/processes", content=b"{}", headers={"content-type": "image/png"}), 415, "application/json")
         err(c.post("/v1/processes", content=b"{}", headers={"content-type": "text/plain"}), 415, "application/json")
@@ -341,10 +375,16 @@ def test_malformed_requests_get_clear_4xx(server):
         err(c.post(f"/v1/processes/{pid}/messages", json={"date": 1}), 422, "date")
         err(c.get("/v1/nope"), 404, "no route")
         err(c.post("/v1/chat/completions", json={"model": "smollm2", "messages": "hi"}), 422, "'messages'")
-        err(c.post("/v1/chat/completions", json={"model": "smollm2", "messages": [{"role": "x", "content": "a"}]}),
-            400, "role")
-        err(c.post("/v1/chat/completions", json={"model": "smollm2", "messages": [], "temperature": "hot"}), 422,
-            "temperature")
+        err(
+            c.post("/v1/chat/completions", json={"model": "smollm2", "messages": [{"role": "x", "content": "a"}]}),
+            400,
+            "role",
+        )
+        err(
+            c.post("/v1/chat/completions", json={"model": "smollm2", "messages": [], "temperature": "hot"}),
+            422,
+            "temperature",
+        )
         err(c.post("/v1/completions", json={"model": "smollm2", "prompt": "a", "max_tokens": 0}), 400, "max_tokens")
         err(c.post("/v1/completions", json={"model": "smollm2", "prompt": "a", "best_of": 3}), 422, "best_of")
     # a program that cannot run is refused at submission (400), over HTTP and the WebSocket alike

@@ -20,8 +20,11 @@ pytest.importorskip("websockets")
 from symphony_lab.debugger import RemoteDebugger, RemoteError  # noqa: E402
 
 LIP_FILE = os.path.join(ROOT, "tests", "lips_for_tests.py")
-USERS = [{"name": "alice", "token": "tok-alice"}, {"name": "bob", "token": "tok-bob"},
-         {"name": "root", "token": "tok-root", "trusted": True}]
+USERS = [
+    {"name": "alice", "token": "tok-alice"},
+    {"name": "bob", "token": "tok-bob"},
+    {"name": "root", "token": "tok-root", "trusted": True},
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,13 @@ def source() -> str:
 
 
 def test_unknown_plugin_is_a_clear_error_before_the_model_loads():
-    r = subprocess.run(symphony_cmd() + ["serve", "--plugin", "no-such-plugin", "--port", "1"], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
+    r = subprocess.run(
+        symphony_cmd() + ["serve", "--plugin", "no-such-plugin", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert r.returncode == 2
     assert "no server plugin 'no-such-plugin'" in r.stderr and "debugger" in r.stderr  # lists what is installed
 
@@ -60,12 +68,16 @@ def test_step_a_sandboxed_program_and_keep_users_apart(server):
     alice, bob, root = ws(server, "tok-alice"), ws(server, "tok-bob"), ws(server, "tok-root")
     try:
         q, _ = bob.event_queue(["stopped", "continued", "process_start", "process_exit"])
-        r = alice.run_program(source(), "greedy", "The capital of France is", kwargs={"max_tokens": 6},
-                              stop_on_entry=True, record=True)
+        r = alice.run_program(
+            source(), "greedy", "The capital of France is", kwargs={"max_tokens": 6}, stop_on_entry=True, record=True
+        )
         pid = r["pid"]
         assert r["sandboxed"] is True
         s = alice.wait_stopped(pid, timeout=120)
-        assert s["reason"] == "entry" and (s["file"], s["line"]) == ("<lip greedy>", 8)  # the def line, not the server's
+        assert s["reason"] == "entry" and (s["file"], s["line"]) == (
+            "<lip greedy>",
+            8,
+        )  # the def line, not the server's
         chosen = []
         for i in range(1, 4):
             alice.step(pid, 1)
@@ -81,9 +93,15 @@ def test_step_a_sandboxed_program_and_keep_users_apart(server):
         # bob sees none of it and can touch none of it
         assert pid not in [p["pid"] for p in bob.threads()["processes"]]
         assert bob.stops()["stops"] == []
-        for call in (lambda: bob.step(pid, 1), lambda: bob.continue_(pid), lambda: bob.stack(pid, 1),
-                     lambda: bob.dist(pid, 1), lambda: bob.override(pid, 1, token=alt), lambda: bob.restart(pid),
-                     lambda: bob.wait_stopped(pid, timeout=1)):
+        for call in (
+            lambda: bob.step(pid, 1),
+            lambda: bob.continue_(pid),
+            lambda: bob.stack(pid, 1),
+            lambda: bob.dist(pid, 1),
+            lambda: bob.override(pid, 1, token=alt),
+            lambda: bob.restart(pid),
+            lambda: bob.wait_stopped(pid, timeout=1),
+        ):
             with pytest.raises(RemoteError) as e:
                 call()
             assert e.value.error == "ScopeError" and f"process {pid} is not one of 'bob'" in str(e.value)
@@ -92,11 +110,15 @@ def test_step_a_sandboxed_program_and_keep_users_apart(server):
             bob.kv(fid=alice_file)
         assert alice_file not in [f["file"] for f in bob.kv_tree()["files"]]
         assert alice_file in [f["file"] for f in alice.kv_tree()["files"]]
-        for call, msg in ((lambda: bob.scheduler_step_mode(True), "whole engine"),
-                          (lambda: bob.set_stop_on_entry(True), "whole engine"),
-                          (lambda: bob.set_breakpoint("pred"), "give pid"),
-                          (lambda: bob.continue_(), "needs a pid"), (lambda: bob.pause(), "needs a pid"),
-                          (lambda: bob.trace(), "whole engine"), (lambda: bob.launch("os:system", "true"), "whole engine")):
+        for call, msg in (
+            (lambda: bob.scheduler_step_mode(True), "whole engine"),
+            (lambda: bob.set_stop_on_entry(True), "whole engine"),
+            (lambda: bob.set_breakpoint("pred"), "give pid"),
+            (lambda: bob.continue_(), "needs a pid"),
+            (lambda: bob.pause(), "needs a pid"),
+            (lambda: bob.trace(), "whole engine"),
+            (lambda: bob.launch("os:system", "true"), "whole engine"),
+        ):
             with pytest.raises(RemoteError, match=msg):
                 call()
         # the timeline keeps every batch's size but names only bob's own processes
@@ -146,8 +168,18 @@ def test_tui_session_against_symphony_serve(server):
     from symphony_lab.tui import SymphonyLab
     from tests.test_tui import remote_session_step_override_continue
 
-    ns = build_parser().parse_args(["tui", "--server", server.url, "--token", "tok-alice", f"{LIP_FILE}:greedy",
-                                    "The capital of France is", "max_tokens=6"])
+    ns = build_parser().parse_args(
+        [
+            "tui",
+            "--server",
+            server.url,
+            "--token",
+            "tok-alice",
+            f"{LIP_FILE}:greedy",
+            "The capital of France is",
+            "max_tokens=6",
+        ]
+    )
     session = make_session(ns)
     try:
         screen = asyncio.run(remote_session_step_override_continue(SymphonyLab(session), session, timeout=120))

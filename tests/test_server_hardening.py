@@ -20,7 +20,7 @@ USERS = [
     {"name": "quota", "token": "tok-quota", "max_pages": 1},
     {"name": "erin", "token": "tok-erin", "trusted": True},
 ]
-SOURCE = '''
+SOURCE = """
 def flood(sym, n: int, size: int):
     for i in range(n):
         sym.send("x" * size)
@@ -40,7 +40,7 @@ def bad_ids(sym):
     except PredError as e:
         return "caught: " + str(e)
     return "no error"
-'''
+"""
 MIB = 1 << 20
 
 
@@ -90,8 +90,9 @@ def test_message_memory_is_bounded_and_given_back(server):
         peak = rss_mb(server.proc.pid)
         # posting to a program that never recv()s: refused past 16 MiB unread
         deaf = run(c, "deaf")
-        codes = [c.post(f"/v1/processes/{deaf}/messages", json={"data": "y" * (MIB // 2)}).status_code
-                 for _ in range(40)]
+        codes = [
+            c.post(f"/v1/processes/{deaf}/messages", json={"data": "y" * (MIB // 2)}).status_code for _ in range(40)
+        ]
         assert codes.count(200) < 40 and codes[-1] == 429, codes
         r = c.post(f"/v1/processes/{deaf}/messages", json={"data": "y" * (MIB // 2)})
         assert r.status_code == 429 and "has not recv'd" in r.json()["error"]["message"]
@@ -120,8 +121,9 @@ def test_openai_context_overflow_is_400_and_quota_429(server):
     q = openai.OpenAI(base_url=server.url + "/v1", api_key="tok-quota", max_retries=0)
     for stream in (False, True):
         with pytest.raises(openai.RateLimitError) as e:
-            r = q.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi " * 40}],
-                                          max_tokens=2, stream=stream)
+            r = q.chat.completions.create(
+                model="smollm2", messages=[{"role": "user", "content": "hi " * 40}], max_tokens=2, stream=stream
+            )
             list(r) if stream else None
         assert e.value.status_code == 429 and "page quota" in e.value.message, e.value
     assert c.completions.create(model="smollm2", prompt="Hello", max_tokens=2).choices[0].text
@@ -130,7 +132,9 @@ def test_openai_context_overflow_is_400_and_quota_429(server):
 def test_bad_token_ids_are_a_catchable_error_naming_them(server):
     """`sym.detokenize([-5, 10**9])` raises PredError naming the ids, sandboxed and in-process."""
     with http(server) as c:
-        assert result(c, run(c, "bad_ids")).get("result", "").startswith("caught: detokenize: token ids [-5, 1000000000]")
+        assert (
+            result(c, run(c, "bad_ids")).get("result", "").startswith("caught: detokenize: token ids [-5, 1000000000]")
+        )
     with http(server, "erin") as c:
         out = result(c, run(c, "bad_ids", sandbox=False))
         assert out.get("result", "").startswith("caught: detokenize: token ids [-5, 1000000000]"), out

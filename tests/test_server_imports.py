@@ -40,15 +40,19 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
 def test_no_import_circles_and_the_sandbox_stays_below_the_server():
     mods = _modules()
     graph = {m: _imports(m, p, set(mods)) for m, p in mods.items()}
-    upward = sorted((a, b) for a, deps in graph.items() for b in deps
-                    if a.startswith("symphony_core.sandbox") and b.startswith("symphony_core.server"))
+    upward = sorted(
+        (a, b)
+        for a, deps in graph.items()
+        for b in deps
+        if a.startswith("symphony_core.sandbox") and b.startswith("symphony_core.server")
+    )
     assert not upward, upward
     state: dict[str, int] = {}
 
     def visit(m: str, path: list[str]) -> None:
         state[m] = 1
         for d in sorted(graph[m]):
-            assert state.get(d) != 1, f"import circle: {' -> '.join(path[path.index(d):] + [d]) if d in path else d}"
+            assert state.get(d) != 1, f"import circle: {' -> '.join(path[path.index(d) :] + [d]) if d in path else d}"
             if d not in state:
                 visit(d, path + [d])
         state[m] = 2

@@ -30,14 +30,18 @@ def server():
 @pytest.mark.slow
 def test_200_concurrent_websocket_clients(server):
     """200 WebSocket clients at once, each running a short sandboxed program: all complete."""
-    prog = httpx.post(server.url + "/v1/programs", json={"source": SOURCE, "entry": "tiny"},
-                      headers={"Authorization": f"Bearer {TOKEN}"}).json()["program"]
+    prog = httpx.post(
+        server.url + "/v1/programs",
+        json={"source": SOURCE, "entry": "tiny"},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ).json()["program"]
     url = server.url.replace("http", "ws") + "/v1/ws"
     n = 200
 
     async def one(i: int) -> tuple[list, dict]:
-        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"},
-                                      open_timeout=120, max_size=None) as ws:
+        async with websockets.connect(
+            url, additional_headers={"Authorization": f"Bearer {TOKEN}"}, open_timeout=120, max_size=None
+        ) as ws:
             await ws.send(json.dumps({"op": "run", "program": prog, "args": [i]}))
             msgs = []
             async for raw in ws:

@@ -47,8 +47,17 @@ def stop_ids(app) -> list[int]:
 async def step_and_wait(pilot, app, what: str) -> dict:
     before = stop_ids(app)
     await pilot.press("s")
-    await wait_until(pilot, lambda: app.busy is None and stop_ids(app) and stop_ids(app) != before
-                     and app.focused_stop() is not None and app.focused_stop()["stop_id"] not in before, what)
+    await wait_until(
+        pilot,
+        lambda: (
+            app.busy is None
+            and stop_ids(app)
+            and stop_ids(app) != before
+            and app.focused_stop() is not None
+            and app.focused_stop()["stop_id"] not in before
+        ),
+        what,
+    )
     return app.focused_stop()
 
 
@@ -74,8 +83,9 @@ async def remote_session_step_override_continue(app, session, timeout: float = 9
         await wait_until(pilot, lambda: app.focused_stop()["result"]["chosen"]["by"] == "override", "override")
         await pilot.press("c")
         pid = app.focus_pt[0]
-        await wait_until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
-                         "the end", timeout)
+        await wait_until(
+            pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]), "the end", timeout
+        )
         res = session.request("wait_process", pid=pid, timeout=60)
         assert res["status"] == "finished" and res["result"][2] == alt["token"]
         # Tokens generated after `c` were never at a stop: their text comes from `token_texts`.
@@ -86,7 +96,6 @@ async def remote_session_step_override_continue(app, session, timeout: float = 9
 
 def run(coro):
     return asyncio.run(coro)
-
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +111,9 @@ def engine():
 def test_full_session_on_the_parallel_example(engine):
     """Launch prefix_parallel, stop on entry, step 3 preds, override from the top-k, continue."""
     path = f"/shared/tui-test-{uuid.uuid4().hex[:8]}.kv"  # a fresh name: the prefill happens in this run
-    session = EmbeddedSession(f"{EXAMPLE}:prefix_parallel", engine=engine,
-                              kwargs={"questions": QUESTIONS, "max_tokens": 8, "path": path})
+    session = EmbeddedSession(
+        f"{EXAMPLE}:prefix_parallel", engine=engine, kwargs={"questions": QUESTIONS, "max_tokens": 8, "path": path}
+    )
     app = SymphonyLab(session)
 
     async def drive() -> dict:
@@ -144,16 +154,22 @@ def test_full_session_on_the_parallel_example(engine):
             await pilot.press("2")  # the token pane; focus goes to its top-k table
             assert app.focused is app.query_one(TopK)
             await pilot.press("down", "enter")
-            await wait_until(pilot, lambda: (app.focused_stop() or {}).get("result", {}).get("chosen", {}).get("by")
-                             == "override", "the override")
+            await wait_until(
+                pilot,
+                lambda: (app.focused_stop() or {}).get("result", {}).get("chosen", {}).get("by") == "override",
+                "the override",
+            )
             assert app.focused_stop()["result"]["chosen"]["token"] == alt["token"]
             assert any(t.get("overridden") and t["token"] == alt["token"] for t in history(app))
             assert "override" in screen_text(app)
 
             # Continue to the end.
             await pilot.press("c")
-            await wait_until(pilot, lambda: all(p.get("done") for p in app.state.get("processes", [])
-                                                if p["pid"] == pid), "the end of the run")
+            await wait_until(
+                pilot,
+                lambda: all(p.get("done") for p in app.state.get("processes", []) if p["pid"] == pid),
+                "the end of the run",
+            )
             await wait_until(pilot, lambda: "finished" in screen_text(app) and len(history(app)) >= 3, "final redraw")
             screen = screen_text(app)
             assert f"pid {pid} prefix_parallel finished" in screen
@@ -183,16 +199,26 @@ def test_full_session_on_the_parallel_example(engine):
 
 
 def test_failing_process_shows_traceback_and_tui_goes_on(engine):
-    session = EmbeddedSession(os.path.join(ROOT, "tests", "lips_for_tests.py") + ":raises", engine=engine,
-                              stop_on_entry=False)
+    session = EmbeddedSession(
+        os.path.join(ROOT, "tests", "lips_for_tests.py") + ":raises", engine=engine, stop_on_entry=False
+    )
     app = SymphonyLab(session)
 
     async def drive() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: any(p.get("status") == "failed" for p in app.state.get("processes", [])),
-                             "the process to fail")
-            await wait_until(pilot, lambda: "ValueError: the LIP's own bug" in screen_text(app)
-                             and "Traceback (most recent call last)" in screen_text(app), "the traceback")
+            await wait_until(
+                pilot,
+                lambda: any(p.get("status") == "failed" for p in app.state.get("processes", [])),
+                "the process to fail",
+            )
+            await wait_until(
+                pilot,
+                lambda: (
+                    "ValueError: the LIP's own bug" in screen_text(app)
+                    and "Traceback (most recent call last)" in screen_text(app)
+                ),
+                "the traceback",
+            )
             screen = screen_text(app)
             assert "raise ValueError" in screen
             assert "raised here" in screen and re.search(r"▶ ?36 +raise ValueError", screen)  # the program pane
@@ -203,14 +229,23 @@ def test_failing_process_shows_traceback_and_tui_goes_on(engine):
             await pilot.press("escape")
             await wait_until(pilot, lambda: "Symphony Lab — keys" not in screen_text(app), "help to close")
             await pilot.press("r")
-            await wait_until(pilot, lambda: app.focus_pt[0] not in (None, first)
-                             and any(p["pid"] == app.focus_pt[0] and p.get("status") == "failed"
-                                     for p in app.state.get("processes", [])), "the relaunch to fail too")
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.focus_pt[0] not in (None, first)
+                    and any(
+                        p["pid"] == app.focus_pt[0] and p.get("status") == "failed"
+                        for p in app.state.get("processes", [])
+                    )
+                ),
+                "the relaunch to fail too",
+            )
             await wait_until(pilot, lambda: f"pid {app.focus_pt[0]} failed" in screen_text(app), "its traceback")
             # A command that cannot apply says so and changes nothing.
             await pilot.press("s")
-            await wait_until(pilot, lambda: app.last_error is not None or "focus a thread" in screen_text(app),
-                             "a refusal")
+            await wait_until(
+                pilot, lambda: app.last_error is not None or "focus a thread" in screen_text(app), "a refusal"
+            )
 
     try:
         run(drive())
@@ -219,8 +254,12 @@ def test_failing_process_shows_traceback_and_tui_goes_on(engine):
 
 
 def test_narrow_terminal_uses_tabs_on_a_live_session(engine):
-    session = EmbeddedSession(os.path.join(ROOT, "tests", "lips_for_tests.py") + ":greedy", ("Once upon a time",),
-                              {"max_tokens": 4}, engine=engine)
+    session = EmbeddedSession(
+        os.path.join(ROOT, "tests", "lips_for_tests.py") + ":greedy",
+        ("Once upon a time",),
+        {"max_tokens": 4},
+        engine=engine,
+    )
     app = SymphonyLab(session)
 
     async def drive() -> None:
@@ -235,8 +274,11 @@ def test_narrow_terminal_uses_tabs_on_a_live_session(engine):
             await pilot.press("o")
             await wait_until(pilot, lambda: "Override the token" in screen_text(app), "the override dialog")
             await pilot.press(*f"#{alt['token']}", "enter")
-            await wait_until(pilot, lambda: (app.focused_stop() or {}).get("result", {}).get("chosen", {}).get("token")
-                             == alt["token"], "the override from the dialog")
+            await wait_until(
+                pilot,
+                lambda: (app.focused_stop() or {}).get("result", {}).get("chosen", {}).get("token") == alt["token"],
+                "the override from the dialog",
+            )
             await pilot.press("2")
             await wait_until(pilot, lambda: "top-k" in screen_text(app), "the token tab")
             screen = screen_text(app)
@@ -262,8 +304,14 @@ def test_same_session_over_the_debugger_websocket(engine):
     server = DebugServer(dbg, allow_launch=True)
     remote = RemoteDebugger(server.url)
     fn, _ = resolve_target(os.path.join(ROOT, "tests", "lips_for_tests.py") + ":greedy")
-    session = DebuggerSession(remote, fn, ("The capital of France is",), {"max_tokens": 6},
-                              title=f"server {server.url}", on_close=remote.close)
+    session = DebuggerSession(
+        remote,
+        fn,
+        ("The capital of France is",),
+        {"max_tokens": 6},
+        title=f"server {server.url}",
+        on_close=remote.close,
+    )
     app = SymphonyLab(session)
 
     try:
@@ -287,8 +335,9 @@ def test_line_breakpoint_step_back_and_scheduler_step_mode(engine):
         async with app.run_test(size=(160, 48)) as pilot:
             await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
             await pilot.press("1", *["down"] * (pred_line - def_line), "b")
-            await wait_until(pilot, lambda: re.search(rf"● *{pred_line} +t = sym\.pred", screen_text(app)),
-                             "the breakpoint marker")
+            await wait_until(
+                pilot, lambda: re.search(rf"● *{pred_line} +t = sym\.pred", screen_text(app)), "the breakpoint marker"
+            )
             await pilot.press("c")
             await wait_until(pilot, lambda: (app.focused_stop() or {}).get("reason") == "breakpoint", "the breakpoint")
             s = app.focused_stop()
@@ -303,8 +352,15 @@ def test_line_breakpoint_step_back_and_scheduler_step_mode(engine):
             # Step back: a replay of the recorded run stops after pred 1, with the same top-k.
             old = app.focus_pt[0]
             await pilot.press("u")
-            await wait_until(pilot, lambda: app.focus_pt[0] not in (None, old) and app.focused_stop() is not None
-                             and app.focused_stop()["where"] == "after", "the step back")
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.focus_pt[0] not in (None, old)
+                    and app.focused_stop() is not None
+                    and app.focused_stop()["where"] == "after"
+                ),
+                "the step back",
+            )
             back = app.focused_stop()
             assert back["preds"] == 1
             assert [r["token"] for r in back["result"]["topk"]] == [r["token"] for r in first["result"]["topk"]]
@@ -323,8 +379,11 @@ def test_line_breakpoint_step_back_and_scheduler_step_mode(engine):
             await wait_until(pilot, lambda: app.state["timeline"]["totals"]["batches"] == n0 + 1, "one batch")
             await pilot.press("m")
             pid = app.focus_pt[0]
-            await wait_until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
-                             "the replayed process to finish")
+            await wait_until(
+                pilot,
+                lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]),
+                "the replayed process to finish",
+            )
             assert app.last_error is None, app.last_error
 
     try:
@@ -337,7 +396,9 @@ def test_cli_arguments_and_a_server_that_is_not_there():
     from symphony_lab.cli import debugger_url, main, parse_lip_args
 
     assert parse_lip_args(["The capital", "16", "max_tokens=8", "stop=['.']"]) == (
-        ("The capital", 16), {"max_tokens": 8, "stop": ["."]})
+        ("The capital", 16),
+        {"max_tokens": 8, "stop": ["."]},
+    )
     assert debugger_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/v1/debug"
     assert debugger_url("wss://lab.example.org/dbg") == "wss://lab.example.org/dbg"
     with pytest.raises(SystemExit, match="could not attach to a debugger at ws://127.0.0.1:9/"):
@@ -373,21 +434,33 @@ def test_relaunch_runs_the_edited_file(engine, tmp_path):
 
 def test_pause_a_running_program(engine):
     """`p` stops a program that never stops by itself at its next syscall; `c` lets it go on."""
-    session = EmbeddedSession(os.path.join(ROOT, "tests", "lips_for_tests.py") + ":page_hog", engine=engine,
-                              stop_on_entry=False)
+    session = EmbeddedSession(
+        os.path.join(ROOT, "tests", "lips_for_tests.py") + ":page_hog", engine=engine, stop_on_entry=False
+    )
     app = SymphonyLab(session)
 
     async def drive() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: any(t.get("preds", 0) >= 2 for p in app.state.get("processes", [])
-                                                for t in p.get("threads", [])), "the program to run")
+            await wait_until(
+                pilot,
+                lambda: any(
+                    t.get("preds", 0) >= 2 for p in app.state.get("processes", []) for t in p.get("threads", [])
+                ),
+                "the program to run",
+            )
             await pilot.press("p")
             await wait_until(pilot, lambda: (app.focused_stop() or {}).get("reason") == "pause", "the pause")
             assert "(pause)" in screen_text(app)
             preds = app.focused_stop()["preds"]
             await pilot.press("c")
-            await wait_until(pilot, lambda: app.focused_stop() is None and any(
-                t.get("preds", 0) > preds for p in app.state["processes"] for t in p["threads"]), "it to go on")
+            await wait_until(
+                pilot,
+                lambda: (
+                    app.focused_stop() is None
+                    and any(t.get("preds", 0) > preds for p in app.state["processes"] for t in p["threads"])
+                ),
+                "it to go on",
+            )
 
     try:
         run(drive())
@@ -414,15 +487,29 @@ def test_keys_while_busy_are_queued_follow_label_return_value_and_help(engine):
             await pilot.press("s", "s", "s")
             assert app.queued == ["step"] * 3 and "queued: step step step" in screen_text(app)
             connected.set()
-            await wait_until(pilot, lambda: len([s for s in session.model.stop_log if s["pid"] == session.pid]) >= 4
-                             and not app.queued and app.busy is None, "three queued steps")
+            await wait_until(
+                pilot,
+                lambda: (
+                    len([s for s in session.model.stop_log if s["pid"] == session.pid]) >= 4
+                    and not app.queued
+                    and app.busy is None
+                ),
+                "three queued steps",
+            )
             log = [s for s in session.model.stop_log if s["pid"] == session.pid]
-            assert [(s["tid"], s["reasons"]) for s in log] == [(1, ["entry"]), (1, ["step"]), (2, ["step", "follow"]),
-                                                               (2, ["step"])]
+            assert [(s["tid"], s["reasons"]) for s in log] == [
+                (1, ["entry"]),
+                (1, ["step"]),
+                (2, ["step", "follow"]),
+                (2, ["step"]),
+            ]
             assert describe_stop(log[2]) == "after pred (step into thread)"
             await pilot.press("c")
-            await wait_until(pilot, lambda: any(p["pid"] == session.pid and p.get("done")
-                                                for p in app.state.get("processes", [])), "the end of the run")
+            await wait_until(
+                pilot,
+                lambda: any(p["pid"] == session.pid and p.get("done") for p in app.state.get("processes", [])),
+                "the end of the run",
+            )
             await wait_until(pilot, lambda: "returned [[" in screen_text(app), "the return value in the processes pane")
             res = session.request("wait_process", pid=session.pid, timeout=10)
             assert res["status"] == "finished" and len(res["result"]) == 2

@@ -33,6 +33,7 @@ TITLE = "examples/lips/prefix_parallel.py:prefix_parallel"
 
 # --- the recorded state -------------------------------------------------------------------------
 
+
 def normalize(state: dict, root: str) -> dict:
     """Renumber pids, KV file ids and page ids in order of appearance; fix the clock; make
     paths relative to the repository; embed the program's source."""
@@ -84,7 +85,7 @@ def normalize(state: dict, root: str) -> dict:
 
     walk(state)
     for k in ("history", "locations", "tracebacks"):
-        for key in (state.get(k) or {}):
+        for key in state.get(k) or {}:
             m("pid", int(str(key).partition(".")[0]))
     for kind, vals in seen.items():
         maps[kind] = {v: i + 1 for i, v in enumerate(sorted(vals))}
@@ -96,8 +97,11 @@ def normalize(state: dict, root: str) -> dict:
     batches = tl.get("batches", [])
     for i, b in enumerate(batches):
         b["t_start"], b["t_end"] = round(i * 0.05, 3), round(i * 0.05 + 0.04, 3)
-    tl["totals"] = {"batches": len(batches), "tokens": sum(b.get("tokens", 0) for b in batches),
-                    "members": sum(b.get("size", 0) for b in batches)}
+    tl["totals"] = {
+        "batches": len(batches),
+        "tokens": sum(b.get("tokens", 0) for b in batches),
+        "members": sum(b.get("size", 0) for b in batches),
+    }
 
     def rekey(d: dict) -> dict:
         out = {}
@@ -119,8 +123,11 @@ def normalize(state: dict, root: str) -> dict:
         if b.get("source") and os.path.isabs(b["source"]):
             b["source"] = os.path.relpath(b["source"], root)
     st["sources"] = {}
-    for f in {st.get("program_file")} | {s.get("file") for s in st.get("stops", [])} | \
-            {loc.get("file") for loc in st["locations"].values()}:
+    for f in (
+        {st.get("program_file")}
+        | {s.get("file") for s in st.get("stops", [])}
+        | {loc.get("file") for loc in st["locations"].values()}
+    ):
         if f:
             with open(os.path.join(root, f)) as fh:
                 st["sources"][f] = fh.read()
@@ -130,6 +137,7 @@ def normalize(state: dict, root: str) -> dict:
 
 def absolutize(state: dict, root: str) -> dict:
     """The saved state's relative paths made absolute under this checkout."""
+
     def fix(p):
         return os.path.join(root, p) if p and not os.path.isabs(p) else p
 
@@ -149,8 +157,9 @@ def record_state(engine) -> dict:
     from symphony_lab.tui import EmbeddedSession
 
     path = f"/shared/tui-snap-{uuid.uuid4().hex[:8]}.kv"
-    session = EmbeddedSession(f"{EXAMPLE}:prefix_parallel", engine=engine,
-                              kwargs={"max_tokens": 8, "path": path})  # the example's four questions
+    session = EmbeddedSession(
+        f"{EXAMPLE}:prefix_parallel", engine=engine, kwargs={"max_tokens": 8, "path": path}
+    )  # the example's four questions
     app = SymphonyLab(session)
 
     async def until(pilot, cond, timeout=120):
@@ -165,15 +174,27 @@ def record_state(engine) -> dict:
             for _ in range(3):
                 before = [s["stop_id"] for s in app.state.get("stops", [])]
                 await pilot.press("s")
-                await until(pilot, lambda: app.busy is None and app.focused_stop() is not None
-                            and app.focused_stop()["stop_id"] not in before)
+                await until(
+                    pilot,
+                    lambda: (
+                        app.busy is None
+                        and app.focused_stop() is not None
+                        and app.focused_stop()["stop_id"] not in before
+                    ),
+                )
             await pilot.press("2", "down", "enter")
             await until(pilot, lambda: app.focused_stop()["result"]["chosen"]["by"] == "override")
             # Let the other threads finish, then take the state the screen was drawn from.
             pid = app.focus_pt[0]
-            await until(pilot, lambda: all(t.get("state") in ("finished", "stopped") or t["tid"] == 1
-                                           for p in app.state["processes"] if p["pid"] == pid
-                                           for t in p["threads"]))
+            await until(
+                pilot,
+                lambda: all(
+                    t.get("state") in ("finished", "stopped") or t["tid"] == 1
+                    for p in app.state["processes"]
+                    if p["pid"] == pid
+                    for t in p["threads"]
+                ),
+            )
             st = session.state()
             await pilot.press("c")
             await until(pilot, lambda: any(p["pid"] == pid and p.get("done") for p in app.state["processes"]))
@@ -218,6 +239,7 @@ async def _ready(pilot) -> None:
 
 # --- snapshots -----------------------------------------------------------------------------------
 
+
 def test_main_screen_80x24(snap_compare, recorded_state):
     """Narrow terminal: one pane at a time under tabs; the program pane at the stopped line."""
     assert snap_compare(make_app(recorded_state), terminal_size=(80, 24), run_before=_ready)
@@ -244,6 +266,7 @@ def test_main_screen_160x48_light(snap_compare, recorded_state):
 
 
 # --- behaviour on the recorded state (fast, no model) ---------------------------------------------
+
 
 def test_recorded_state_is_what_the_snapshots_claim(recorded_state):
     st = recorded_state["state"]

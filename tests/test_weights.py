@@ -87,8 +87,11 @@ def test_q4_uses_the_gguf_blocks_without_a_second_rounding(engine):
     from safetensors.torch import load_file
 
     fp32 = load_file(str(engine.model_dir / "model.safetensors"))
-    for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.7.self_attn.k_proj.weight",
-                 "model.layers.29.mlp.down_proj.weight"):
+    for name in (
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.7.self_attn.k_proj.weight",
+        "model.layers.29.mlp.down_proj.weight",
+    ):
         assert torch.equal(dequantize(blocks[name]), fp32[name]), name
 
 

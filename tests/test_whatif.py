@@ -12,8 +12,10 @@ from symphony_lab.debugger import Debugger
 from symphony_lab.whatif import thread_tokens, what_if
 
 SOURCE = "/shared/whatif-test.kv"
-PROMPT = ("Here is a list of European countries and their capital cities, one per line. France: Paris. "
-          "Germany: Berlin. Spain: Madrid. Portugal: Lisbon. Austria: Vienna. The capital of Italy is")
+PROMPT = (
+    "Here is a list of European countries and their capital cities, one per line. France: Paris. "
+    "Germany: Berlin. Spain: Madrid. Portugal: Lisbon. Austria: Vienna. The capital of Italy is"
+)
 
 
 def greedy(sym, prompt: str, n: int, path: str) -> list[int]:
@@ -43,11 +45,11 @@ def test_original_token_reproduces_the_recorded_continuation(engine, recorded):
     assert tokens == stream  # the recording's pred inputs + the last pick are the run's tokens
     pos = len(engine.tokenize(PROMPT)) + 2
     w = what_if(engine, tokens, pos, tokens[pos], max_tokens=6, source=SOURCE)
-    assert w.original == tokens[pos:pos + 6] == w.alternative and w.diverge_at is None
+    assert w.original == tokens[pos : pos + 6] == w.alternative and w.diverge_at is None
     assert w.reproduces_recording() and not w.recomputed_prefix
     # from the recorded tokens alone (no live file): the prefix is computed once, still shared
     w2 = what_if(engine, tokens, pos, tokens[pos], max_tokens=6)
-    assert w2.recomputed_prefix and w2.original == tokens[pos:pos + 6]
+    assert w2.recomputed_prefix and w2.original == tokens[pos : pos + 6]
 
 
 def test_alternative_token_diverges_in_a_fork_sharing_the_prefix(engine, recorded):
@@ -59,12 +61,16 @@ def test_alternative_token_diverges_in_a_fork_sharing_the_prefix(engine, recorde
     alt = alt if alt != tokens[pos] else engine.tokenize(" Milan")[0]
     w = what_if(engine, tokens, pos, alt, max_tokens=5, source=SOURCE)
     assert w.alternative[0] == alt and w.original[0] == tokens[pos] and w.diverge_at == 0
-    assert w.original == tokens[pos:pos + 5]
+    assert w.original == tokens[pos : pos + 5]
     ps = engine.kvfs.pool.page_size
     assert len(w.shared_pages) >= pos // ps >= 1  # every full page of the prefix is held by both forks
     base, o, a = w.files["base"], w.files["original"], w.files["alternative"]
     assert o["parent"] == base["fid"] == a["parent"]  # the KV tree: two forks of one prefix file
-    assert "diverge at +0" in w._repr_html_() and "original" in w.side_by_side() and w.texts["alternative"].startswith(engine.detokenize([alt]))
+    assert (
+        "diverge at +0" in w._repr_html_()
+        and "original" in w.side_by_side()
+        and w.texts["alternative"].startswith(engine.detokenize([alt]))
+    )
     assert engine.kvfs.pool.free_pages == free  # the forks were closed: nothing leaked
     engine.kvfs.check()
 
@@ -94,7 +100,7 @@ def test_lab_run_profile_and_what_if(engine):
         assert abs(th.times.total - th.wall) <= 0.05 * th.wall
         pos = len(engine.tokenize(PROMPT)) + 1
         w = run.what_if(1, pos, stream[pos], max_tokens=4, source=path)
-        assert w.original == stream[pos:pos + 4] == w.alternative
+        assert w.original == stream[pos : pos + 4] == w.alternative
         engine.kv_remove(path)
     finally:
         lab.shutdown()
@@ -143,4 +149,6 @@ def test_tui_what_if_screen(engine):
         text = asyncio.run(drive())
     finally:
         session.close()
-    assert re.search(r"alternative: [\"'] dragon", text) and "diverge at +0" in text and "prefix pages shared" in text, text
+    assert (
+        re.search(r"alternative: [\"'] dragon", text) and "diverge at +0" in text and "prefix pages shared" in text
+    ), text

@@ -8,7 +8,6 @@ answering commands while the "kernel" thread is blocked waiting on a stopped LIP
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -79,8 +78,9 @@ class CommSpy:
 
     def request(self, command: str, **arguments) -> dict:
         self.seq += 1
-        self.widget._on_custom(self.widget, {"type": "request", "seq": self.seq, "command": command,
-                                             "arguments": arguments}, [])
+        self.widget._on_custom(
+            self.widget, {"type": "request", "seq": self.seq, "command": command, "arguments": arguments}, []
+        )
         resp = self.sent[-1]
         assert resp["request_seq"] == self.seq
         return resp
@@ -107,15 +107,23 @@ def test_widget_steps_overrides_and_updates_live(lab):
     for _ in range(2):
         before = w.view["stops"][0]["stop_id"]
         assert spy.request("step", pid=pid, tid=1)["success"]
-        wait_for(lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != before
-                 and w.view["stops"][0]["where"] == "after", what="the step's stop in the widget")
+        wait_for(
+            lambda: (
+                w.view.get("stops")
+                and w.view["stops"][0]["stop_id"] != before
+                and w.view["stops"][0]["where"] == "after"
+            ),
+            what="the step's stop in the widget",
+        )
     stop = w.view["stops"][0]
     assert stop["result"]["kind"] == "dist" and len(stop["result"]["topk"]) >= 3
     assert [t["text"] for t in w.view["tokens"]] == [" Paris"], "one token per pred so far"
     resp = spy.request("override", pid=pid, tid=1, text=" Lyon")
     assert resp["success"], resp
-    wait_for(lambda: w.view["stops"] and w.view["stops"][0]["result"]["chosen"]["by"] == "override",
-             what="the override in the widget")
+    wait_for(
+        lambda: w.view["stops"] and w.view["stops"][0]["result"]["chosen"]["by"] == "override",
+        what="the override in the widget",
+    )
     assert spy.request("continue", pid=pid)["success"]
     wait_for(lambda: w.view.get("status") == "finished", what="the run to finish")
     v = w.view
@@ -149,8 +157,14 @@ def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
     for _ in range(3):
         before = w.view["stops"][0]["stop_id"]
         assert spy.request("step", pid=pid, tid=1)["success"]
-        wait_for(lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != before
-                 and w.view["stops"][0]["where"] == "after", what="the step's stop in the widget")
+        wait_for(
+            lambda: (
+                w.view.get("stops")
+                and w.view["stops"][0]["stop_id"] != before
+                and w.view["stops"][0]["where"] == "after"
+            ),
+            what="the step's stop in the widget",
+        )
         stops.append(w.view["stops"][0])
     assert [s["preds"] for s in stops] == [1, 2, 3]
     wait_for(lambda: w.view["record"]["can_step_back"], what="step back offered")
@@ -164,8 +178,10 @@ def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
     assert resp["success"], resp
     new = resp["body"]["pid"]
     assert new != pid and resp["body"]["target_pred"] == 2 and resp["body"]["from_pid"] == pid
-    wait_for(lambda: w.view.get("pid") == new and w.view.get("stops") and w.view["stops"][0]["where"] == "after",
-             what="the widget to follow the replay to its stop")
+    wait_for(
+        lambda: w.view.get("pid") == new and w.view.get("stops") and w.view["stops"][0]["where"] == "after",
+        what="the widget to follow the replay to its stop",
+    )
     back = w.view["stops"][0]
     assert back["preds"] == 2 and back["pid"] == new
     assert _topk(back) == _topk(stops[1]), "the replayed stop shows the recorded top-k"
@@ -182,9 +198,15 @@ def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
     # again, from the replay: back to pred 1
     before = back["stop_id"]
     assert spy.request("step_back", pid=new, tid=1)["success"]
-    wait_for(lambda: w.view.get("pid") not in (pid, new) and w.view.get("stops")
-             and w.view["stops"][0]["where"] == "after" and w.view["stops"][0]["stop_id"] != before,
-             what="the second step back")
+    wait_for(
+        lambda: (
+            w.view.get("pid") not in (pid, new)
+            and w.view.get("stops")
+            and w.view["stops"][0]["where"] == "after"
+            and w.view["stops"][0]["stop_id"] != before
+        ),
+        what="the second step back",
+    )
     assert w.view["stops"][0]["preds"] == 1 and _topk(w.view["stops"][0]) == _topk(stops[0])
     assert w.view["record"]["replay_of"] == pid, "a replay of a replay names the run first recorded"
 
@@ -192,8 +214,11 @@ def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
     assert spy.request("continue", pid=run.pid)["success"]
     wait_for(lambda: w.view.get("status") == "finished", what="the replayed run to finish")
     assert w.view["result"] == run.result(0) and w.view["result"].startswith(" Paris")
-    assert [t["text"] for t in w.view["tokens"]][:3] == [" Paris", stops[1]["result"]["chosen"]["text"],
-                                                          stops[2]["result"]["chosen"]["text"]]
+    assert [t["text"] for t in w.view["tokens"]][:3] == [
+        " Paris",
+        stops[1]["result"]["chosen"]["text"],
+        stops[2]["result"]["chosen"]["text"],
+    ]
     assert not lab.debugger.replay_status(run.pid)["diverged"]
     waiter.join(30)
     assert waited.get("text") == w.view["result"], waited
@@ -212,12 +237,15 @@ def test_step_back_needs_a_recording(lab):
     run.result(60)
 
 
-@pytest.mark.parametrize("content, says", [
-    ("garbage", "expected a request object"),
-    ({"type": "request", "command": "launch", "arguments": {"fn": "os:system", "args": ["true"]}}, "not allowed"),
-    ({"type": "request", "command": "frobnicate"}, "unknown command"),
-    ({"type": "request", "command": "step", "arguments": {"pid": "one"}}, "'pid' must be an integer"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("garbage", "expected a request object"),
+        ({"type": "request", "command": "launch", "arguments": {"fn": "os:system", "args": ["true"]}}, "not allowed"),
+        ({"type": "request", "command": "frobnicate"}, "unknown command"),
+        ({"type": "request", "command": "step", "arguments": {"pid": "one"}}, "'pid' must be an integer"),
+    ],
+)
 def test_malformed_widget_messages_are_rejected(lab, content, says):
     run = lab.run(complete, "Hi", 1, display=False)
     spy = CommSpy(run.widget)

@@ -30,7 +30,9 @@ def assignment_of(notebook: Path) -> str | None:
         return None
     name = meta.get("otter", {}).get("assignment_name")
     if not name:
-        print(f"skipping {notebook}: no otter assignment name (not made from a lab's student notebook)", file=sys.stderr)
+        print(
+            f"skipping {notebook}: no otter assignment name (not made from a lab's student notebook)", file=sys.stderr
+        )
     return name
 
 
@@ -80,13 +82,17 @@ def main(argv: list[str] | None = None) -> int:
             row.update(total="", max="", error=res["error"])
         else:
             row.update({q: s for q, (s, _) in res["scores"].items()})
-            row.update(total=sum(s for s, _ in res["scores"].values()),
-                       max=sum(m for _, m in res["scores"].values()), error="")
+            row.update(
+                total=sum(s for s, _ in res["scores"].values()), max=sum(m for _, m in res["scores"].values()), error=""
+            )
         print(f"{row['submission']}: {row['lab']} {row['total']}/{row['max']} {row['error']}".rstrip())
         rows.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
-    fields = ["submission", "lab"] + sorted({k for r in rows for k in r} - {"submission", "lab", "total", "max", "error"}) \
+    fields = (
+        ["submission", "lab"]
+        + sorted({k for r in rows for k in r} - {"submission", "lab", "total", "max", "error"})
         + ["total", "max", "error"]
+    )
     with open(args.out / "grades.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()

@@ -229,7 +229,9 @@ class KVFS:
                         counts[p] += 1
             assert counts == self.pool.refcount, "page reference counts disagree with the files"
             free = sum(1 for c in counts if c == 0)
-            assert free == self.pool.free_pages, f"{free} unreferenced pages but {self.pool.free_pages} on the free list"
+            assert free == self.pool.free_pages, (
+                f"{free} unreferenced pages but {self.pool.free_pages} on the free list"
+            )
 
     def stats(self) -> dict:
         with self.lock:

@@ -9,14 +9,33 @@ from .generate import Generation, StopStrings, generate, parallel_map, pred_para
 from .samplers import Sampling, apply_mask, apply_repetition_penalty, greedy, log_softmax, sample
 
 __all__ = [
-    "Chat", "Generation", "Sampling", "StopStrings", "apply_mask", "apply_repetition_penalty", "chat_prompt",
-    "chat_tokens", "generate", "greedy", "log_softmax", "parallel_map", "pred_parallel", "sample",
+    "Chat",
+    "Generation",
+    "Sampling",
+    "StopStrings",
+    "apply_mask",
+    "apply_repetition_penalty",
+    "chat_prompt",
+    "chat_tokens",
+    "generate",
+    "greedy",
+    "log_softmax",
+    "parallel_map",
+    "pred_parallel",
+    "sample",
 ]
 
 
 def __getattr__(name):  # grammar pulls in llguidance: import it only when asked for
-    if name in ("Grammar", "GrammarError", "Matcher", "generate_constrained", "generate_json", "load_tokenizer",
-                "tokenizer_for"):
+    if name in (
+        "Grammar",
+        "GrammarError",
+        "Matcher",
+        "generate_constrained",
+        "generate_json",
+        "load_tokenizer",
+        "tokenizer_for",
+    ):
         from . import grammar
 
         return getattr(grammar, name)

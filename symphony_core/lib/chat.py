@@ -9,7 +9,8 @@ is truncated back to the longest prefix that still matches and extended from the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .generate import Generation, generate
 
@@ -89,7 +90,7 @@ class Chat:
                 sym.kv_truncate(self.kv, in_kv)
             self.pending = held[in_kv:keep]
             held_text = sym.detokenize(held[:keep]) if keep else ""
-        rest = target[len(held_text):]
+        rest = target[len(held_text) :]
         new = sym.tokenize(rest) if rest else []
         self.pending = self.pending + new
         return new
@@ -136,7 +137,7 @@ class Chat:
         self.sync(add_generation_prompt=False)
         return g
 
-    def fork(self) -> "Chat":
+    def fork(self) -> Chat:
         """A copy of the conversation sharing its KV pages (copy-on-write): branch a dialogue."""
         c = Chat(self.sym, kv=self.sym.kv_fork(self.kv))
         c.messages = [dict(m) for m in self.messages]

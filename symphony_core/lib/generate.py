@@ -8,8 +8,9 @@ token to return a distribution, so a loop always ends with the last picked token
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -132,10 +133,19 @@ def generate(
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
     toks = list(prompt_tokens)
     if not toks:
-        raise ValueError("generate needs at least one prompt token to feed (pred returns the next-token "
-                         "distribution after the tokens it is given)")
-    sampling = sampling or Sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                                    repetition_penalty=repetition_penalty, processors=list(processors))
+        raise ValueError(
+            "generate needs at least one prompt token to feed (pred returns the next-token "
+            "distribution after the tokens it is given)"
+        )
+    sampling = sampling or Sampling(
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        seed=seed,
+        repetition_penalty=repetition_penalty,
+        processors=list(processors),
+    )
     eos = frozenset(sym.eos_token_ids)
     stop_set = frozenset(eos if stop_tokens is None else (int(t) for t in stop_tokens))
     stops = StopStrings(stop)
@@ -208,6 +218,7 @@ def pred_parallel(sym, calls: Sequence[tuple], **pred_kw) -> list[Dist]:
     """Run several `pred(kv, tokens)` calls at once, one LIP thread each, so the engine batches
     them into one forward pass; results in order. Each call is `(kv, tokens)` or
     `(kv, tokens, {pred keyword options})`."""
+
     def one(s, kv, tokens, kw):
         return s.pred(kv, tokens, **{**pred_kw, **kw})
 

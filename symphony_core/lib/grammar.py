@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,12 +91,12 @@ class Grammar:
 
     # --- constructors -------------------------------------------------------------------------
     @classmethod
-    def regex(cls, pattern: str, tokenizer) -> "Grammar":
+    def regex(cls, pattern: str, tokenizer) -> Grammar:
         """Output must match the regular expression `pattern` (Rust `regex` syntax), whole."""
         return cls(_llg().LLMatcher.grammar_from_regex(pattern), tokenizer, f"regex {pattern!r}")
 
     @classmethod
-    def json_schema(cls, schema: dict | str, tokenizer, *, compact: bool = True) -> "Grammar":
+    def json_schema(cls, schema: dict | str, tokenizer, *, compact: bool = True) -> Grammar:
         """Output must be JSON valid under `schema`. `compact`: no whitespace between tokens
         (fewer tokens, and a small model cannot wander off into blank lines)."""
         if isinstance(schema, str):
@@ -108,18 +109,18 @@ class Grammar:
         return cls(spec, tokenizer, "JSON schema")
 
     @classmethod
-    def lark(cls, source: str, tokenizer) -> "Grammar":
+    def lark(cls, source: str, tokenizer) -> Grammar:
         """A context-free grammar in llguidance's Lark dialect (`start:` is the top rule)."""
         return cls(_llg().LLMatcher.grammar_from_lark(source), tokenizer, "Lark grammar")
 
     @classmethod
-    def choice(cls, options: Sequence[str], tokenizer) -> "Grammar":
+    def choice(cls, options: Sequence[str], tokenizer) -> Grammar:
         """Output must be exactly one of `options`."""
         if not options:
             raise GrammarError("choice needs at least one option")
         return cls.lark("start: " + " | ".join(json.dumps(o) for o in options), tokenizer)
 
-    def matcher(self) -> "Matcher":
+    def matcher(self) -> Matcher:
         return Matcher(self)
 
     def __repr__(self) -> str:
@@ -157,8 +158,9 @@ class Matcher:
     def advance(self, token: int) -> None:
         """Consume one token; raises GrammarError if the grammar does not allow it."""
         if not self._m.consume_token(int(token)):
-            raise GrammarError(f"{self.grammar.description}: token {token} is not allowed here "
-                               f"({self._m.get_error() or 'rejected'})")
+            raise GrammarError(
+                f"{self.grammar.description}: token {token} is not allowed here ({self._m.get_error() or 'rejected'})"
+            )
         self.consumed.append(int(token))
 
     def accepts(self, tokens: Sequence[int]) -> int:
@@ -173,7 +175,7 @@ class Matcher:
         """Forget the last `n` consumed tokens (backtracking, speculative decoding)."""
         if not self._m.rollback(n):
             raise GrammarError(f"{self.grammar.description}: cannot roll back {n} tokens")
-        del self.consumed[len(self.consumed) - n:]
+        del self.consumed[len(self.consumed) - n :]
 
     def is_accepting(self) -> bool:
         """The output so far is complete (it may still go on)."""
@@ -189,8 +191,9 @@ class Matcher:
         return None if b is None else b.decode("utf-8", "replace")
 
 
-def generate_constrained(sym, kv, prompt_tokens: Sequence[int], grammar: Grammar, max_tokens: int = 256,
-                         **generate_kw) -> Generation:
+def generate_constrained(
+    sym, kv, prompt_tokens: Sequence[int], grammar: Grammar, max_tokens: int = 256, **generate_kw
+) -> Generation:
     """`generate` under `grammar`; stops when the grammar is complete (or the model picks EOS
     where the grammar allows it). Raises GrammarError if `max_tokens` ran out before the
     output was complete — an incomplete JSON is never returned as if it were valid."""
@@ -201,12 +204,20 @@ def generate_constrained(sym, kv, prompt_tokens: Sequence[int], grammar: Grammar
     return g
 
 
-def generate_json(sym, kv, prompt_tokens: Sequence[int], schema: dict, tokenizer, max_tokens: int = 256,
-                  **generate_kw) -> tuple[Any, Generation]:
+def generate_json(
+    sym, kv, prompt_tokens: Sequence[int], schema: dict, tokenizer, max_tokens: int = 256, **generate_kw
+) -> tuple[Any, Generation]:
     """Generate JSON valid under `schema`; returns (the parsed value, the Generation)."""
     g = generate_constrained(sym, kv, prompt_tokens, Grammar.json_schema(schema, tokenizer), max_tokens, **generate_kw)
     return json.loads(g.text), g
 
 
-__all__ = ["Grammar", "GrammarError", "Matcher", "generate_constrained", "generate_json", "load_tokenizer",
-           "tokenizer_for"]
+__all__ = [
+    "Grammar",
+    "GrammarError",
+    "Matcher",
+    "generate_constrained",
+    "generate_json",
+    "load_tokenizer",
+    "tokenizer_for",
+]

@@ -13,8 +13,8 @@ seeded run picks the same tokens whichever side samples when no processor change
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -82,8 +82,9 @@ class Sampling:
 
     def __post_init__(self) -> None:
         # The engine's Sampler validates the numbers and owns the seeded generator.
-        self._sampler = Sampler(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
-                                min_p=self.min_p, seed=self.seed)
+        self._sampler = Sampler(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed
+        )
         if self.repetition_penalty <= 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
 
@@ -118,8 +119,14 @@ class Sampling:
         return sample_rows(logits[None].float().cpu(), [self._sampler])[0]
 
 
-def sample(dist: Dist, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-           seed: int | None = None) -> int:
+def sample(
+    dist: Dist,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    seed: int | None = None,
+) -> int:
     """One pick from a one-position Dist (a fresh generator each call; keep a `Sampling` for a stream)."""
     return Sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).pick(dist)
 

@@ -6,5 +6,16 @@ from ..sched.process import Cancelled, LimitExceeded, Limits, LIPError, LIPThrea
 from .kernel import Kernel
 from .syscalls import Sym, ThreadHandle
 
-__all__ = ["Cancelled", "Event", "EventBus", "Kernel", "LIPError", "LIPThread", "LimitExceeded", "Limits", "Process", "Sym",
-           "ThreadHandle"]
+__all__ = [
+    "Cancelled",
+    "Event",
+    "EventBus",
+    "Kernel",
+    "LIPError",
+    "LIPThread",
+    "LimitExceeded",
+    "Limits",
+    "Process",
+    "Sym",
+    "ThreadHandle",
+]

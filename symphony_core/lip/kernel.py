@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..events import Event, EventBus, now
 from ..kvfs import KV
@@ -24,6 +25,7 @@ _inside: dict[str, bool] = {}  # file name -> is it part of symphony_core (cache
 class DebugHook(Protocol):
     def before(self, thread: LIPThread, event: Event) -> None: ...
     def after(self, thread: LIPThread, event: Event, result: Any) -> Any: ...
+
     # Optional: `after_error(thread, event, exc)` sees a syscall that raised (recording, replay).
 
 
@@ -101,11 +103,35 @@ class Kernel:
                 on_error(th, enter, e)
             if bus.active:
                 t = now()
-                bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, error=f"{type(e).__name__}: {e}",
-                                  file=file, line=line, seq=seq, duration=t - enter.ts))
+                bus.publish(
+                    Event(
+                        "syscall_exit",
+                        t,
+                        proc.pid,
+                        th.tid,
+                        call,
+                        error=f"{type(e).__name__}: {e}",
+                        file=file,
+                        line=line,
+                        seq=seq,
+                        duration=t - enter.ts,
+                    )
+                )
             raise
         if bus.active:
             t = now()
-            bus.publish(Event("syscall_exit", t, proc.pid, th.tid, call, result=summarize_result(call, result),
-                              file=file, line=line, seq=seq, duration=t - enter.ts))
+            bus.publish(
+                Event(
+                    "syscall_exit",
+                    t,
+                    proc.pid,
+                    th.tid,
+                    call,
+                    result=summarize_result(call, result),
+                    file=file,
+                    line=line,
+                    seq=seq,
+                    duration=t - enter.ts,
+                )
+            )
         return result

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import SymphonyError
 from ..events import Event, EventBus, now
@@ -29,8 +30,16 @@ KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, 
 
 
 class Runtime:
-    def __init__(self, executor: Executor, tokenizer: Tokenizer, tokenizer_file: str, *, policy=None,
-                 token_budget: int = 512, max_running: int = 4096) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        tokenizer: Tokenizer,
+        tokenizer_file: str,
+        *,
+        policy=None,
+        token_budget: int = 512,
+        max_running: int = 4096,
+    ) -> None:
         self.executor = executor
         self.kvfs = executor.kvfs
         self.tokenizer = tokenizer
@@ -46,8 +55,17 @@ class Runtime:
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
 
     # --- launching -----------------------------------------------------------------------------
-    def launch(self, fn: Callable, args: tuple = (), kwargs: dict | None = None, *, user: str = "local",
-               name: str | None = None, priority: int = 0, limits: Limits | None = None) -> Process:
+    def launch(
+        self,
+        fn: Callable,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        user: str = "local",
+        name: str | None = None,
+        priority: int = 0,
+        limits: Limits | None = None,
+    ) -> Process:
         if not callable(fn):
             raise SymphonyError(f"run expects a LIP function, got {type(fn).__name__}")
         proc = Process(fn, tuple(args), dict(kwargs or {}), user, name, priority, limits or Limits())
@@ -66,8 +84,9 @@ class Runtime:
         return th
 
     def _start(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
-        t = threading.Thread(target=self._thread_main, args=(th, fn, args, kwargs, main),
-                             name=f"lip-{th.proc.pid}.{th.tid}", daemon=True)
+        t = threading.Thread(
+            target=self._thread_main, args=(th, fn, args, kwargs, main), name=f"lip-{th.proc.pid}.{th.tid}", daemon=True
+        )
         th.os_thread = t
         t.start()
 
@@ -75,8 +94,15 @@ class Runtime:
         proc = th.proc
         result, error = None, None
         if self.bus.active:
-            self.bus.publish(Event("process_start" if main else "thread_start", now(), proc.pid, th.tid,
-                                   args={"name": proc.name if main else th.name, "user": proc.user}))
+            self.bus.publish(
+                Event(
+                    "process_start" if main else "thread_start",
+                    now(),
+                    proc.pid,
+                    th.tid,
+                    args={"name": proc.name if main else th.name, "user": proc.user},
+                )
+            )
         try:
             with proc.lock:
                 th.state = "running"
@@ -93,7 +119,9 @@ class Runtime:
                 th.result, th.error = result, error
             th.done.set()
             if self.bus.active and not main:
-                self.bus.publish(Event("thread_exit", now(), proc.pid, th.tid, error=None if error is None else repr(error)))
+                self.bus.publish(
+                    Event("thread_exit", now(), proc.pid, th.tid, error=None if error is None else repr(error))
+                )
         if main:
             self._end_process(proc, result, error)
         else:
@@ -119,8 +147,15 @@ class Runtime:
         self._start_processes(self.procs.exited(proc))
         self.batch.wake()
         if self.bus.active:
-            self.bus.publish(Event("process_exit", now(), proc.pid, args={"status": proc.status},
-                                   error=None if proc.error is None else str(proc.error)))
+            self.bus.publish(
+                Event(
+                    "process_exit",
+                    now(),
+                    proc.pid,
+                    args={"status": proc.status},
+                    error=None if proc.error is None else str(proc.error),
+                )
+            )
 
     # --- syscall implementations ---------------------------------------------------------------
     def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist:

@@ -11,7 +11,8 @@ one ends the process, which its launcher sees as a `LIPError`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..errors import SymphonyError
 from ..kvfs import KV, KVFS
@@ -53,7 +54,7 @@ class ThreadHandle:
         tid: the new thread's id within the process (the main thread is 1).
     """
 
-    def __init__(self, sym: "Sym", th: LIPThread) -> None:
+    def __init__(self, sym: Sym, th: LIPThread) -> None:
         self._sym, self._th = sym, th
         self.tid = th.tid
 
@@ -72,6 +73,7 @@ class ThreadHandle:
             Exception: whatever the thread's function raised, re-raised here unchanged.
             Cancelled: the process was cancelled (or killed by a limit) while waiting.
         """
+
         def impl() -> Any:
             self._sym._rt.batch.wake()  # this thread stops being runnable: the batch policy may fire now
             return self._th.join(timeout)
@@ -80,8 +82,7 @@ class ThreadHandle:
 
     @property
     def done(self) -> bool:
-        """True once the thread's function has returned or raised.
-        """
+        """True once the thread's function has returned or raised."""
         return self._th.done.is_set()
 
 
@@ -110,32 +111,27 @@ class Sym:
     # --- identity ------------------------------------------------------------------------------
     @property
     def pid(self) -> int:
-        """This process's id.
-        """
+        """This process's id."""
         return self._th.proc.pid
 
     @property
     def tid(self) -> int:
-        """This thread's id within the process (the main thread is 1, spawned threads 2, 3, …).
-        """
+        """This thread's id within the process (the main thread is 1, spawned threads 2, 3, …)."""
         return self._th.tid
 
     @property
     def user(self) -> str:
-        """The user the process runs as: its KV namespace is `/users/<user>/`.
-        """
+        """The user the process runs as: its KV namespace is `/users/<user>/`."""
         return self._th.proc.user
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """The model's end-of-sequence token ids: stop generating when `pred` picks one.
-        """
+        """The model's end-of-sequence token ids: stop generating when `pred` picks one."""
         return self._rt.tokenizer.eos_token_ids
 
     @property
     def vocab_size(self) -> int:
-        """The number of token ids; a `Dist` has this many logits per position.
-        """
+        """The number of token ids; a `Dist` has this many logits per position."""
         return self._rt.vocab_size
 
     @property
@@ -145,12 +141,13 @@ class Sym:
 
     @property
     def page_size(self) -> int:
-        """Tokens per KV page: a file of `n` tokens holds `ceil(n / page_size)` pages.
-        """
+        """Tokens per KV page: a file of `n` tokens holds `ceil(n / page_size)` pages."""
         return self._rt.kvfs.pool.page_size
 
     # --- the model -----------------------------------------------------------------------------
-    def pred(self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None) -> Dist:
+    def pred(
+        self, kv: KV, token_ids, positions=None, *, outputs="last", sampler: Sampler | str | None = None, mask=None
+    ) -> Dist:
         """Append `token_ids` to the KV file and return the next-token distributions.
 
         The tokens' keys and values are computed and written into `kv` (one forward pass,
@@ -208,10 +205,17 @@ class Sym:
 
         def args() -> dict:
             toks = list(token_ids) if not isinstance(token_ids, int) else [token_ids]
-            return {**_kv_args(kv), "n_tokens": len(toks), "tokens": toks[:64], "outputs": str(outputs)[:40],
-                    "sampler": None if sampler is None else repr(sampler)}
+            return {
+                **_kv_args(kv),
+                "n_tokens": len(toks),
+                "tokens": toks[:64],
+                "outputs": str(outputs)[:40],
+                "sampler": None if sampler is None else repr(sampler),
+            }
 
-        return self._call("pred", lambda: self._rt.pred(self._th, kv, token_ids, positions, outputs, sampler, mask), args)
+        return self._call(
+            "pred", lambda: self._rt.pred(self._th, kv, token_ids, positions, outputs, sampler, mask), args
+        )
 
     # --- KV files ------------------------------------------------------------------------------
     def kv_create(self, path: str | None = None) -> KV:
@@ -231,8 +235,9 @@ class Sym:
                 got <x>`; or `KV file <path> already exists (open it, or remove it first)`.
             KVPermissionError: `permission denied: /users/<other>/… is private to user <other>`.
         """
-        return self._call("kv_create", lambda: self._rt.track(self._th, self._rt.kvfs.create(self.user, path)),
-                          lambda: {"path": path})
+        return self._call(
+            "kv_create", lambda: self._rt.track(self._th, self._rt.kvfs.create(self.user, path)), lambda: {"path": path}
+        )
 
     def kv_open(self, path: str, mode: str = "r") -> KV:
         """Open a named KV file.
@@ -253,8 +258,11 @@ class Sym:
             KVError: `kv_open mode must be 'r' or 'w', got <x>`; a bad path (as in `kv_create`);
                 `KV file <path> was evicted under memory pressure (its hint allowed it)`.
         """
-        return self._call("kv_open", lambda: self._rt.track(self._th, self._rt.kvfs.open(self.user, path, mode)),
-                          lambda: {"path": path, "mode": mode})
+        return self._call(
+            "kv_open",
+            lambda: self._rt.track(self._th, self._rt.kvfs.open(self.user, path, mode)),
+            lambda: {"path": path, "mode": mode},
+        )
 
     def kv_fork(self, kv: KV) -> KV:
         """Fork a KV file: a new anonymous file with the same tokens, sharing every page.
@@ -273,8 +281,9 @@ class Sym:
             KVError: `kv_fork expects a KV handle, got <type>`; `kv_fork on closed handle to
                 <file>`; `kv_fork on <file>: the file was evicted under memory pressure …`.
         """
-        return self._call("kv_fork", lambda: self._rt.track(self._th, self._rt.kvfs.fork(kv, self.user)),
-                          lambda: _kv_args(kv))
+        return self._call(
+            "kv_fork", lambda: self._rt.track(self._th, self._rt.kvfs.fork(kv, self.user)), lambda: _kv_args(kv)
+        )
 
     def kv_truncate(self, kv: KV, n: int) -> None:
         """Keep the first `n` tokens of the file and give the pages past them back.
@@ -288,8 +297,9 @@ class Sym:
                 read-only (`kv_truncate on read-only handle <path> — fork it first`) or evicted
                 handle, or not a handle.
         """
-        return self._call("kv_truncate", lambda: self._rt.freeing(self._rt.kvfs.truncate, kv, n),
-                          lambda: {**_kv_args(kv), "n": n})
+        return self._call(
+            "kv_truncate", lambda: self._rt.freeing(self._rt.kvfs.truncate, kv, n), lambda: {**_kv_args(kv), "n": n}
+        )
 
     def kv_close(self, kv: KV) -> None:
         """Close a handle. An anonymous file with no handle left gives its pages back to the pool.
@@ -311,8 +321,9 @@ class Sym:
             KVPermissionError: another user's file (only the owner may remove a `/shared/` file).
             KVError: a bad path (as in `kv_create`).
         """
-        return self._call("kv_remove", lambda: self._rt.freeing(self._rt.kvfs.remove, self.user, path),
-                          lambda: {"path": path})
+        return self._call(
+            "kv_remove", lambda: self._rt.freeing(self._rt.kvfs.remove, self.user, path), lambda: {"path": path}
+        )
 
     def kv_hint(self, kv: KV, keep_for: float | None = None, priority: int | None = None) -> None:
         """Say how the file may be reclaimed when pages run short (by default it never is).
@@ -331,8 +342,11 @@ class Sym:
                 priority must be an int, got <x>`; a read-only (`kv_hint on read-only handle …`),
                 closed or evicted handle.
         """
-        return self._call("kv_hint", lambda: self._rt.kvfs.hint(kv, keep_for, priority),
-                          lambda: {**_kv_args(kv), "keep_for": keep_for, "priority": priority})
+        return self._call(
+            "kv_hint",
+            lambda: self._rt.kvfs.hint(kv, keep_for, priority),
+            lambda: {**_kv_args(kv), "keep_for": keep_for, "priority": priority},
+        )
 
     def kv_list(self, prefix: str | None = None) -> list[str]:
         """The named files the caller may see — its own directory and `/shared/` — sorted.
@@ -382,8 +396,11 @@ class Sym:
                 `this model has no chat template; build the prompt text yourself`; `chat template:
                 <message>` when the template itself refuses the conversation.
         """
-        return self._call("chat_template", lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
-                          lambda: {"messages": len(messages)})
+        return self._call(
+            "chat_template",
+            lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
+            lambda: {"messages": len(messages)},
+        )
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
@@ -404,6 +421,7 @@ class Sym:
             TimeoutError: `recv: no message within <timeout>s`.
             Cancelled: the process was cancelled (or killed by a limit) while waiting.
         """
+
         def impl() -> Any:
             # This thread stops being runnable: the batch policy, which sleeps until enough calls
             # are queued (sched/batch_scheduler.py), may fire now with the others.
@@ -431,6 +449,9 @@ class Sym:
         """
         if not callable(fn):
             raise SymphonyError(f"spawn expects a callable, got {type(fn).__name__}")
-        th = self._call("spawn", lambda: self._rt.start_thread(self._th.proc, fn, args, kwargs),
-                        lambda: {"fn": getattr(fn, "__name__", repr(fn))})
+        th = self._call(
+            "spawn",
+            lambda: self._rt.start_thread(self._th.proc, fn, args, kwargs),
+            lambda: {"fn": getattr(fn, "__name__", repr(fn))},
+        )
         return ThreadHandle(self, th)

@@ -9,6 +9,14 @@ from .sampling import Sampler
 from .tokenizer import Tokenizer
 
 __all__ = [
-    "BUILTIN", "DEFAULT_MODEL", "Dist", "LoadedModel", "ModelConfig", "PagedLlama", "Sampler", "Tokenizer",
-    "load_model", "resolve_model",
+    "BUILTIN",
+    "DEFAULT_MODEL",
+    "Dist",
+    "LoadedModel",
+    "ModelConfig",
+    "PagedLlama",
+    "Sampler",
+    "Tokenizer",
+    "load_model",
+    "resolve_model",
 ]

@@ -25,7 +25,7 @@ class ModelConfig:
     rope_scaling: float
 
     @classmethod
-    def from_hf(cls, d: dict) -> "ModelConfig":
+    def from_hf(cls, d: dict) -> ModelConfig:
         eos = d.get("eos_token_id")
         heads = d["num_attention_heads"]
         head_dim = d.get("head_dim") or d["hidden_size"] // heads

@@ -66,7 +66,7 @@ class Dist:
         self._argmax: tuple | None = None
 
     @classmethod
-    def row_of(cls, batch: torch.Tensor, row: int, argmax: tuple | None = None) -> "Dist":
+    def row_of(cls, batch: torch.Tensor, row: int, argmax: tuple | None = None) -> Dist:
         """Row `row` of a batch's logits [B, V]. The row view is taken on the first read of
         `.logits`, on the reading LIP's thread: completing a batch then makes no tensor call per
         member (the scheduler's thread is the bottleneck), and a caller that only wants `.token`
@@ -121,7 +121,7 @@ class Dist:
     def __len__(self) -> int:
         return 1 if self.logits.dim() == 1 else self.logits.shape[0]
 
-    def __getitem__(self, i: int) -> "Dist":
+    def __getitem__(self, i: int) -> Dist:
         if self.logits.dim() == 1:
             if i in (0, -1):
                 return self
@@ -196,7 +196,7 @@ class Dist:
         s = Sampler(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed)
         return sample_rows(row.logits[None], [s])[0]
 
-    def _single(self, what: str) -> "Dist":
+    def _single(self, what: str) -> Dist:
         if self.logits.dim() == 1:
             return self
         if self.logits.shape[0] == 1:

@@ -76,7 +76,7 @@ class ForwardBatch:
     output_counts: list[int]  # outputs per sequence, to split logits back
 
     @classmethod
-    def build(cls, seqs: list[SeqInput], device: torch.device | str = "cpu") -> "ForwardBatch":
+    def build(cls, seqs: list[SeqInput], device: torch.device | str = "cpu") -> ForwardBatch:
         toks: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
@@ -101,8 +101,14 @@ class ForwardBatch:
         for i in chunks:
             groups.append(_chunk_group(seqs[i], starts[i], total, device))
 
-        return cls(_long(toks, device), _long(pos, device), _long(slots, device), groups, _long(outs, device),
-                   [len(s.output_index) for s in seqs])
+        return cls(
+            _long(toks, device),
+            _long(pos, device),
+            _long(slots, device),
+            groups,
+            _long(outs, device),
+            [len(s.output_index) for s in seqs],
+        )
 
 
 def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from .attention import choose_backend
-from .forward_batch import ForwardBatch
 from .config import ModelConfig
+from .forward_batch import ForwardBatch
 
 
 @dataclass
@@ -86,7 +86,11 @@ class PagedLlama:
                 LayerWeights(
                     attn_norm=w[p + "input_layernorm.weight"],
                     wqkv=torch.cat(
-                        [w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"], w[p + "self_attn.v_proj.weight"]]
+                        [
+                            w[p + "self_attn.q_proj.weight"],
+                            w[p + "self_attn.k_proj.weight"],
+                            w[p + "self_attn.v_proj.weight"],
+                        ]
                     ).contiguous(),
                     wo=w[p + "self_attn.o_proj.weight"].contiguous(),
                     mlp_norm=w[p + "post_attention_layernorm.weight"],

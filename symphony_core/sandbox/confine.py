@@ -94,7 +94,7 @@ class SandboxSpec:
     ro_paths: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SandboxSpec":
+    def from_dict(cls, d: dict) -> SandboxSpec:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
@@ -119,7 +119,10 @@ def runtime_paths(package_dir: str) -> list[str]:
         if not p or not os.path.isdir(p):
             continue
         rp = os.path.realpath(p)
-        if any(rp.startswith(x + "/") or rp == x for x in prefixes) or os.path.basename(rp) in ("site-packages", "dist-packages"):
+        if any(rp.startswith(x + "/") or rp == x for x in prefixes) or os.path.basename(rp) in (
+            "site-packages",
+            "dist-packages",
+        ):
             cand.add(rp)
     cand.add(os.path.realpath(package_dir))
     out = []
@@ -181,7 +184,9 @@ def enter_namespaces(conf: Confinement) -> None:
             conf.missing.append(f"namespaces (no privilege and no user namespaces): {e2}")
             return
     conf.mountns = conf.pidns = True
-    conf.enforced.append("namespaces: mount, network, pid, ipc, uts" + (" (inside a user namespace)" if conf.userns else ""))
+    conf.enforced.append(
+        "namespaces: mount, network, pid, ipc, uts" + (" (inside a user namespace)" if conf.userns else "")
+    )
     conf.enforced.append("network: own empty network namespace (no interfaces up)")
 
 
@@ -256,8 +261,10 @@ def set_limits(spec: SandboxSpec, conf: Confinement) -> None:
         try:
             resource.setrlimit(getattr(resource, name), (val, hard))
             if name == "RLIMIT_NPROC" and spec.uid is None:
-                conf.missing.append("thread limit: RLIMIT_NPROC counts every process of the server's user "
-                                    "(and none for root), so only the spawn limit applies")
+                conf.missing.append(
+                    "thread limit: RLIMIT_NPROC counts every process of the server's user "
+                    "(and none for root), so only the spawn limit applies"
+                )
             else:
                 conf.enforced.append(f"rlimit: {what}")
         except (OSError, ValueError) as e:
@@ -296,15 +303,67 @@ def apply_seccomp(conf: Confinement) -> None:
         f.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
         f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # glibc falls back to clone, which is filtered
         denied = [
-            "fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
-            "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "kexec_load", "kexec_file_load",
-            "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "keyctl", "add_key",
-            "request_key", "userfaultfd", "swapon", "swapoff", "syslog", "acct", "reboot", "settimeofday",
-            "clock_settime", "clock_adjtime", "adjtimex", "mknod", "mknodat", "open_by_handle_at",
-            "name_to_handle_at", "iopl", "ioperm", "personality", "quotactl", "io_uring_setup",
-            "io_uring_enter", "io_uring_register", "setuid", "setgid", "setreuid", "setregid", "setresuid",
-            "setresgid", "setgroups", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsmount",
-            "fsconfig", "fspick", "pidfd_open", "pidfd_getfd", "kcmp",
+            "fork",
+            "vfork",
+            "execve",
+            "execveat",
+            "ptrace",
+            "process_vm_readv",
+            "process_vm_writev",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "unshare",
+            "setns",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "bpf",
+            "perf_event_open",
+            "keyctl",
+            "add_key",
+            "request_key",
+            "userfaultfd",
+            "swapon",
+            "swapoff",
+            "syslog",
+            "acct",
+            "reboot",
+            "settimeofday",
+            "clock_settime",
+            "clock_adjtime",
+            "adjtimex",
+            "mknod",
+            "mknodat",
+            "open_by_handle_at",
+            "name_to_handle_at",
+            "iopl",
+            "ioperm",
+            "personality",
+            "quotactl",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "setuid",
+            "setgid",
+            "setreuid",
+            "setregid",
+            "setresuid",
+            "setresgid",
+            "setgroups",
+            "mount_setattr",
+            "move_mount",
+            "open_tree",
+            "fsopen",
+            "fsmount",
+            "fsconfig",
+            "fspick",
+            "pidfd_open",
+            "pidfd_getfd",
+            "kcmp",
         ]
         for name in denied:
             try:

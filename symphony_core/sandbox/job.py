@@ -4,8 +4,8 @@ where its `print` output goes)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .confine import SandboxSpec
 

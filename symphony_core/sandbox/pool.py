@@ -44,7 +44,9 @@ MAX_STDOUT = 256 << 10
 class SandboxManager:
     """Starts the zygote, hands out workers (at most `max_workers` at once), routes their I/O."""
 
-    def __init__(self, engine, *, max_workers: int = 32, uid_base: int = 2_000_000, defaults: SandboxSpec | None = None) -> None:
+    def __init__(
+        self, engine, *, max_workers: int = 32, uid_base: int = 2_000_000, defaults: SandboxSpec | None = None
+    ) -> None:
         self.engine = engine
         self.max_workers = max_workers
         self.uid_base = uid_base
@@ -86,13 +88,26 @@ class SandboxManager:
 
     def _launch_zygote(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/scratch", "TMPDIR": "/scratch",
-               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONNOUSERSITE": "1", **({"SYMPHONY_SANDBOX_DEBUG": "1"} if os.environ.get("SYMPHONY_SANDBOX_DEBUG") else {})}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": "/scratch",
+            "TMPDIR": "/scratch",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MALLOC_ARENA_MAX": "2",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            **({"SYMPHONY_SANDBOX_DEBUG": "1"} if os.environ.get("SYMPHONY_SANDBOX_DEBUG") else {}),
+        }
         self._ready.clear()
-        self.zygote = subprocess.Popen([sys.executable, "-I", ZYGOTE, str(theirs.fileno()), str(os.getpid())],
-                                       pass_fds=[theirs.fileno()], env=env, start_new_session=True,
-                                       stdin=subprocess.DEVNULL)
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-I", ZYGOTE, str(theirs.fileno()), str(os.getpid())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()
         with self._ctl_lock:
             self._ctl = ours
@@ -202,8 +217,14 @@ class SandboxManager:
             shm = mmap.mmap(fd, size)
             w = Worker(wid, job, ours, shm, self.vocab, slot)
             self._by_id[wid] = w
-            msg = {"op": "spawn", "id": wid, "spec": spec.__dict__, "shm_size": size, "slot_bytes": self.vocab * 4,
-                   "n_slots": N_SLOTS}
+            msg = {
+                "op": "spawn",
+                "id": wid,
+                "spec": spec.__dict__,
+                "shm_size": size,
+                "slot_bytes": self.vocab * 4,
+                "n_slots": N_SLOTS,
+            }
             with self._ctl_lock:
                 socket.send_fds(self._ctl, [json.dumps(msg).encode()], [theirs.fileno(), fd])
         finally:
@@ -390,7 +411,7 @@ class SandboxManager:
             if isinstance(text, str) and w.stdout_bytes < MAX_STDOUT:
                 w.stdout_bytes += len(text)
                 try:
-                    w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[: MAX_STDOUT])
+                    w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[:MAX_STDOUT])
                 except Exception:
                     pass
             return
@@ -407,8 +428,15 @@ class SandboxManager:
             return
         if t in w.ended:
             try:
-                w.send({"id": h.get("id"), "err": {"type": "SymphonyError",
-                                                   "msg": f"LIP thread {t} has ended: its calls cannot run any more"}})
+                w.send(
+                    {
+                        "id": h.get("id"),
+                        "err": {
+                            "type": "SymphonyError",
+                            "msg": f"LIP thread {t} has ended: its calls cannot run any more",
+                        },
+                    }
+                )
             except SymphonyError:
                 pass
             return

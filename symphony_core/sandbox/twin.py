@@ -15,13 +15,14 @@ import json
 import linecache
 import queue
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
-from ..sched.process import Cancelled, LimitExceeded, LIPError
 from ..model.sampling import Sampler
+from ..sched.process import Cancelled, LimitExceeded, LIPError
 from .job import SandboxJob
 from .pool import SandboxManager
 from .worker_link import Worker, kv_handle_info
@@ -38,8 +39,13 @@ _tramps: dict[tuple[str, int], types.FunctionType] = {}
 def _at(loc: Any, fn: Callable[[], Any]) -> Any:
     """Call `fn` from a frame that carries the LIP's own file and line, so the kernel's trace
     and the debugger show where in the sandboxed program the call was made."""
-    if not (isinstance(loc, list) and len(loc) == 2 and isinstance(loc[0], str) and isinstance(loc[1], int)
-            and 0 < loc[1] < 10_000_000):
+    if not (
+        isinstance(loc, list)
+        and len(loc) == 2
+        and isinstance(loc[0], str)
+        and isinstance(loc[1], int)
+        and 0 < loc[1] < 10_000_000
+    ):
         return fn()
     key = (loc[0][:200], loc[1])
     t = _tramps.get(key)
@@ -91,13 +97,21 @@ def _mask(spec: Any, payload: bytes) -> Any:
         return None
     if isinstance(spec, dict) and "ids" in spec:
         return spec["ids"]
-    if isinstance(spec, dict) and isinstance(spec.get("shape"), list) and all(isinstance(s, int) and s >= 0 for s in spec["shape"]):
+    if (
+        isinstance(spec, dict)
+        and isinstance(spec.get("shape"), list)
+        and all(isinstance(s, int) and s >= 0 for s in spec["shape"])
+    ):
         n = 1
         for s in spec["shape"]:
             n *= s
         if n != len(payload) or len(spec["shape"]) > 2:
             raise TypeError(f"mask of shape {spec['shape']} does not match its {len(payload)} bytes")
-        return torch.frombuffer(bytearray(payload), dtype=torch.uint8).reshape(spec["shape"]).bool() if n else torch.zeros(spec["shape"], dtype=torch.bool)
+        return (
+            torch.frombuffer(bytearray(payload), dtype=torch.uint8).reshape(spec["shape"]).bool()
+            if n
+            else torch.zeros(spec["shape"], dtype=torch.bool)
+        )
     raise TypeError("mask must be a bool tensor or a list of token ids")
 
 
@@ -105,8 +119,14 @@ def _op_pred(sym, w: Worker, a: dict, payload: bytes):
     kv = w.kv(a.get("h"))
     toks = a.get("tokens")
     w.job.before_pred(sym.user, len(toks) if isinstance(toks, list) else 1)
-    d = sym.pred(kv, toks, a.get("positions"), outputs=a.get("outputs", "last"),
-                 sampler=_sampler(w, a.get("sampler")), mask=_mask(a.get("mask"), payload))
+    d = sym.pred(
+        kv,
+        toks,
+        a.get("positions"),
+        outputs=a.get("outputs", "last"),
+        sampler=_sampler(w, a.get("sampler")),
+        mask=_mask(a.get("mask"), payload),
+    )
     logits = d.logits.detach().to(torch.float32).cpu().contiguous()
     n = logits.numel()
     token = d.token
@@ -161,8 +181,13 @@ def _op_kv_list(sym, w, a, p):
 
 def _op_kv_stat(sym, w, a, p):
     kv = w.kv(a.get("h"))
-    return {"tokens": kv.tokens, "positions": kv.positions, "pages": kv.pages, "evicted": kv.evicted,
-            **kv_handle_info(kv, a["h"])}, b""
+    return {
+        "tokens": kv.tokens,
+        "positions": kv.positions,
+        "pages": kv.pages,
+        "evicted": kv.evicted,
+        **kv_handle_info(kv, a["h"]),
+    }, b""
 
 
 def _op_tokenize(sym, w, a, p):
@@ -191,8 +216,9 @@ def _op_send(sym, w, a, p):
     if limit is not None:
         n = len(json.dumps(v))
         if n > limit:
-            raise LimitExceeded(f"send: a message of {n / (1 << 20):.1f} MiB; a message may be at most "
-                                f"{limit / (1 << 20):.1f} MiB")
+            raise LimitExceeded(
+                f"send: a message of {n / (1 << 20):.1f} MiB; a message may be at most {limit / (1 << 20):.1f} MiB"
+            )
     return sym.send(v), b""
 
 
@@ -281,10 +307,24 @@ def sandboxed_lip(sym, mgr: SandboxManager, job: SandboxJob) -> Any:
             th.state, th.current_call = "running", None
     w.proc = proc
     try:
-        info = {"pid": sym.pid, "tid": sym.tid, "user": sym.user, "name": job.name,
-                "eos_token_ids": sorted(sym.eos_token_ids), "vocab_size": sym.vocab_size}
-        w.send({"op": "start", "source": job.source, "entry": job.entry, "args": job.args,
-                "kwargs": job.kwargs, "info": info})
+        info = {
+            "pid": sym.pid,
+            "tid": sym.tid,
+            "user": sym.user,
+            "name": job.name,
+            "eos_token_ids": sorted(sym.eos_token_ids),
+            "vocab_size": sym.vocab_size,
+        }
+        w.send(
+            {
+                "op": "start",
+                "source": job.source,
+                "entry": job.entry,
+                "args": job.args,
+                "kwargs": job.kwargs,
+                "info": info,
+            }
+        )
         _serve(sym, w, 0)
         ex = w.exit_frame or {}
         if "err" in ex and isinstance(ex["err"], dict):

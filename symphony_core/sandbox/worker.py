@@ -20,23 +20,39 @@ import threading
 import traceback
 import types
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from .. import errors as _errors
-from ..sched import process as _process
 from ..model.dist import Dist
 from ..model.sampling import Sampler
+from ..sched import process as _process
 from .protocol import jsonable, recv_frame, send_frame
 
 # Exceptions the engine may answer with, rebuilt here under their own class so that
 # `except KVNotFound:` in a LIP works the same in and out of the sandbox.
 _ERRORS: dict[str, type[BaseException]] = {
-    **{n: getattr(_errors, n) for n in ("SymphonyError", "KVError", "KVPermissionError", "KVNotFound", "OutOfPages",
-                                        "PredError", "ModelError")},
-    "LimitExceeded": _process.LimitExceeded, "Cancelled": _process.Cancelled, "LIPError": _process.LIPError,
-    **{e.__name__: e for e in (TimeoutError, ValueError, TypeError, IndexError, KeyError, RuntimeError, PermissionError)},
+    **{
+        n: getattr(_errors, n)
+        for n in (
+            "SymphonyError",
+            "KVError",
+            "KVPermissionError",
+            "KVNotFound",
+            "OutOfPages",
+            "PredError",
+            "ModelError",
+        )
+    },
+    "LimitExceeded": _process.LimitExceeded,
+    "Cancelled": _process.Cancelled,
+    "LIPError": _process.LIPError,
+    **{
+        e.__name__: e
+        for e in (TimeoutError, ValueError, TypeError, IndexError, KeyError, RuntimeError, PermissionError)
+    },
 }
 
 
@@ -120,7 +136,7 @@ class RemoteKV:
 
     __slots__ = ("_sym", "hid", "len", "path", "mode", "closed", "__weakref__")
 
-    def __init__(self, sym: "RemoteSym", info: dict) -> None:
+    def __init__(self, sym: RemoteSym, info: dict) -> None:
         self._sym = sym
         self.hid = int(info["h"])
         self.closed = False
@@ -165,7 +181,7 @@ class RemoteKV:
 
 
 class RemoteThreadHandle:
-    def __init__(self, sym: "RemoteSym", wtid: int, tid: int, thread: threading.Thread, box: dict) -> None:
+    def __init__(self, sym: RemoteSym, wtid: int, tid: int, thread: threading.Thread, box: dict) -> None:
         self._sym, self._wtid, self.tid, self._thread, self._box = sym, wtid, tid, thread, box
 
     def join(self, timeout: float | None = None) -> Any:
@@ -241,8 +257,14 @@ class RemoteSym:
             sid = self._samplers.get(sampler)
             if sid is None:
                 sid = self._samplers[sampler] = next(self._sids)
-            a["sampler"] = {"id": sid, "temperature": sampler.temperature, "top_k": sampler.top_k,
-                            "top_p": sampler.top_p, "min_p": sampler.min_p, "seed": sampler.seed}
+            a["sampler"] = {
+                "id": sid,
+                "temperature": sampler.temperature,
+                "top_k": sampler.top_k,
+                "top_p": sampler.top_p,
+                "min_p": sampler.min_p,
+                "seed": sampler.seed,
+            }
         elif sampler is not None:
             a["sampler"] = sampler if isinstance(sampler, str) else repr(sampler)
         payload = b""
@@ -315,8 +337,10 @@ class RemoteSym:
         return self._call("detokenize", {"ids": _ids(ids, "ids")})
 
     def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return self._call("chat_template", {"messages": jsonable(messages, "chat messages"),
-                                            "add_generation_prompt": add_generation_prompt})
+        return self._call(
+            "chat_template",
+            {"messages": jsonable(messages, "chat messages"), "add_generation_prompt": add_generation_prompt},
+        )
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:

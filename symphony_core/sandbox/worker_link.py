@@ -35,11 +35,15 @@ def kv_handle_info(kv: KV, hid: int) -> dict:
 class Worker:
     """The server's view of one sandboxed worker process."""
 
-    def __init__(self, wid: int, job: SandboxJob, sock: socket.socket, shm: mmap.mmap, slot_floats: int, slot: int) -> None:
+    def __init__(
+        self, wid: int, job: SandboxJob, sock: socket.socket, shm: mmap.mmap, slot_floats: int, slot: int
+    ) -> None:
         self.wid, self.job, self.sock, self.shm, self.slot = wid, job, sock, shm, slot
         self.slot_floats, self.n_slots = slot_floats, N_SLOTS
-        self.slot_views = [torch.frombuffer(shm, dtype=torch.float32, count=slot_floats, offset=k * slot_floats * 4)
-                           for k in range(N_SLOTS)]
+        self.slot_views = [
+            torch.frombuffer(shm, dtype=torch.float32, count=slot_floats, offset=k * slot_floats * 4)
+            for k in range(N_SLOTS)
+        ]
         self.queues: dict[int, queue.Queue] = {0: queue.Queue()}
         self.reader = FrameReader(max_header=4 << 20, max_payload=16 << 20)
         self.pid: int | None = None

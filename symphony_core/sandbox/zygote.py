@@ -26,8 +26,12 @@ def _stub_packages() -> None:
     """Make `symphony_core.model.dist` importable without running any package `__init__`."""
     if sys.path and os.path.abspath(sys.path[0] or ".") == _HERE:
         sys.path.pop(0)
-    for name, path in (("symphony_core", _PKG), ("symphony_core.model", f"{_PKG}/model"),
-                       ("symphony_core.sched", f"{_PKG}/sched"), ("symphony_core.sandbox", _HERE)):
+    for name, path in (
+        ("symphony_core", _PKG),
+        ("symphony_core.model", f"{_PKG}/model"),
+        ("symphony_core.sched", f"{_PKG}/sched"),
+        ("symphony_core.sandbox", _HERE),
+    ):
         m = types.ModuleType(name)
         m.__path__ = [path]
         m.__package__ = name
@@ -37,6 +41,7 @@ def _stub_packages() -> None:
 _stub_packages()
 
 import ctypes  # noqa: E402
+import encodings.idna  # noqa: E402,F401  (socket name lookups need it; the sandbox cannot import it later)
 import json  # noqa: E402
 import mmap  # noqa: E402
 import select  # noqa: E402
@@ -44,7 +49,6 @@ import signal  # noqa: E402
 import socket  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
-import encodings.idna  # noqa: E402,F401  (socket name lookups need it; the sandbox cannot import it later)
 
 import torch  # noqa: E402,F401  (loaded once here, shared copy-on-write by every worker)
 
@@ -66,10 +70,21 @@ _DEBUG = bool(os.environ.get("SYMPHONY_SANDBOX_DEBUG"))
 EXIT_CPU = 152
 
 # What a sandboxed LIP may import from symphony_core; everything else is the engine's.
-_ALLOWED = ("symphony_core", "symphony_core.errors", "symphony_core.model", "symphony_core.model.dist",
-            "symphony_core.model.sampling", "symphony_core.sched", "symphony_core.sched.process",
-            "symphony_core.events", "symphony_core.lib", "symphony_core.sandbox",
-            "symphony_core.sandbox.worker", "symphony_core.sandbox.protocol", "symphony_core.programs")
+_ALLOWED = (
+    "symphony_core",
+    "symphony_core.errors",
+    "symphony_core.model",
+    "symphony_core.model.dist",
+    "symphony_core.model.sampling",
+    "symphony_core.sched",
+    "symphony_core.sched.process",
+    "symphony_core.events",
+    "symphony_core.lib",
+    "symphony_core.sandbox",
+    "symphony_core.sandbox.worker",
+    "symphony_core.sandbox.protocol",
+    "symphony_core.programs",
+)
 
 
 def _set_name(name: str) -> None:
@@ -84,8 +99,9 @@ class _EngineBlocker:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if (name.startswith("symphony_core.") and name not in _ALLOWED and not name.startswith("symphony_core.lib.")) \
-                or name.startswith("symphony_lab"):
+        if (
+            name.startswith("symphony_core.") and name not in _ALLOWED and not name.startswith("symphony_core.lib.")
+        ) or name.startswith("symphony_lab"):
             raise ImportError(
                 f"{name} is not available inside a sandboxed LIP: the engine runs in another process, outside "
                 "the sandbox — use the `sym` handle (symphony_core.errors, .model.dist, .model.sampling and .lib "
@@ -101,8 +117,10 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
     pkg.Dist, pkg.Sampler, pkg.KV = _dist.Dist, _sampling.Sampler, worker.RemoteKV
 
     def _missing(name: str):
-        raise ImportError(f"symphony_core.{name} is not available inside a sandboxed LIP: the engine runs in "
-                          "another process, outside the sandbox — use the `sym` handle")
+        raise ImportError(
+            f"symphony_core.{name} is not available inside a sandboxed LIP: the engine runs in "
+            "another process, outside the sandbox — use the `sym` handle"
+        )
 
     pkg.__getattr__ = _missing
     sys.modules["symphony_core.model"].__getattr__ = lambda name: _missing(f"model.{name}")
@@ -120,8 +138,10 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
             p = os.fsdecode(args[0])
             full = os.path.normpath(p if p.startswith("/") else os.path.join("/scratch", p))
             if not any(full == v or full.startswith(v.rstrip("/") + "/") for v in visible):
-                raise PermissionError(f"sandbox: cannot open {p!r}: a sandboxed LIP sees only its scratch "
-                                      "directory /scratch and the read-only Python runtime")
+                raise PermissionError(
+                    f"sandbox: cannot open {p!r}: a sandboxed LIP sees only its scratch "
+                    "directory /scratch and the read-only Python runtime"
+                )
 
     sys.addaudithook(audit)
 
@@ -177,8 +197,17 @@ def _monitor(sock_fd: int, shm_fd: int, msg: dict, status_w: int, ctl_fd: int, s
             try:
                 from symphony_core.sandbox.protocol import send_frame
 
-                send_frame(socket.socket(fileno=sock_fd), {"op": "exit", "err": {
-                    "type": "SandboxSetupError", "msg": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()}})
+                send_frame(
+                    socket.socket(fileno=sock_fd),
+                    {
+                        "op": "exit",
+                        "err": {
+                            "type": "SandboxSetupError",
+                            "msg": f"{type(e).__name__}: {e}",
+                            "tb": traceback.format_exc(),
+                        },
+                    },
+                )
             except BaseException:
                 pass
             if _DEBUG:
@@ -189,10 +218,14 @@ def _monitor(sock_fd: int, shm_fd: int, msg: dict, status_w: int, ctl_fd: int, s
     os.close(shm_fd)
     signal.signal(signal.SIGTERM, lambda *a: os.kill(w, signal.SIGKILL))
     _, status, ru = os.wait4(w, 0)
-    report = {"op": "status", "pid": os.getpid(), "cpu": round(ru.ru_utime + ru.ru_stime, 3),
-              "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-              "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-              "maxrss_kb": ru.ru_maxrss}
+    report = {
+        "op": "status",
+        "pid": os.getpid(),
+        "cpu": round(ru.ru_utime + ru.ru_stime, 3),
+        "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "maxrss_kb": ru.ru_maxrss,
+    }
     os.write(status_w, (json.dumps(report) + "\n").encode())
 
 
@@ -251,8 +284,12 @@ def main() -> None:
                 if pid == 0:
                     break
                 children.pop(pid, None)
-                st = statuses.pop(pid, None) or {"code": None, "signal": None, "cpu": None,
-                                                 "note": f"monitor ended with status {status}"}
+                st = statuses.pop(pid, None) or {
+                    "code": None,
+                    "signal": None,
+                    "cpu": None,
+                    "note": f"monitor ended with status {status}",
+                }
                 send({**st, "op": "exited", "pid": pid})
             now = time.monotonic()
             for pid, asked in list(children.items()):

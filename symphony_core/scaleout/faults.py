@@ -25,8 +25,10 @@ class ReplicaDeath:
 
     def describe(self) -> str:
         when = time.strftime("at %H:%M:%S UTC", time.gmtime(self.at)) if self.at else "earlier"
-        return (f"replica {replica_name(self.replica)} (generation {self.generation}) died {when} "
-                f"({self.reason}); Ray restarts it with empty KV files")
+        return (
+            f"replica {replica_name(self.replica)} (generation {self.generation}) died {when} "
+            f"({self.reason}); Ray restarts it with empty KV files"
+        )
 
 
 @dataclass
@@ -59,8 +61,9 @@ class FaultBook:
             for user, paths in files.items():
                 mine = self.lost.setdefault(user, {})
                 for p in paths:
-                    mine[p] = LostFile(p, replica_name(death.replica), death.generation, death.at,
-                                       f"{p} was lost: {death.describe()}")
+                    mine[p] = LostFile(
+                        p, replica_name(death.replica), death.generation, death.at, f"{p} was lost: {death.describe()}"
+                    )
 
     def death_of(self, replica: int, generation: int) -> ReplicaDeath | None:
         return self.deaths.get((replica, generation))

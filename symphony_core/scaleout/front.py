@@ -38,13 +38,20 @@ class FrontError(Exception):
         self.status, self.message, self.type, self.headers = status, message, type, headers
 
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"type": self.type, "message": self.message, "param": None, "code": self.status}},
-                            status_code=self.status, headers=self.headers)
+        return JSONResponse(
+            {"error": {"type": self.type, "message": self.message, "param": None, "code": self.status}},
+            status_code=self.status,
+            headers=self.headers,
+        )
 
 
 def _token(headers, query) -> str:
     auth = headers.get("authorization", "")
-    return auth[7:].strip() if auth.lower().startswith("bearer ") else (query.get("token") or headers.get("x-api-key") or "")
+    return (
+        auth[7:].strip()
+        if auth.lower().startswith("bearer ")
+        else (query.get("token") or headers.get("x-api-key") or "")
+    )
 
 
 class Front:
@@ -69,12 +76,14 @@ class Front:
             return hit[0]
         r = self._any_live()
         try:
-            resp = await self.http.get(self.pool.url(r) + "/v1/whoami",
-                                       headers={"authorization": f"Bearer {tok}"} if tok else {})
+            resp = await self.http.get(
+                self.pool.url(r) + "/v1/whoami", headers={"authorization": f"Bearer {tok}"} if tok else {}
+            )
         except httpx.HTTPError:
             await self._check_alive(r)
-            raise FrontError(503, f"replica {replica_name(r)} did not answer; try again", "unavailable",
-                             {"Retry-After": "2"}) from None
+            raise FrontError(
+                503, f"replica {replica_name(r)} did not answer; try again", "unavailable", {"Retry-After": "2"}
+            ) from None
         if resp.status_code != 200:
             return Response(resp.content, status_code=resp.status_code, media_type="application/json")
         user = resp.json()["user"]
@@ -94,8 +103,12 @@ class Front:
         url = self.pool.url(r)
         if url is None:
             reason = self.pool.replicas[r].down_reason or "it is starting"
-            raise FrontError(503, f"replica {replica_name(r)} ({why}) is down: {reason}; Ray is restarting it, "
-                                  "try again shortly", "unavailable", {"Retry-After": "5"})
+            raise FrontError(
+                503,
+                f"replica {replica_name(r)} ({why}) is down: {reason}; Ray is restarting it, try again shortly",
+                "unavailable",
+                {"Retry-After": "5"},
+            )
         return url
 
     def home(self, user: str, headers) -> int:
@@ -109,10 +122,15 @@ class Front:
             return await forward(self.http, url, request, body, stream)
         except ReplicaUnreachable as e:
             if await self._check_alive(r) is None:  # a broken connection, not a dead replica
-                raise FrontError(502, f"the connection to replica {replica_name(r)} broke ({e}); try again",
-                                 "bad_gateway") from None
-            raise FrontError(503, f"replica {replica_name(r)} stopped answering; Ray is restarting it", "unavailable",
-                             {"Retry-After": "5"}) from None
+                raise FrontError(
+                    502, f"the connection to replica {replica_name(r)} broke ({e}); try again", "bad_gateway"
+                ) from None
+            raise FrontError(
+                503,
+                f"replica {replica_name(r)} stopped answering; Ray is restarting it",
+                "unavailable",
+                {"Retry-After": "5"},
+            ) from None
         finally:
             self.pool.placement.end(r)
 
@@ -140,9 +158,12 @@ class Front:
             out = lost_outcome(pid, death)
             return JSONResponse({**out, "name": None, "user": self.owners.get(pid), "error": out["error"]["message"]})
         if tail == "messages" and request.method == "GET":
-            return JSONResponse({"messages": [], "next": int(request.query_params.get("after", "0") or 0), "done": True})
-        raise FrontError(409, f"process {pid} has ended (failed): {lost_outcome(pid, death)['error']['message']}",
-                         "conflict")
+            return JSONResponse(
+                {"messages": [], "next": int(request.query_params.get("after", "0") or 0), "done": True}
+            )
+        raise FrontError(
+            409, f"process {pid} has ended (failed): {lost_outcome(pid, death)['error']['message']}", "conflict"
+        )
 
     async def by_pid(self, request: Request) -> Response:
         user = await self.user_of(request.headers, request.query_params)
@@ -168,10 +189,13 @@ class Front:
         lost = self.pool.faults.lost_files(user)
         if lost:
             paths = ", ".join(f["path"] for f in lost[:5]) + (" …" if len(lost) > 5 else "")
-            raise FrontError(409, f"user {user!r}: named KV files were lost when their replica died ({lost[0]['message']}): "
-                                  f"{paths}. A program would find them missing; acknowledge each with "
-                                  "DELETE /v1/kv/<path> (GET /v1/kv lists them under 'lost'), then run again",
-                             "kv_files_lost")
+            raise FrontError(
+                409,
+                f"user {user!r}: named KV files were lost when their replica died ({lost[0]['message']}): "
+                f"{paths}. A program would find them missing; acknowledge each with "
+                "DELETE /v1/kv/<path> (GET /v1/kv lists them under 'lost'), then run again",
+                "kv_files_lost",
+            )
 
     async def create_process(self, request: Request) -> Response:
         user = await self.user_of(request.headers, request.query_params)
@@ -211,8 +235,9 @@ class Front:
         home = self.home(user, request.headers)
         body = await request.body()
         others = [r for r in self.pool.live() if r != home]
-        answers = await asyncio.gather(self._send(home, request, body),
-                                       *(self._send(r, request, body) for r in others), return_exceptions=True)
+        answers = await asyncio.gather(
+            self._send(home, request, body), *(self._send(r, request, body) for r in others), return_exceptions=True
+        )
         if isinstance(answers[0], BaseException):
             raise answers[0]
         return answers[0]
@@ -237,7 +262,9 @@ class Front:
             files.extend({**f, "replica": replica_name(body["_replica"])} for f in body.get("files", []))
         if not seen_home:  # the replica's own refusal (403 for another user's directory, …) as it stands
             return await self._send(home, request)
-        return JSONResponse({"files": sorted(files, key=lambda f: f["path"]), "lost": self.pool.faults.lost_files(user)})
+        return JSONResponse(
+            {"files": sorted(files, key=lambda f: f["path"]), "lost": self.pool.faults.lost_files(user)}
+        )
 
     async def kv_remove(self, request: Request) -> Response:
         user = await self.user_of(request.headers, request.query_params)
@@ -276,10 +303,17 @@ class Front:
             if resp.status_code == 200:
                 out = json.loads(resp.body)
                 break
-        out["replicas"] = [{"replica": replica_name(i), "up": st.up, "generation": None if st.info is None else st.info.generation,
-                            "url": None if st.info is None else st.info.url,
-                            "node": None if st.info is None else st.info.node_id[:12], "down_reason": st.down_reason or None}
-                           for i, st in sorted(self.pool.replicas.items())]
+        out["replicas"] = [
+            {
+                "replica": replica_name(i),
+                "up": st.up,
+                "generation": None if st.info is None else st.info.generation,
+                "url": None if st.info is None else st.info.url,
+                "node": None if st.info is None else st.info.node_id[:12],
+                "down_reason": st.down_reason or None,
+            }
+            for i, st in sorted(self.pool.replicas.items())
+        ]
         return JSONResponse(out, status_code=200 if out["status"] == "ok" else 503)
 
     async def metrics(self, request: Request) -> Response:
@@ -301,8 +335,10 @@ class Front:
                     label = f'replica="{replica_name(r)}"'
                     name = name.replace("{", "{" + label + ",", 1) if "{" in name else f"{name}{{{label}}}"
                     families.setdefault(family, []).append(f"{name} {value}")
-        return PlainTextResponse("".join(line + "\n" for lines in families.values() for line in lines),
-                                 media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            "".join(line + "\n" for lines in families.values() for line in lines),
+            media_type="text/plain; version=0.0.4",
+        )
 
     # --- WebSockets -------------------------------------------------------------------------------
     async def ws_session(self, ws: WebSocket) -> None:
@@ -330,15 +366,18 @@ class Front:
                 r = self.home(user, ws.headers)
             await self._relay(ws, r, "/v1/ws", first, user)
         except FrontError as e:
-            await _ws_close(ws, {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}},
-                            4401 if e.status == 401 else (1013 if e.status == 503 else 4400))
+            await _ws_close(
+                ws,
+                {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}},
+                4401 if e.status == 401 else (1013 if e.status == 503 else 4400),
+            )
         except (TimeoutError, RuntimeError):
             return
 
     async def _relay(self, ws: WebSocket, r: int, path: str, first: str | None, user: str) -> None:
         base = self._up_or_503(r, "the replica this session goes to")
         query = f"?{ws.url.query}" if ws.url.query else ""
-        url = "ws" + base[len("http"):] + path + query
+        url = "ws" + base[len("http") :] + path + query
 
         async def started(pid: int) -> None:
             self._own(pid, user)
@@ -348,8 +387,12 @@ class Front:
             end = await relay_ws(ws, url, request_headers(ws), first, started)
         except ReplicaUnreachable as e:
             if await self._check_alive(r) is None:
-                raise FrontError(502, f"could not reach replica {replica_name(r)} ({e}); try again", "bad_gateway") from None
-            raise FrontError(503, f"replica {replica_name(r)} stopped answering; Ray is restarting it", "unavailable") from None
+                raise FrontError(
+                    502, f"could not reach replica {replica_name(r)} ({e}); try again", "bad_gateway"
+                ) from None
+            raise FrontError(
+                503, f"replica {replica_name(r)} stopped answering; Ray is restarting it", "unavailable"
+            ) from None
         finally:
             self.pool.placement.end(r)
         if end.client_left:
@@ -358,8 +401,18 @@ class Front:
             death = await self._check_alive(r)
             if death is not None and end.pid is not None:
                 return await _ws_close(ws, {"type": "result", **lost_outcome(end.pid, death)}, 1000)
-            return await _ws_close(ws, {"type": "error", "error": {"type": "unavailable", "code": 503, "message":
-                                   f"the connection to replica {replica_name(r)} broke"}}, 1011)
+            return await _ws_close(
+                ws,
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "unavailable",
+                        "code": 503,
+                        "message": f"the connection to replica {replica_name(r)} broke",
+                    },
+                },
+                1011,
+            )
         with contextlib.suppress(RuntimeError):
             await ws.close(code=end.close_code or 1000, reason=end.close_reason[:120])
 
@@ -390,7 +443,9 @@ class Front:
             r = self._any_live() if isinstance(user, Response) else self.home(user, ws.headers)
             await self._relay(ws, r, ws.url.path, None, user if isinstance(user, str) else "")
         except FrontError as e:
-            await _ws_close(ws, {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}}, 1013)
+            await _ws_close(
+                ws, {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}}, 1013
+            )
 
 
 async def _ws_close(ws: WebSocket, last: dict, code: int) -> None:
@@ -416,8 +471,10 @@ def create_front_app(pool: ReplicaPool) -> Starlette:
 
     all_methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [
-        Route("/health", front.health), Route("/metrics", front.metrics),
-        Route("/v1/whoami", front.to_home), Route("/v1/models", front.to_home),
+        Route("/health", front.health),
+        Route("/metrics", front.metrics),
+        Route("/v1/whoami", front.to_home),
+        Route("/v1/models", front.to_home),
         Route("/v1/programs", front.programs_everywhere, methods=["POST"]),
         Route("/v1/programs", front.to_home, methods=["GET"]),
         Route("/v1/programs/{prog}", front.programs_everywhere, methods=["DELETE"]),
@@ -425,7 +482,8 @@ def create_front_app(pool: ReplicaPool) -> Starlette:
         Route("/v1/processes", front.list_processes, methods=["GET"]),
         Route("/v1/processes/{pid}", front.by_pid, methods=["GET", "DELETE"]),
         Route("/v1/processes/{pid}/{tail}", front.by_pid, methods=["GET", "POST"]),
-        Route("/v1/kv", front.kv_list, methods=["GET"]), Route("/v1/kv/{path:path}", front.kv_remove, methods=["DELETE"]),
+        Route("/v1/kv", front.kv_list, methods=["GET"]),
+        Route("/v1/kv/{path:path}", front.kv_remove, methods=["DELETE"]),
         Route("/v1/completions", front.openai, methods=["POST"]),
         Route("/v1/chat/completions", front.openai, methods=["POST"]),
         WebSocketRoute("/v1/ws", front.ws_session),

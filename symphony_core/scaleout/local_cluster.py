@@ -28,8 +28,9 @@ def _kill_session(session_dirs: set[str]) -> None:
                 pass
 
 
-def start_local_cluster(nodes: int = 2, num_cpus: float = 1, object_store_mb: int = 100, attempts: int = 3,
-                        temp_dir: str = "/tmp/ray"):
+def start_local_cluster(
+    nodes: int = 2, num_cpus: float = 1, object_store_mb: int = 100, attempts: int = 3, temp_dir: str = "/tmp/ray"
+):
     """`ray.cluster_utils.Cluster` with `nodes` nodes of `num_cpus` CPUs each; call `.shutdown()` when done."""
     from ray.cluster_utils import Cluster
 

@@ -38,8 +38,16 @@ class ReplicaState:
 
 
 class ReplicaPool:
-    def __init__(self, n: int, spec: ReplicaSpec, *, num_cpus: float = 1, max_restarts: int = -1,
-                 poll_interval: float = 2.0, namespace_prefix: str = "symphony") -> None:
+    def __init__(
+        self,
+        n: int,
+        spec: ReplicaSpec,
+        *,
+        num_cpus: float = 1,
+        max_restarts: int = -1,
+        poll_interval: float = 2.0,
+        namespace_prefix: str = "symphony",
+    ) -> None:
         if n < 1:
             raise ValueError(f"--replicas must be at least 1, got {n}")
         self.n, self.spec, self.num_cpus, self.max_restarts = n, spec, num_cpus, max_restarts
@@ -56,9 +64,14 @@ class ReplicaPool:
 
         cls = ray.remote(SymphonyReplica)
         for i in range(1, self.n + 1):
-            actor = cls.options(name=f"{self.prefix}-{replica_name(i)}", max_restarts=self.max_restarts,
-                                max_task_retries=0, num_cpus=self.num_cpus, scheduling_strategy="SPREAD",
-                                max_concurrency=1).remote(i, self.spec)
+            actor = cls.options(
+                name=f"{self.prefix}-{replica_name(i)}",
+                max_restarts=self.max_restarts,
+                max_task_retries=0,
+                num_cpus=self.num_cpus,
+                scheduling_strategy="SPREAD",
+                max_concurrency=1,
+            ).remote(i, self.spec)
             self.replicas[i] = ReplicaState(i, actor)
         infos = ray.get([r.actor.info.remote() for r in self.replicas.values()], timeout=timeout)
         for info in infos:

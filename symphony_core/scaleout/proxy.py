@@ -14,8 +14,19 @@ from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 # hop-by-hop headers, and those the forwarding itself sets
-_DROP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer",
-         "proxy-authorization", "proxy-authenticate", "x-symphony-replica"}
+_DROP = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "x-symphony-replica",
+}
 
 
 class ReplicaUnreachable(Exception):
@@ -24,29 +35,42 @@ class ReplicaUnreachable(Exception):
 
 def request_headers(request_or_ws) -> dict[str, str]:
     """The client's headers less hop-by-hop ones (and a WebSocket handshake's, which the relay makes anew)."""
-    return {k: v for k, v in request_or_ws.headers.items()
-            if k.lower() not in _DROP and not k.lower().startswith("sec-websocket")}
+    return {
+        k: v
+        for k, v in request_or_ws.headers.items()
+        if k.lower() not in _DROP and not k.lower().startswith("sec-websocket")
+    }
 
 
 def _response_headers(resp: httpx.Response) -> dict[str, str]:
     return {k: v for k, v in resp.headers.items() if k.lower() not in _DROP and k.lower() != "content-encoding"}
 
 
-async def forward(client: httpx.AsyncClient, base: str, request: Request, body: bytes | None = None,
-                  stream: bool = False) -> Response:
+async def forward(
+    client: httpx.AsyncClient, base: str, request: Request, body: bytes | None = None, stream: bool = False
+) -> Response:
     """Send `request` (its method, path, query, headers and body) to the server at `base`."""
     if body is None:
         body = await request.body()
-    req = client.build_request(request.method, base + request.url.path, params=request.query_params,
-                               headers=request_headers(request), content=body,
-                               timeout=httpx.Timeout(None, connect=5.0))
+    req = client.build_request(
+        request.method,
+        base + request.url.path,
+        params=request.query_params,
+        headers=request_headers(request),
+        content=body,
+        timeout=httpx.Timeout(None, connect=5.0),
+    )
     try:
         resp = await client.send(req, stream=True)
     except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as e:
         raise ReplicaUnreachable(f"{type(e).__name__}: {e}") from None
     if stream:
-        return StreamingResponse(resp.aiter_raw(), status_code=resp.status_code, headers=_response_headers(resp),
-                                 background=BackgroundTask(resp.aclose))
+        return StreamingResponse(
+            resp.aiter_raw(),
+            status_code=resp.status_code,
+            headers=_response_headers(resp),
+            background=BackgroundTask(resp.aclose),
+        )
     try:
         content = await resp.aread()
     except (httpx.RemoteProtocolError, httpx.ReadError) as e:
@@ -66,8 +90,13 @@ class SessionEnd:
     close_reason: str = ""
 
 
-async def relay_ws(ws: WebSocket, upstream_url: str, headers: dict[str, str], first: str | None,
-                   on_started: Callable[[int], Awaitable[None]] | None = None) -> SessionEnd:
+async def relay_ws(
+    ws: WebSocket,
+    upstream_url: str,
+    headers: dict[str, str],
+    first: str | None,
+    on_started: Callable[[int], Awaitable[None]] | None = None,
+) -> SessionEnd:
     """Open the replica's WebSocket, send the client's first message, relay both ways until one side
     ends. The client's WebSocket is accepted but not closed here."""
     from websockets.asyncio.client import connect
@@ -75,8 +104,7 @@ async def relay_ws(ws: WebSocket, upstream_url: str, headers: dict[str, str], fi
 
     end = SessionEnd(None, False, False, False)
     try:
-        up = await connect(upstream_url, additional_headers=headers, max_size=None, ping_interval=None,
-                           open_timeout=10)
+        up = await connect(upstream_url, additional_headers=headers, max_size=None, ping_interval=None, open_timeout=10)
     except (TimeoutError, OSError) as e:
         raise ReplicaUnreachable(f"{type(e).__name__}: {e}") from None
     try:

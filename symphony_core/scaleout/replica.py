@@ -103,13 +103,35 @@ class SymphonyReplica:
         self._tokens = {u["name"]: u["token"] for u in users}
         port = _free_port(host)
         env = {**os.environ, **spec.env, "SYMPHONY_PID_BASE": str(pid_base(index, self.generation))}
-        cmd = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), "-m", "symphony_core.cli", "serve",
-               "--host", host, "--port", str(port), "--users-file", users_file, *spec.serve_args]
+        cmd = [
+            sys.executable,
+            "-c",
+            _DIE_WITH_PARENT,
+            str(os.getpid()),
+            "-m",
+            "symphony_core.cli",
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--users-file",
+            users_file,
+            *spec.serve_args,
+        ]
         self._log = open(os.path.join(self.dir, "server.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
         self.url = f"http://{host}:{port}"
-        self.info_ = ReplicaInfo(index, replica_name(index), self.generation, self.url, ctx.get_node_id(), node_ip,
-                                 self.proc.pid, time.time())
+        self.info_ = ReplicaInfo(
+            index,
+            replica_name(index),
+            self.generation,
+            self.url,
+            ctx.get_node_id(),
+            node_ip,
+            self.proc.pid,
+            time.time(),
+        )
         self._wait_ready(spec.ready_timeout)
         os.unlink(users_file)  # read at start; the tokens stay in memory only (for named_files)
         self._stopping = False
@@ -119,8 +141,10 @@ class SymphonyReplica:
         deadline = time.time() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"replica {replica_name(self.index)}: `symphony serve` exited with "
-                                   f"{self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"replica {replica_name(self.index)}: `symphony serve` exited with "
+                    f"{self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -129,14 +153,19 @@ class SymphonyReplica:
                 pass
             if time.time() > deadline:
                 self.proc.kill()
-                raise RuntimeError(f"replica {replica_name(self.index)}: not ready after {timeout}s:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"replica {replica_name(self.index)}: not ready after {timeout}s:\n{self.log_tail()}"
+                )
             time.sleep(0.25)
 
     def _watchdog(self) -> None:
         code = self.proc.wait()
         if not self._stopping:  # the server died under us: end the actor so that Ray restarts it
-            print(f"symphony replica {replica_name(self.index)}: server exited with {code}; restarting the replica",
-                  file=sys.stderr, flush=True)
+            print(
+                f"symphony replica {replica_name(self.index)}: server exited with {code}; restarting the replica",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(1)
 
     # --- what the front asks ----------------------------------------------------------------------
@@ -146,7 +175,7 @@ class SymphonyReplica:
     def named_files(self) -> dict[str, list[str]]:
         """Each user's named KV files on this replica (their own and the /shared/ ones they own)."""
         out: dict[str, list[str]] = {}
-        for user, token in (self._tokens.items() if self._tokens else [("local", None)]):
+        for user, token in self._tokens.items() if self._tokens else [("local", None)]:
             req = urllib.request.Request(self.url + "/v1/kv")
             if token:
                 req.add_header("Authorization", f"Bearer {token}")

@@ -14,10 +14,18 @@ NAMESPACE = "symphony"  # Ray namespace of the replica actors (named symphony-r1
 SHIMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_shims")
 
 # `symphony serve` flags every replica gets as they were given (the front itself runs no engine)
-_PASS_THROUGH = [("model", "--model"), ("max_workers", "--max-workers"), ("cpu_seconds", "--cpu-seconds"),
-                 ("memory_mb", "--memory-mb"), ("wall_time", "--wall-time"), ("num_pages", "--num-pages"),
-                 ("kv_cache_gb", "--kv-cache-gb"), ("threads", "--threads"), ("max_body", "--max-body"),
-                 ("log_level", "--log-level")]
+_PASS_THROUGH = [
+    ("model", "--model"),
+    ("max_workers", "--max-workers"),
+    ("cpu_seconds", "--cpu-seconds"),
+    ("memory_mb", "--memory-mb"),
+    ("wall_time", "--wall-time"),
+    ("num_pages", "--num-pages"),
+    ("kv_cache_gb", "--kv-cache-gb"),
+    ("threads", "--threads"),
+    ("max_body", "--max-body"),
+    ("log_level", "--log-level"),
+]
 
 
 def ray_env(env: dict | None = None) -> dict:
@@ -72,8 +80,10 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     from .pool import ReplicaPool
     from .replica import ReplicaSpec
 
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request otherwise
     try:
         users = load_users_doc(args.users_file, args.user)
@@ -81,8 +91,11 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         print(f"symphony serve: bad users configuration: {e}", file=sys.stderr)
         return 2
     if not users["users"] and not _is_loopback(args.host):
-        print(f"symphony serve: refusing to listen on {args.host} without API tokens (give --user NAME:TOKEN or "
-              "--users-file); without tokens only loopback addresses are allowed", file=sys.stderr)
+        print(
+            f"symphony serve: refusing to listen on {args.host} without API tokens (give --user NAME:TOKEN or "
+            "--users-file); without tokens only loopback addresses are allowed",
+            file=sys.stderr,
+        )
         return 2
     if args.replicas < 1:
         print(f"symphony serve: --replicas must be at least 1, got {args.replicas}", file=sys.stderr)
@@ -94,17 +107,37 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         init_local_ray(logging_level=logging.WARNING, namespace=NAMESPACE)
     else:
         ray.init(address=args.ray, logging_level=logging.WARNING, namespace=NAMESPACE)
-    spec = ReplicaSpec(serve_args=replica_serve_args(args), users=users, host=args.replica_host, env={"PYTHONPATH": ray_env()["PYTHONPATH"]})
+    spec = ReplicaSpec(
+        serve_args=replica_serve_args(args),
+        users=users,
+        host=args.replica_host,
+        env={"PYTHONPATH": ray_env()["PYTHONPATH"]},
+    )
     pool = ReplicaPool(args.replicas, spec, num_cpus=args.replica_cpus)
     try:
         infos = pool.start()
         app = create_front_app(pool)
-        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                               ws_max_size=2 * args.max_body, ws_ping_interval=None, lifespan="on",
-                                               timeout_graceful_shutdown=3, access_log=False, backlog=4096))
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=args.host,
+                port=args.port,
+                log_level="warning",
+                ws_max_size=2 * args.max_body,
+                ws_ping_interval=None,
+                lifespan="on",
+                timeout_graceful_shutdown=3,
+                access_log=False,
+                backlog=4096,
+            )
+        )
         where = ", ".join(f"{i.name} at {i.url} (node {i.node_id[:8]})" for i in infos)
-        print(f"symphony: serving on http://{args.host}:{args.port} through {len(infos)} Ray replica(s): {where}; "
-              f"pid {os.getpid()}", file=sys.stderr, flush=True)
+        print(
+            f"symphony: serving on http://{args.host}:{args.port} through {len(infos)} Ray replica(s): {where}; "
+            f"pid {os.getpid()}",
+            file=sys.stderr,
+            flush=True,
+        )
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda s, f: None)
         server.run()

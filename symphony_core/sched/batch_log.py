@@ -23,17 +23,46 @@ class BatchMember(NamedTuple):
     chunk: tuple[int, int, int]  # (start, end, total) of the call's tokens run here
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "tid": self.tid, "user": self.user, "file": self.file, "tokens": self.tokens,
-                "kind": self.kind, "chunk": self.chunk}
+        return {
+            "pid": self.pid,
+            "tid": self.tid,
+            "user": self.user,
+            "file": self.file,
+            "tokens": self.tokens,
+            "kind": self.kind,
+            "chunk": self.chunk,
+        }
 
 
 class BatchRecord:
-    __slots__ = ("bid", "t_start", "t_end", "_members", "tokens", "queue_depth", "pages_used", "pages_total",
-                 "policy", "errors", "host_s")
+    __slots__ = (
+        "bid",
+        "t_start",
+        "t_end",
+        "_members",
+        "tokens",
+        "queue_depth",
+        "pages_used",
+        "pages_total",
+        "policy",
+        "errors",
+        "host_s",
+    )
 
-    def __init__(self, bid: int, t_start: float, t_end: float, members: list[tuple], tokens: int,
-                 queue_depth: int, pages_used: int, pages_total: int, policy: str, errors: int = 0,
-                 host_s: float | None = None) -> None:
+    def __init__(
+        self,
+        bid: int,
+        t_start: float,
+        t_end: float,
+        members: list[tuple],
+        tokens: int,
+        queue_depth: int,
+        pages_used: int,
+        pages_total: int,
+        policy: str,
+        errors: int = 0,
+        host_s: float | None = None,
+    ) -> None:
         self.bid = bid
         self.t_start = t_start
         self.t_end = t_end
@@ -60,10 +89,19 @@ class BatchRecord:
         return len(self._members)
 
     def to_dict(self) -> dict:
-        return {"bid": self.bid, "t_start": self.t_start, "t_end": self.t_end,
-                "members": [m.to_dict() for m in self.members], "tokens": self.tokens,
-                "queue_depth": self.queue_depth, "pages_used": self.pages_used, "pages_total": self.pages_total,
-                "policy": self.policy, "errors": self.errors, "size": len(self._members)}
+        return {
+            "bid": self.bid,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "members": [m.to_dict() for m in self.members],
+            "tokens": self.tokens,
+            "queue_depth": self.queue_depth,
+            "pages_used": self.pages_used,
+            "pages_total": self.pages_total,
+            "policy": self.policy,
+            "errors": self.errors,
+            "size": len(self._members),
+        }
 
     def __repr__(self) -> str:
         return f"BatchRecord(bid={self.bid}, size={self.size}, tokens={self.tokens}, policy={self.policy!r})"

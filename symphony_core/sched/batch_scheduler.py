@@ -21,7 +21,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -42,8 +42,16 @@ _thread_time = time.thread_time
 
 
 class BatchScheduler:
-    def __init__(self, executor: Executor, procs: ProcessScheduler, bus: EventBus, *, token_budget: int = 512,
-                 max_batch: int = 256, policy=None) -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        procs: ProcessScheduler,
+        bus: EventBus,
+        *,
+        token_budget: int = 512,
+        max_batch: int = 256,
+        policy=None,
+    ) -> None:
         self.executor = executor  # runs each batch (it holds the forward lock)
         self.procs = procs  # level 1: ranks calls, resumes parked processes, acts on a stall
         self.kvfs = executor.kvfs
@@ -225,8 +233,9 @@ class BatchScheduler:
             progressed = True
             c = p.call
             total = len(c.tokens)
-            members.append((p.pid, p.tid, p.user, c.kv.file.fid, b - a, "decode" if total == 1 else "prefill",
-                            (a, b, total)))
+            members.append(
+                (p.pid, p.tid, p.user, c.kv.file.fid, b - a, "decode" if total == 1 else "prefill", (a, b, total))
+            )
             if isinstance(r, BaseException):
                 errors += 1
                 if a > 0:  # undo the chunks already written: a failed pred changes nothing
@@ -248,8 +257,18 @@ class BatchScheduler:
             self._finish_many(finished)
         if members:
             pool = self.kvfs.pool
-            rec = BatchRecord(next(self._bids), t0, t1, members, sum(m[4] for m in members), depth,
-                              pool.used_pages, pool.n_pages, self.policy.name, errors)
+            rec = BatchRecord(
+                next(self._bids),
+                t0,
+                t1,
+                members,
+                sum(m[4] for m in members),
+                depth,
+                pool.used_pages,
+                pool.n_pages,
+                self.policy.name,
+                errors,
+            )
             self._account(rec, t1 - t0, fwd_cpu)
             self.log.add(rec)
             if self.bus.active:

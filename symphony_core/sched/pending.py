@@ -76,11 +76,35 @@ class Signal:
 class PendingPred:
     """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
 
-    __slots__ = ("call", "pid", "tid", "user", "priority", "start_len", "submitted", "done_tokens", "done_rows",
-                 "logits", "picks", "result", "finished", "waiting_pages", "parked", "cancelled")
+    __slots__ = (
+        "call",
+        "pid",
+        "tid",
+        "user",
+        "priority",
+        "start_len",
+        "submitted",
+        "done_tokens",
+        "done_rows",
+        "logits",
+        "picks",
+        "result",
+        "finished",
+        "waiting_pages",
+        "parked",
+        "cancelled",
+    )
 
-    def __init__(self, call: PredCall, pid: int | None, tid: int | None, user: str, priority: int, start_len: int,
-                 submitted: float | None = None) -> None:
+    def __init__(
+        self,
+        call: PredCall,
+        pid: int | None,
+        tid: int | None,
+        user: str,
+        priority: int,
+        start_len: int,
+        submitted: float | None = None,
+    ) -> None:
         self.call = call  # prepared (validated) by the caller
         self.pid = pid
         self.tid = tid
@@ -103,8 +127,10 @@ class PendingPred:
         return len(self.call.tokens) - self.done_tokens
 
     def __repr__(self) -> str:
-        return (f"PendingPred(pid={self.pid}, tid={self.tid}, file={self.call.kv.file.fid}, "
-                f"{self.done_tokens}/{len(self.call.tokens)} tokens)")
+        return (
+            f"PendingPred(pid={self.pid}, tid={self.tid}, file={self.call.kv.file.fid}, "
+            f"{self.done_tokens}/{len(self.call.tokens)} tokens)"
+        )
 
     def chunk(self, a: int, b: int) -> PredCall:
         """The call for tokens a..b of this one (a prefill fed a slice at a time), with the

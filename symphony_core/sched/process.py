@@ -8,8 +8,9 @@ import os
 import queue
 import threading
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import SymphonyError
 from ..events import now
@@ -48,6 +49,7 @@ class Limits:
         max_pages: KV pages held by the process's open files (`page quota of <N> reached
             (…)`).
     """
+
     max_threads: int = 64
     max_wall_time: float | None = None  # seconds
     max_tokens: int | None = None  # tokens fed to pred, all threads together
@@ -63,7 +65,7 @@ DONE = _Done()
 
 @dataclass(eq=False)
 class LIPThread:
-    proc: "Process"
+    proc: Process
     tid: int
     name: str
     os_thread: threading.Thread | None = None
@@ -107,7 +109,9 @@ class Process:
         tokens_used: tokens fed to `pred` so far, all threads together.
     """
 
-    def __init__(self, fn: Callable, args: tuple, kwargs: dict, user: str, name: str | None, priority: int, limits: Limits):
+    def __init__(
+        self, fn: Callable, args: tuple, kwargs: dict, user: str, name: str | None, priority: int, limits: Limits
+    ):
         self.pid = next(_pids)
         self.fn = fn
         self.args = args
@@ -231,8 +235,10 @@ class Process:
             if self.kill_reason is not None and isinstance(error, Cancelled):
                 error = self.kill_reason
             tb = "".join(traceback.format_exception(error))
-            self._error = error if isinstance(error, LIPError) else LIPError(
-                f"process {self.pid} ({self.name}) failed: {type(error).__name__}: {error}", tb
+            self._error = (
+                error
+                if isinstance(error, LIPError)
+                else LIPError(f"process {self.pid} ({self.name}) failed: {type(error).__name__}: {error}", tb)
             )
             self._error.__cause__ = error
             self.status = "cancelled" if isinstance(error, Cancelled) else "failed"
@@ -264,7 +270,10 @@ class Process:
             "user": self.user,
             "status": self.status,
             "priority": self.priority,
-            "threads": [{"tid": t.tid, "name": t.name, "state": t.state, "call": t.current_call, "preds": t.preds} for t in self.threads],
+            "threads": [
+                {"tid": t.tid, "name": t.name, "state": t.state, "call": t.current_call, "preds": t.preds}
+                for t in self.threads
+            ],
             "tokens": self.tokens_used,
             "error": None if self._error is None else str(self._error),
         }

@@ -147,8 +147,11 @@ class ProcessScheduler:
         for h in proc.handles:
             if not h.closed:
                 counts[h.file.fid] += 1
-        return [h.file for h in proc.handles if not h.closed and h.file.path is None
-                and h.file.open_handles == counts[h.file.fid]]
+        return [
+            h.file
+            for h in proc.handles
+            if not h.closed and h.file.path is None and h.file.open_handles == counts[h.file.fid]
+        ]
 
     def on_stall(self, waiting: list[PendingPred], queued: list[PendingPred]) -> list[tuple[PendingPred, OutOfPages]]:
         """Every call in `waiting` waits for pages (`queued`: the whole queue). Park someone, or
@@ -162,7 +165,8 @@ class ProcessScheduler:
             if busy:
                 return []  # someone is still running code and may free pages: wait for them
             candidates = [
-                pr for pr in self.running.values()
+                pr
+                for pr in self.running.values()
                 if pr not in self.parked and pr.pid in queued_pids and len(self.running) - len(self.parked) > 1
             ]
             candidates.sort(key=lambda pr: (pr.priority, -sum(len(f.pages) for f in self._private_files(pr))))
@@ -180,10 +184,17 @@ class ProcessScheduler:
                 return []
             # Nothing left to park and nothing runs: these calls can never fit.
             pool = self.kvfs.pool
-            return [(p, OutOfPages(
-                f"out of KV pages: pred needs about {-(-p.remaining // pool.page_size) + 1} pages, "
-                f"{pool.free_pages} free of {pool.n_pages}, and no other process can give pages back"))
-                for p in waiting if p.pid in waiting_pids]
+            return [
+                (
+                    p,
+                    OutOfPages(
+                        f"out of KV pages: pred needs about {-(-p.remaining // pool.page_size) + 1} pages, "
+                        f"{pool.free_pages} free of {pool.n_pages}, and no other process can give pages back"
+                    ),
+                )
+                for p in waiting
+                if p.pid in waiting_pids
+            ]
 
     def before_batch(self, queued: list[PendingPred]) -> None:
         """Before each batch (`queued`: the batch scheduler's queue): bring back parked processes

@@ -60,12 +60,24 @@ def build_routes(state: State) -> list:
         eng = state.engine
         sbx = state.sandbox
         degraded = sbx is not None and not sbx.healthy()
-        return JSONResponse({
-            "status": "draining" if state.draining else "degraded" if degraded else "ok", "model": eng.model_name, "device": str(eng.device), "uptime_s": round(time.time() - state.started, 1),
-            "auth": not state.users.open, "sandbox": None if state.sandbox is None else {
-                "workers": state.sandbox.live_workers(), "max_workers": state.sandbox.max_workers,
-                "zygote_pid": state.sandbox.zygote_pid, "zygote_restarts": state.sandbox.restarts, **(state.sandbox.confinement or {})},
-        })
+        return JSONResponse(
+            {
+                "status": "draining" if state.draining else "degraded" if degraded else "ok",
+                "model": eng.model_name,
+                "device": str(eng.device),
+                "uptime_s": round(time.time() - state.started, 1),
+                "auth": not state.users.open,
+                "sandbox": None
+                if state.sandbox is None
+                else {
+                    "workers": state.sandbox.live_workers(),
+                    "max_workers": state.sandbox.max_workers,
+                    "zygote_pid": state.sandbox.zygote_pid,
+                    "zygote_restarts": state.sandbox.restarts,
+                    **(state.sandbox.confinement or {}),
+                },
+            }
+        )
 
     async def metrics(request: Request) -> Response:
         state.registry.prune()
@@ -73,18 +85,31 @@ def build_routes(state: State) -> list:
 
     async def whoami(request: Request) -> Response:
         u = authenticate(state, request)
-        return JSONResponse({"user": u.name, "trusted": u.trusted, "max_processes": u.max_processes,
-                             "max_pages": u.max_pages, "tokens_per_s": u.tokens_per_s})
+        return JSONResponse(
+            {
+                "user": u.name,
+                "trusted": u.trusted,
+                "max_processes": u.max_processes,
+                "max_pages": u.max_pages,
+                "tokens_per_s": u.tokens_per_s,
+            }
+        )
 
     # programs
     async def upload(request: Request) -> Response:
         u = authenticate(state, request)
-        body = check_fields(await read_json(request, cfg.max_body), {"source": ((str,), True), "entry": ((str,), False),
-                                                                      "name": ((str,), False)}, "upload")
+        body = check_fields(
+            await read_json(request, cfg.max_body),
+            {"source": ((str,), True), "entry": ((str,), False), "name": ((str,), False)},
+            "upload",
+        )
         src = body["source"]
         if len(src.encode()) > cfg.max_source:
-            raise BadRequest(413, f"program source of {len(src.encode())} bytes is over the limit of {cfg.max_source} bytes",
-                             type="payload_too_large")
+            raise BadRequest(
+                413,
+                f"program source of {len(src.encode())} bytes is over the limit of {cfg.max_source} bytes",
+                type="payload_too_large",
+            )
         entry = body.get("entry")
         if entry is not None and not IDENT.match(entry):
             raise BadRequest(422, f"upload: 'entry' must be an identifier, got {entry!r}", param="entry")
@@ -92,15 +117,24 @@ def build_routes(state: State) -> list:
         pid = hashlib.sha256(src.encode()).hexdigest()[:16]
         mine = state.programs.setdefault(u.name, {})
         if pid not in mine and len(mine) >= cfg.max_programs_per_user:
-            raise BadRequest(429, f"user {u.name!r} has {len(mine)} programs uploaded (the limit); delete some",
-                             type="quota_exceeded")
+            raise BadRequest(
+                429,
+                f"user {u.name!r} has {len(mine)} programs uploaded (the limit); delete some",
+                type="quota_exceeded",
+            )
         mine[pid] = Program(pid, u.name, src, entry, body.get("name") or entry or pid, time.time())
         return JSONResponse({"program": pid, "entry": entry, "name": mine[pid].name}, status_code=201)
 
     async def list_programs(request: Request) -> Response:
         u = authenticate(state, request)
-        return JSONResponse({"programs": [{"program": p.id, "entry": p.entry, "name": p.name, "bytes": len(p.source)}
-                                          for p in state.programs.get(u.name, {}).values()]})
+        return JSONResponse(
+            {
+                "programs": [
+                    {"program": p.id, "entry": p.entry, "name": p.name, "bytes": len(p.source)}
+                    for p in state.programs.get(u.name, {}).values()
+                ]
+            }
+        )
 
     async def delete_program(request: Request) -> Response:
         u = authenticate(state, request)
@@ -141,8 +175,9 @@ def build_routes(state: State) -> list:
         rec = owned_record(state, u, request.path_params["pid"])
         body = check_fields(await read_json(request, cfg.max_body), {"data": ((object,), True)}, "send")
         if rec.proc.done:
-            raise BadRequest(409, f"process {rec.pid} has ended ({rec.proc.status}); it reads no more messages",
-                             type="conflict")
+            raise BadRequest(
+                409, f"process {rec.pid} has ended ({rec.proc.status}); it reads no more messages", type="conflict"
+            )
         state.registry.post(rec, body["data"])
         return JSONResponse({"ok": True})
 
@@ -154,8 +189,12 @@ def build_routes(state: State) -> list:
         while not rec.done and time.monotonic() < end and not state.drained:
             await rec.changed(end - time.monotonic())
         if state.drained and not rec.done:
-            raise BadRequest(503, f"the server is shutting down: process {rec.pid} did not finish within the "
-                                  f"{cfg.drain_s:g} s drain and is cancelled", type="unavailable")
+            raise BadRequest(
+                503,
+                f"the server is shutting down: process {rec.pid} did not finish within the "
+                f"{cfg.drain_s:g} s drain and is cancelled",
+                type="unavailable",
+            )
         return JSONResponse(rec.outcome())
 
     async def cancel(request: Request) -> Response:
@@ -179,8 +218,9 @@ def build_routes(state: State) -> list:
             for p in paths:
                 f = kvfs.named.get(p)
                 if f is not None:
-                    out.append({"path": p, "owner": f.owner, "tokens": f.length, "pages": len(f.pages),
-                                "evicted": f.evicted})
+                    out.append(
+                        {"path": p, "owner": f.owner, "tokens": f.length, "pages": len(f.pages), "evicted": f.evicted}
+                    )
         return JSONResponse({"files": out})
 
     async def kv_remove(request: Request) -> Response:
@@ -195,17 +235,22 @@ def build_routes(state: State) -> list:
         return Response(status_code=204)
 
     return [
-        Route("/health", health), Route("/metrics", metrics), Route("/v1/whoami", whoami),
-        Route("/v1/programs", upload, methods=["POST"]), Route("/v1/programs", list_programs, methods=["GET"]),
+        Route("/health", health),
+        Route("/metrics", metrics),
+        Route("/v1/whoami", whoami),
+        Route("/v1/programs", upload, methods=["POST"]),
+        Route("/v1/programs", list_programs, methods=["GET"]),
         Route("/v1/programs/{prog}", delete_program, methods=["DELETE"]),
-        Route("/v1/processes", create_process, methods=["POST"]), Route("/v1/processes", list_processes, methods=["GET"]),
+        Route("/v1/processes", create_process, methods=["POST"]),
+        Route("/v1/processes", list_processes, methods=["GET"]),
         Route("/v1/processes/{pid}", get_process, methods=["GET"]),
         Route("/v1/processes/{pid}", cancel, methods=["DELETE"]),
         Route("/v1/processes/{pid}/messages", get_messages, methods=["GET"]),
         Route("/v1/processes/{pid}/messages", post_message, methods=["POST"]),
         Route("/v1/processes/{pid}/result", get_result, methods=["GET"]),
         Route("/v1/processes/{pid}/cancel", cancel, methods=["POST"]),
-        Route("/v1/kv", kv_list, methods=["GET"]), Route("/v1/kv/{path:path}", kv_remove, methods=["DELETE"]),
+        Route("/v1/kv", kv_list, methods=["GET"]),
+        Route("/v1/kv/{path:path}", kv_remove, methods=["DELETE"]),
         WebSocketRoute("/v1/ws", lambda ws: ws_session(state, ws)),
         *openai_routes(state, authenticate, launch_builtin),
     ]
@@ -214,8 +259,13 @@ def build_routes(state: State) -> list:
 # --- the app -----------------------------------------------------------------------------------------
 
 
-def create_app(engine, users: Users | None = None, config: ServerConfig | None = None,
-               sandbox: SandboxManager | None = None, plugins: list[str] = ()) -> Starlette:
+def create_app(
+    engine,
+    users: Users | None = None,
+    config: ServerConfig | None = None,
+    sandbox: SandboxManager | None = None,
+    plugins: list[str] = (),
+) -> Starlette:
     """The ASGI app. `sandbox` must already be started (see `serve`) unless config.sandbox is False.
     `plugins` names server plugins (plugins.py) whose routes are mounted beside the built-in ones."""
     state = State(engine, users or Users({}), config or ServerConfig(), sandbox)
@@ -224,8 +274,10 @@ def create_app(engine, users: Users | None = None, config: ServerConfig | None =
         return JSONResponse(exc.body(), status_code=exc.status)
 
     async def on_http(request, exc: HTTPException) -> Response:
-        msg = {404: f"no route {request.method} {request.url.path}", 405: f"method {request.method} not allowed on "
-               f"{request.url.path}"}.get(exc.status_code, str(exc.detail))
+        msg = {
+            404: f"no route {request.method} {request.url.path}",
+            405: f"method {request.method} not allowed on {request.url.path}",
+        }.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, msg, "not_found" if exc.status_code == 404 else "invalid_request_error")
 
     async def on_symphony(request, exc: SymphonyError) -> Response:
@@ -240,9 +292,16 @@ def create_app(engine, users: Users | None = None, config: ServerConfig | None =
         state.loop = asyncio.get_running_loop()
         yield
 
-    app = Starlette(routes=build_routes(state), lifespan=lifespan,
-                    exception_handlers={BadRequest: on_bad_request, HTTPException: on_http, SymphonyError: on_symphony,
-                                        Exception: on_error})
+    app = Starlette(
+        routes=build_routes(state),
+        lifespan=lifespan,
+        exception_handlers={
+            BadRequest: on_bad_request,
+            HTTPException: on_http,
+            SymphonyError: on_symphony,
+            Exception: on_error,
+        },
+    )
     app.state.symphony = state
     app.state.plugin_paths = [(spec, path) for spec in plugins for path in mount(app, state, [spec])]
     return app

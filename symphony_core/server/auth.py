@@ -21,8 +21,9 @@ def token_of(headers, query) -> str | None:
 def authenticate(state: State, request: Request) -> User:
     user = state.users.authenticate(token_of(request.headers, request.query_params))
     if user is None:
-        raise BadRequest(401, "missing or unknown API token: send 'Authorization: Bearer <token>'",
-                         type="authentication_error")
+        raise BadRequest(
+            401, "missing or unknown API token: send 'Authorization: Bearer <token>'", type="authentication_error"
+        )
     return user
 
 

@@ -7,14 +7,17 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..errors import ModelError
 
 # symphony_core.model.weight_formats.WEIGHT_FORMATS, spelled out so that parsing flags imports no torch
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
-WEIGHTS_HELP = ("weight format on CPU: fp32 (exact, default), q8 (int8) or q4 (4-bit from the GGUF's Q4_1 blocks); "
-                "quantised formats decode faster and agree with fp32 less than fully (bench/RESULTS.md)")
+WEIGHTS_HELP = (
+    "weight format on CPU: fp32 (exact, default), q8 (int8) or q4 (4-bit from the GGUF's Q4_1 blocks); "
+    "quantised formats decode faster and agree with fp32 less than fully (bench/RESULTS.md)"
+)
 
 
 def _parse_value(s: str) -> Any:
@@ -89,8 +92,16 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         client = Client(args.server, token=args.token)
         try:
-            proc = client.launch(None, *lip_args, kwargs=kwargs, source=source, entry=func, name=args.name,
-                                 limits=limits or None, sandbox=False if args.no_sandbox else None)
+            proc = client.launch(
+                None,
+                *lip_args,
+                kwargs=kwargs,
+                source=source,
+                entry=func,
+                name=args.name,
+                limits=limits or None,
+                sandbox=False if args.no_sandbox else None,
+            )
         except (ServerError, OSError) as e:
             print(f"symphony run: {e}", file=sys.stderr)
             return 2
@@ -105,8 +116,13 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         from ..sched.process import Limits
 
-        proc = eng.launch(fn, *lip_args, name=args.name, kwargs=kwargs,
-                          limits=Limits(max_wall_time=args.wall_time) if args.wall_time else None)
+        proc = eng.launch(
+            fn,
+            *lip_args,
+            name=args.name,
+            kwargs=kwargs,
+            limits=Limits(max_wall_time=args.wall_time) if args.wall_time else None,
+        )
     try:
         print_stream(proc.messages())
         result = proc.result()
@@ -131,45 +147,84 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
-    return serve(host=args.host, port=args.port, model=args.model, users_file=args.users_file, user_flags=args.user,
-                 sandbox=not args.no_sandbox, max_workers=args.max_workers, cpu_seconds=args.cpu_seconds,
-                 memory_mb=args.memory_mb, num_pages=args.num_pages, kv_cache_gb=args.kv_cache_gb,
-                 threads=args.threads, max_body=args.max_body, wall_time=args.wall_time, log_level=args.log_level,
-                 plugins=args.plugin or [], keep_finished_s=args.keep_finished, drain_s=args.drain,
-                 weights=args.weights)
+    return serve(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        users_file=args.users_file,
+        user_flags=args.user,
+        sandbox=not args.no_sandbox,
+        max_workers=args.max_workers,
+        cpu_seconds=args.cpu_seconds,
+        memory_mb=args.memory_mb,
+        num_pages=args.num_pages,
+        kv_cache_gb=args.kv_cache_gb,
+        threads=args.threads,
+        max_body=args.max_body,
+        wall_time=args.wall_time,
+        log_level=args.log_level,
+        plugins=args.plugin or [],
+        keep_finished_s=args.keep_finished,
+        drain_s=args.drain,
+        weights=args.weights,
+    )
 
 
 def add_server_commands(sub) -> None:
-    s = sub.add_parser("serve", help="serve LIPs over HTTP + WebSocket (and the OpenAI API)",
-                       description="Serve LLM inference programs over HTTP + WebSocket; see docs/server.md.")
+    s = sub.add_parser(
+        "serve",
+        help="serve LIPs over HTTP + WebSocket (and the OpenAI API)",
+        description="Serve LLM inference programs over HTTP + WebSocket; see docs/server.md.",
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--model", default="smollm2")
     s.add_argument("--users-file", help="JSON file of users, tokens and quotas (see docs/server.md)")
     s.add_argument("--user", action="append", metavar="NAME:TOKEN", help="add a user with default quotas (repeatable)")
-    s.add_argument("--no-sandbox", action="store_true", help="run uploaded programs in-process (trusted development only)")
+    s.add_argument(
+        "--no-sandbox", action="store_true", help="run uploaded programs in-process (trusted development only)"
+    )
     s.add_argument("--max-workers", type=int, default=32, help="sandboxed workers alive at once")
     s.add_argument("--cpu-seconds", type=int, default=60, help="CPU time limit of one sandboxed program")
-    s.add_argument("--memory-mb", type=int, default=1024, help="memory limit of one sandboxed program (beyond the runtime)")
+    s.add_argument(
+        "--memory-mb", type=int, default=1024, help="memory limit of one sandboxed program (beyond the runtime)"
+    )
     s.add_argument("--wall-time", type=float, default=600.0, help="wall-time limit of one program, seconds")
     s.add_argument("--num-pages", type=int, default=None, help="KV pages in the pool (default: from --kv-cache-gb)")
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
     s.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP)
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
-    s.add_argument("--keep-finished", type=float, default=600.0, metavar="SECONDS",
-                   help="how long a finished process's result and messages are kept for late readers")
-    s.add_argument("--drain", type=float, default=5.0, metavar="SECONDS",
-                   help="on SIGTERM, how long running processes get to finish before they are cancelled")
+    s.add_argument(
+        "--keep-finished",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a finished process's result and messages are kept for late readers",
+    )
+    s.add_argument(
+        "--drain",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long running processes get to finish before they are cancelled",
+    )
     s.add_argument("--log-level", default="info")
-    s.add_argument("--plugin", action="append", metavar="NAME",
-                   help="mount a server plugin: an installed one by name (e.g. 'debugger', the Symphony Lab "
-                        "debugger at /v1/debug) or module:function (repeatable; see docs/server.md)")
+    s.add_argument(
+        "--plugin",
+        action="append",
+        metavar="NAME",
+        help="mount a server plugin: an installed one by name (e.g. 'debugger', the Symphony Lab "
+        "debugger at /v1/debug) or module:function (repeatable; see docs/server.md)",
+    )
     s.set_defaults(fn=_serve)
 
-    r = sub.add_parser("run", help="run a LIP (FILE:FUNC) embedded or on a server, streaming its messages",
-                       description="Run the LIP FUNC from FILE with ARGS (each parsed as JSON when it is JSON). "
-                                   "Messages stream to stdout; the return value is printed last.")
+    r = sub.add_parser(
+        "run",
+        help="run a LIP (FILE:FUNC) embedded or on a server, streaming its messages",
+        description="Run the LIP FUNC from FILE with ARGS (each parsed as JSON when it is JSON). "
+        "Messages stream to stdout; the return value is printed last.",
+    )
     r.add_argument("target", metavar="FILE:FUNC")
     r.add_argument("args", nargs="*", help="positional arguments of the LIP")
     r.add_argument("--kw", action="append", metavar="NAME=VALUE", help="keyword argument (repeatable)")

@@ -20,6 +20,7 @@ _tasks: set[asyncio.Task] = set()  # the loop keeps only weak references to task
 
 def start_drain(state: State) -> None:
     """Begin draining from a signal handler (any thread)."""
+
     def start() -> None:
         t = state.loop.create_task(drain(state))
         _tasks.add(t)

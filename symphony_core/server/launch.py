@@ -7,10 +7,10 @@ from __future__ import annotations
 import ast
 import re
 
-from ..sched.process import Limits
 from ..sandbox.confine import SandboxSpec
 from ..sandbox.job import SandboxJob
 from ..sandbox.twin import inprocess_lip, sandboxed_lip
+from ..sched.process import Limits
 from .records import MAX_MESSAGE_BYTES, ProcessRecord
 from .state import State
 from .users import User
@@ -18,12 +18,23 @@ from .validate import BadRequest, check_fields
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_LIMIT_FIELDS = {"wall_time": ((int, float), False), "max_tokens": ((int,), False), "cpu_seconds": ((int,), False),
-                 "memory_mb": ((int,), False), "max_threads": ((int,), False)}
+_LIMIT_FIELDS = {
+    "wall_time": ((int, float), False),
+    "max_tokens": ((int,), False),
+    "cpu_seconds": ((int,), False),
+    "memory_mb": ((int,), False),
+    "max_threads": ((int,), False),
+}
 
 RUN_FIELDS = {
-    "program": ((str,), False), "source": ((str,), False), "entry": ((str,), False), "args": ((list,), False),
-    "kwargs": ((dict,), False), "name": ((str,), False), "priority": ((int,), False), "limits": ((dict,), False),
+    "program": ((str,), False),
+    "source": ((str,), False),
+    "entry": ((str,), False),
+    "args": ((list,), False),
+    "kwargs": ((dict,), False),
+    "name": ((str,), False),
+    "priority": ((int,), False),
+    "limits": ((dict,), False),
     "sandbox": ((bool,), False),
 }
 
@@ -56,8 +67,9 @@ def check_program(source: str, entry: str | None, where: str) -> int | None:
     try:
         tree = ast.parse(source, filename="<program>")
     except SyntaxError as e:
-        raise BadRequest(400, f"{where}: the program has a syntax error at line {e.lineno}: {e.msg}",
-                         param="source") from None
+        raise BadRequest(
+            400, f"{where}: the program has a syntax error at line {e.lineno}: {e.msg}", param="source"
+        ) from None
     except ValueError as e:  # NUL bytes
         raise BadRequest(400, f"{where}: the program cannot be compiled: {e}", param="source") from None
     if entry is None:
@@ -85,13 +97,19 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         source, entry = body["source"], body.get("entry")
         name = body.get("name") or entry
     else:
-        raise BadRequest(422, f"{where}: give 'program' (an uploaded program's id) or 'source' with 'entry'", param="source")
+        raise BadRequest(
+            422, f"{where}: give 'program' (an uploaded program's id) or 'source' with 'entry'", param="source"
+        )
     if len(source.encode()) > state.config.max_source:
-        raise BadRequest(413, f"program source of {len(source.encode())} bytes is over the limit of "
-                              f"{state.config.max_source} bytes", type="payload_too_large")
+        raise BadRequest(
+            413,
+            f"program source of {len(source.encode())} bytes is over the limit of {state.config.max_source} bytes",
+            type="payload_too_large",
+        )
     if not entry or not IDENT.match(entry):
-        raise BadRequest(422, f"{where}: 'entry' must name the program's LIP function (an identifier), got {entry!r}",
-                         param="entry")
+        raise BadRequest(
+            422, f"{where}: 'entry' must name the program's LIP function (an identifier), got {entry!r}", param="entry"
+        )
     def_line = check_program(source, entry, where)
     name = str(name or entry)[:80]
     sandboxed = body.get("sandbox", state.config.sandbox)
@@ -101,10 +119,14 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         raise BadRequest(503, "the sandbox is not running on this server", type="unavailable")
     priority = max(-10, min(10, body.get("priority", 0)))
     wall = _positive(limits.get("wall_time"), "wall_time") or state.config.default_wall_time
-    eng_limits = Limits(max_threads=min(_positive(limits.get("max_threads"), "max_threads") or state.config.max_threads,
-                                        state.config.max_threads),
-                        max_wall_time=min(wall, state.config.default_wall_time),
-                        max_tokens=_positive(limits.get("max_tokens"), "max_tokens"), max_pages=user.max_pages)
+    eng_limits = Limits(
+        max_threads=min(
+            _positive(limits.get("max_threads"), "max_threads") or state.config.max_threads, state.config.max_threads
+        ),
+        max_wall_time=min(wall, state.config.default_wall_time),
+        max_tokens=_positive(limits.get("max_tokens"), "max_tokens"),
+        max_pages=user.max_pages,
+    )
     args, kwargs = body.get("args", []), body.get("kwargs", {})
     sink: list[ProcessRecord] = []
     pending_output: list[tuple[str, str]] = []
@@ -125,15 +147,27 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         spec = state.sandbox.spec_for(over)
     else:
         spec = SandboxSpec()
-    job = SandboxJob(source, entry, args, kwargs, name, spec, before_pred=state.quotas.before_pred, on_stdout=on_stdout,
-                     max_message_bytes=MAX_MESSAGE_BYTES)
+    job = SandboxJob(
+        source,
+        entry,
+        args,
+        kwargs,
+        name,
+        spec,
+        before_pred=state.quotas.before_pred,
+        on_stdout=on_stdout,
+        max_message_bytes=MAX_MESSAGE_BYTES,
+    )
     with state.launch_lock:
         state.quotas.check_launch(user, state.registry.live(user.name))
         if sandboxed:
-            proc = state.engine.launch(sandboxed_lip, state.sandbox, job, user=user.name, name=name,
-                                       priority=priority, limits=eng_limits)
+            proc = state.engine.launch(
+                sandboxed_lip, state.sandbox, job, user=user.name, name=name, priority=priority, limits=eng_limits
+            )
         else:
-            proc = state.engine.launch(inprocess_lip, job, user=user.name, name=name, priority=priority, limits=eng_limits)
+            proc = state.engine.launch(
+                inprocess_lip, job, user=user.name, name=name, priority=priority, limits=eng_limits
+            )
         proc.entry_location = (f"<lip {name}>", def_line)  # for a debugger's stop on entry
         rec = ProcessRecord(proc, user.name, "program", bool(sandboxed), state.loop, state.registry.usage)
         state.registry.add(rec)

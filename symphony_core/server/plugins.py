@@ -14,9 +14,10 @@ reads a bearer token (header, `?token=` or `x-api-key`) exactly as every other r
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any
 
 from .auth import token_of
 from .launch import launch_program

@@ -22,7 +22,8 @@ import ctypes
 import json
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..sched.process import LimitExceeded, Process
 
@@ -63,8 +64,15 @@ def _trim_heap() -> None:
 
 
 class ProcessRecord:
-    def __init__(self, proc: Process, user: str, kind: str, sandboxed: bool, loop: asyncio.AbstractEventLoop | None,
-                 usage: "UserBytes | None" = None) -> None:
+    def __init__(
+        self,
+        proc: Process,
+        user: str,
+        kind: str,
+        sandboxed: bool,
+        loop: asyncio.AbstractEventLoop | None,
+        usage: UserBytes | None = None,
+    ) -> None:
         self.proc, self.user, self.kind, self.sandboxed = proc, user, kind, sandboxed
         self.pid = proc.pid
         self.loop = loop
@@ -103,14 +111,19 @@ class ProcessRecord:
                     self._drop_oldest(self.handed_out - self.base)
                 over_process = self.kept_bytes > MAX_KEPT_BYTES
             if over_process:
-                self._stop(f"holds {_mib(self.kept_bytes)} of messages no client has read; a process may hold at most "
-                           f"{_mib(MAX_KEPT_BYTES)} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)")
+                self._stop(
+                    f"holds {_mib(self.kept_bytes)} of messages no client has read; a process may hold at most "
+                    f"{_mib(MAX_KEPT_BYTES)} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)"
+                )
             elif self.usage.of(self.user) > MAX_USER_KEPT_BYTES and not self.usage.relieve(self.user):
-                self._stop(f"user {self.user!r} holds {_mib(self.usage.of(self.user))} of unread messages in all; "
-                           f"a user may hold at most {_mib(MAX_USER_KEPT_BYTES)}")
+                self._stop(
+                    f"user {self.user!r} holds {_mib(self.usage.of(self.user))} of unread messages in all; "
+                    f"a user may hold at most {_mib(MAX_USER_KEPT_BYTES)}"
+                )
             with self.lock:  # what is over a bound is not kept, even from a process that has already ended
-                while self.messages and (self.kept_bytes > MAX_KEPT_BYTES
-                                         or self.usage.of(self.user) > MAX_USER_KEPT_BYTES):
+                while self.messages and (
+                    self.kept_bytes > MAX_KEPT_BYTES or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
+                ):
                     self._drop_oldest(1)
             self._notify()
         self.proc.wait()
@@ -149,8 +162,10 @@ class ProcessRecord:
                 self.posted.popleft()
             pending = sum(self.posted)
             if unread >= MAX_UNREAD_IN or pending + size > MAX_UNREAD_IN_BYTES:
-                raise LimitExceeded(f"process {self.pid} has {unread} message(s) ({_mib(pending)}) it has not recv'd; "
-                                    f"a process may have at most {MAX_UNREAD_IN} / {_mib(MAX_UNREAD_IN_BYTES)} unread")
+                raise LimitExceeded(
+                    f"process {self.pid} has {unread} message(s) ({_mib(pending)}) it has not recv'd; "
+                    f"a process may have at most {MAX_UNREAD_IN} / {_mib(MAX_UNREAD_IN_BYTES)} unread"
+                )
             self.posted.append(size)
 
     def unread_bytes(self) -> int:
@@ -204,7 +219,7 @@ class ProcessRecord:
         self._waiters.add(f)
         try:
             await asyncio.wait_for(f, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             self._waiters.discard(f)
@@ -221,8 +236,7 @@ class ProcessRecord:
         else:
             cause = err.__cause__ if err.__cause__ is not None and err.__cause__ is not err else None
             etype = getattr(err, "error_type", None) or type(cause if cause is not None else err).__name__
-            d["error"] = {"type": etype,
-                          "message": str(err), "traceback": getattr(err, "traceback_text", "")[-20000:]}
+            d["error"] = {"type": etype, "message": str(err), "traceback": getattr(err, "traceback_text", "")[-20000:]}
         return d
 
     def summary(self) -> dict:
@@ -252,7 +266,9 @@ class UserBytes:
 
 
 class Registry:
-    def __init__(self, on_drop: Callable[[int], None] = lambda pid: None, keep_finished_s: float = KEEP_FINISHED_S) -> None:
+    def __init__(
+        self, on_drop: Callable[[int], None] = lambda pid: None, keep_finished_s: float = KEEP_FINISHED_S
+    ) -> None:
         self.records: dict[int, ProcessRecord] = {}
         self.lock = threading.Lock()
         self.on_drop = on_drop  # the runtime forgets the process too
@@ -261,8 +277,9 @@ class Registry:
 
     def _relieve(self, user: str) -> bool:
         with self.lock:
-            done = sorted((r for r in self.records.values() if r.user == user and r.done),
-                          key=lambda r: r.finished_at or 0)
+            done = sorted(
+                (r for r in self.records.values() if r.user == user and r.done), key=lambda r: r.finished_at or 0
+            )
         for r in done:
             if self.usage.of(user) <= MAX_USER_KEPT_BYTES:
                 break
@@ -278,8 +295,10 @@ class Registry:
         size = _json_sized(data)[1]
         pending = self.unread_bytes(r.user)
         if pending + size > MAX_USER_UNREAD_BYTES:
-            raise LimitExceeded(f"user {r.user!r} has {_mib(pending)} of messages their processes have not recv'd; "
-                                f"a user may have at most {_mib(MAX_USER_UNREAD_BYTES)} unread")
+            raise LimitExceeded(
+                f"user {r.user!r} has {_mib(pending)} of messages their processes have not recv'd; "
+                f"a user may have at most {_mib(MAX_USER_UNREAD_BYTES)} unread"
+            )
         r.check_post(size)
         r.proc.send(data)
 

@@ -39,11 +39,28 @@ def _free_large_blocks_at_once() -> None:
         pass
 
 
-def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", users_file: str | None = None,
-          user_flags: list[str] | None = None, sandbox: bool = True, max_workers: int = 32, cpu_seconds: int = 60,
-          memory_mb: int = 1024, num_pages: int | None = None, kv_cache_gb: float = 1.0, threads: int | None = None,
-          max_body: int = 1 << 20, wall_time: float = 600.0, log_level: str = "info",
-          plugins: list[str] | None = None, keep_finished_s: float = 600.0, drain_s: float = 5.0, weights: str = "fp32") -> int:
+def serve(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    model: str = "smollm2",
+    users_file: str | None = None,
+    user_flags: list[str] | None = None,
+    sandbox: bool = True,
+    max_workers: int = 32,
+    cpu_seconds: int = 60,
+    memory_mb: int = 1024,
+    num_pages: int | None = None,
+    kv_cache_gb: float = 1.0,
+    threads: int | None = None,
+    max_body: int = 1 << 20,
+    wall_time: float = 600.0,
+    log_level: str = "info",
+    plugins: list[str] | None = None,
+    keep_finished_s: float = 600.0,
+    drain_s: float = 5.0,
+    weights: str = "fp32",
+) -> int:
     import uvicorn
 
     from ..engine import Engine
@@ -56,16 +73,20 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
     from .state import ServerConfig
     from .users import Users, load_users
 
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     try:
         users = Users(load_users(users_file, user_flags))
     except (OSError, ValueError) as e:
         print(f"symphony serve: bad users configuration: {e}", file=sys.stderr)
         return 2
     if users.open and not _is_loopback(host):
-        print(f"symphony serve: refusing to listen on {host} without API tokens (give --user NAME:TOKEN or "
-              "--users-file); without tokens only loopback addresses are allowed", file=sys.stderr)
+        print(
+            f"symphony serve: refusing to listen on {host} without API tokens (give --user NAME:TOKEN or "
+            "--users-file); without tokens only loopback addresses are allowed",
+            file=sys.stderr,
+        )
         return 2
     try:  # fail before the model loads if a plugin is not there
         for spec in plugins or []:
@@ -82,21 +103,39 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
         return 2
     mgr = None
     if sandbox:
-        mgr = SandboxManager(engine, max_workers=max_workers, defaults=SandboxSpec(cpu_seconds=cpu_seconds, memory_mb=memory_mb))
+        mgr = SandboxManager(
+            engine, max_workers=max_workers, defaults=SandboxSpec(cpu_seconds=cpu_seconds, memory_mb=memory_mb)
+        )
         mgr.start()
         conf = mgr.probe()
         for line in conf.get("enforced", []):
             log.info("sandbox enforces %s", line)
         for line in conf.get("missing", []):
             log.warning("sandbox does NOT enforce %s", line)
-    config = ServerConfig(max_body=max_body, sandbox=sandbox, max_workers=max_workers, default_wall_time=wall_time,
-                          keep_finished_s=keep_finished_s, drain_s=drain_s)
+    config = ServerConfig(
+        max_body=max_body,
+        sandbox=sandbox,
+        max_workers=max_workers,
+        default_wall_time=wall_time,
+        keep_finished_s=keep_finished_s,
+        drain_s=drain_s,
+    )
     _free_large_blocks_at_once()
     app = create_app(engine, users, config, mgr, plugins=plugins or [])
     # WebSocket frames up to twice --max-body reach the app, which answers "over the limit" in a
     # message; larger ones are refused by uvicorn itself (close code 1009, message too big).
-    uv = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=2 * max_body, ws_ping_interval=None,
-                        timeout_graceful_shutdown=drain_s + 3, lifespan="on", access_log=False, backlog=4096)
+    uv = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        ws_max_size=2 * max_body,
+        ws_ping_interval=None,
+        timeout_graceful_shutdown=drain_s + 3,
+        lifespan="on",
+        access_log=False,
+        backlog=4096,
+    )
     state = app.state.symphony
 
     class DrainingServer(uvicorn.Server):
@@ -109,9 +148,12 @@ def serve(*, host: str = "127.0.0.1", port: int = 8000, model: str = "smollm2", 
     server = DrainingServer(uv)
     auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"
     mounted = "".join(f", plugin {p} at {path}" for p, path in app.state.plugin_paths)
-    print(f"symphony: serving {engine.model_name} on http://{host}:{port} "
-          f"({'sandboxed' if sandbox else 'UNSANDBOXED'} programs, {auth}{mounted}); pid {os.getpid()}",
-          file=sys.stderr, flush=True)
+    print(
+        f"symphony: serving {engine.model_name} on http://{host}:{port} "
+        f"({'sandboxed' if sandbox else 'UNSANDBOXED'} programs, {auth}{mounted}); pid {os.getpid()}",
+        file=sys.stderr,
+        flush=True,
+    )
     # uvicorn re-raises the signal that stopped it once it is done; let it land on a no-op so the
     # clean-up below runs (and the exit status is 0).
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -40,7 +40,7 @@ class User:
     memory_mb: int | None = None
 
     @classmethod
-    def from_dict(cls, d: dict) -> "User":
+    def from_dict(cls, d: dict) -> User:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -132,8 +132,10 @@ class QuotaKeeper:
 
     def check_launch(self, user: User, live: int) -> None:
         if live >= user.max_processes:
-            raise QuotaExceeded(f"user {user.name!r}: process quota of {user.max_processes} reached "
-                                f"({live} running); wait for one to finish or cancel one")
+            raise QuotaExceeded(
+                f"user {user.name!r}: process quota of {user.max_processes} reached "
+                f"({live} running); wait for one to finish or cancel one"
+            )
 
     def pages_held(self, name: str) -> int:
         """Distinct pages in the files this user's live processes hold open, plus their named files."""
@@ -156,8 +158,10 @@ class QuotaKeeper:
             need = -(-max(n_tokens, 1) // self.engine.pool.page_size) + 1
             held = self.pages_held(name)
             if held + need > u.max_pages:
-                raise LimitExceeded(f"user {name!r}: page quota of {u.max_pages} reached "
-                                    f"({held} pages held, pred needs up to {need} more)")
+                raise LimitExceeded(
+                    f"user {name!r}: page quota of {u.max_pages} reached "
+                    f"({held} pages held, pred needs up to {need} more)"
+                )
         if u.tokens_per_s:
             b = self.buckets.get(name)
             if b is None:

@@ -16,7 +16,9 @@ from .users import QuotaExceeded
 class BadRequest(Exception):
     """An HTTP error with a clear message; rendered as {"error": {...}}."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param = status, message, type, param
 
@@ -25,7 +27,9 @@ class BadRequest(Exception):
 
 
 def error_response(status: int, message: str, type: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"type": type, "message": message, "param": param, "code": status}}, status_code=status)
+    return JSONResponse(
+        {"error": {"type": type, "message": message, "param": param, "code": status}}, status_code=status
+    )
 
 
 def symphony_status(e: SymphonyError) -> int:
@@ -39,8 +43,15 @@ def symphony_status(e: SymphonyError) -> int:
     return 400
 
 
-_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
-               bool: "a boolean", type(None): "null"}
+_JSON_NAMES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def jtype(v: Any) -> str:
@@ -63,8 +74,11 @@ def check_fields(body: Any, spec: dict[str, tuple], where: str) -> dict:
         raise BadRequest(422, f"{where}: the body must be a JSON object, got {jtype(body)}")
     unknown = sorted(set(body) - set(spec))
     if unknown:
-        raise BadRequest(422, f"{where}: unknown field(s) {', '.join(map(repr, unknown))} "
-                              f"(allowed: {', '.join(sorted(spec))})", param=unknown[0])
+        raise BadRequest(
+            422,
+            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} (allowed: {', '.join(sorted(spec))})",
+            param=unknown[0],
+        )
     for name, (types, required) in spec.items():
         if name not in body:
             if required:
@@ -86,7 +100,9 @@ async def read_json(request: Request, limit: int) -> Any:
         except ValueError:
             raise BadRequest(400, f"invalid Content-Length header {cl!r}") from None
         if n > limit:
-            raise BadRequest(413, f"request body of {n} bytes is over the limit of {limit} bytes", type="payload_too_large")
+            raise BadRequest(
+                413, f"request body of {n} bytes is over the limit of {limit} bytes", type="payload_too_large"
+            )
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     if ctype not in ("application/json", ""):
         raise BadRequest(415, f"request body must be application/json, got {ctype!r}", type="unsupported_media_type")

@@ -17,7 +17,9 @@ from .validate import BadRequest, check_fields, parse_json, symphony_status
 WS_FIRST = {"op": ((str,), True), **RUN_FIELDS, "pid": ((int,), False), "detach": ((bool,), False)}
 
 
-async def _ws_error(ws: WebSocket, status: int, message: str, type: str = "invalid_request_error", close: int = 4400) -> None:
+async def _ws_error(
+    ws: WebSocket, status: int, message: str, type: str = "invalid_request_error", close: int = 4400
+) -> None:
     try:
         await ws.send_json({"type": "error", "error": {"type": type, "message": message, "code": status}})
         await ws.close(code=close, reason=message[:120])
@@ -33,8 +35,9 @@ async def _ws_receive(ws: WebSocket, limit: int) -> Any:
     if data is None:
         raise BadRequest(400, "empty WebSocket message")
     if len(data) > limit:
-        raise BadRequest(413, f"WebSocket message of {len(data)} bytes is over the limit of {limit} bytes",
-                         type="payload_too_large")
+        raise BadRequest(
+            413, f"WebSocket message of {len(data)} bytes is over the limit of {limit} bytes", type="payload_too_large"
+        )
     return parse_json(data)
 
 
@@ -43,8 +46,13 @@ async def ws_session(state: State, ws: WebSocket) -> None:
     await ws.accept()
     user = state.users.authenticate(token_of(ws.headers, ws.query_params))
     if user is None:
-        await _ws_error(ws, 401, "missing or unknown API token: send 'Authorization: Bearer <token>' or ?token=",
-                        "authentication_error", 4401)
+        await _ws_error(
+            ws,
+            401,
+            "missing or unknown API token: send 'Authorization: Bearer <token>' or ?token=",
+            "authentication_error",
+            4401,
+        )
         return
     limit = state.config.max_body
     try:
@@ -69,7 +77,7 @@ async def ws_session(state: State, ws: WebSocket) -> None:
     except SymphonyError as e:
         await _ws_error(ws, symphony_status(e), str(e), type(e).__name__)
         return
-    except (WebSocketDisconnect, asyncio.TimeoutError):
+    except (TimeoutError, WebSocketDisconnect):
         return
     await ws.send_json({"type": "started", "pid": rec.pid, "name": rec.proc.name, "sandboxed": rec.sandboxed})
 
@@ -85,12 +93,18 @@ async def ws_session(state: State, ws: WebSocket) -> None:
                 elif m["op"] == "cancel":
                     rec.proc.cancel(f"cancelled by {user.name} over the API")
                 else:
-                    raise BadRequest(422, f"WebSocket message: op must be 'send' or 'cancel', got {m['op']!r}", param="op")
+                    raise BadRequest(
+                        422, f"WebSocket message: op must be 'send' or 'cancel', got {m['op']!r}", param="op"
+                    )
             except BadRequest as e:
                 await ws.send_json({"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}})
             except SymphonyError as e:
-                await ws.send_json({"type": "error", "error": {"type": type(e).__name__, "message": str(e),
-                                                               "code": symphony_status(e)}})
+                await ws.send_json(
+                    {
+                        "type": "error",
+                        "error": {"type": type(e).__name__, "message": str(e), "code": symphony_status(e)},
+                    }
+                )
 
     async def pump_out() -> None:
         mi = oi = 0

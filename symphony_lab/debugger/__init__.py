@@ -14,6 +14,21 @@ from .record import Recording
 from .trace import chrome_trace, validate_trace
 from .transport import DebugServer, RemoteDebugger, RemoteError, connect, starlette_route
 
-__all__ = ["COMMANDS", "EVENTS", "Breakpoint", "DebugServer", "Debugger", "DebuggerError", "Recording", "RemoteDebugger",
-           "RemoteError", "Stop", "chrome_trace", "connect", "edit_dist", "handle_command", "starlette_route",
-           "validate_trace"]
+__all__ = [
+    "COMMANDS",
+    "EVENTS",
+    "Breakpoint",
+    "DebugServer",
+    "Debugger",
+    "DebuggerError",
+    "Recording",
+    "RemoteDebugger",
+    "RemoteError",
+    "Stop",
+    "chrome_trace",
+    "connect",
+    "edit_dist",
+    "handle_command",
+    "starlette_route",
+    "validate_trace",
+]

@@ -11,8 +11,9 @@ Debug Adapter Protocol, the hit counter advances only when every other condition
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 _ids = itertools.count(1)
 
@@ -53,8 +54,15 @@ class Breakpoint:
     def needs_tokens(self) -> bool:
         return self.tokens_contain is not None or self.text_contains is not None or self.where is not None
 
-    def matches(self, pid: int, tid: int, call: str, args: dict, tokens: Callable[[], list[int] | None],
-                detok: Callable[[list[int]], str]) -> bool:
+    def matches(
+        self,
+        pid: int,
+        tid: int,
+        call: str,
+        args: dict,
+        tokens: Callable[[], list[int] | None],
+        detok: Callable[[list[int]], str],
+    ) -> bool:
         """Every condition except the hit count (the caller counts the hit and asks `hit_ok`)."""
         if not self.enabled:
             return False
@@ -97,8 +105,18 @@ class Breakpoint:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "call": self.call, "pid": self.pid, "tid": self.tid, "hit_count": self.hit_count,
-            "hit_mode": self.hit_mode, "file": self.file, "tokens_contain": self.tokens_contain,
-            "text_contains": self.text_contains, "where": None if self.where is None else getattr(self.where, "__name__", "predicate"),
-            "when": self.when, "enabled": self.enabled, "temporary": self.temporary, "hits": self.hits,
+            "id": self.id,
+            "call": self.call,
+            "pid": self.pid,
+            "tid": self.tid,
+            "hit_count": self.hit_count,
+            "hit_mode": self.hit_mode,
+            "file": self.file,
+            "tokens_contain": self.tokens_contain,
+            "text_contains": self.text_contains,
+            "where": None if self.where is None else getattr(self.where, "__name__", "predicate"),
+            "when": self.when,
+            "enabled": self.enabled,
+            "temporary": self.temporary,
+            "hits": self.hits,
         }

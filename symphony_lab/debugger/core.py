@@ -31,23 +31,24 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from symphony_core.kvfs import KV
 from symphony_core.events import Event, now
+from symphony_core.kvfs import KV
 from symphony_core.model.dist import Dist
 
 from . import viewdata as ins
 from .breakpoints import Breakpoint
 from .errors import DebuggerError
+from .event_stream import EventStream
 from .inspection import Inspection
 from .overrides import Overrides, edit_dist
 from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
-from .event_stream import EventStream
 from .scheduler_step import SchedulerStepMode
 from .stepping import PLAN_OF_ACTION, Stepping
 from .views import Views
@@ -126,8 +127,17 @@ class Debugger(Inspection, RecordReplay):
             return RemoteDebugger(engine, **kwargs)
         return super().__new__(cls)
 
-    def __init__(self, engine, *, stop_on_entry: bool = False, record: bool = False, stop_scope: str = "thread",
-                 topk: int = 10, trace_events: int = 200_000, max_recordings: int = 64) -> None:
+    def __init__(
+        self,
+        engine,
+        *,
+        stop_on_entry: bool = False,
+        record: bool = False,
+        stop_scope: str = "thread",
+        topk: int = 10,
+        trace_events: int = 200_000,
+        max_recordings: int = 64,
+    ) -> None:
         if stop_scope not in ("thread", "process"):
             raise ValueError(f"stop_scope must be 'thread' (non-stop) or 'process', got {stop_scope!r}")
         self.engine = engine
@@ -153,8 +163,9 @@ class Debugger(Inspection, RecordReplay):
         self.events = EventStream()
         self.overrides = Overrides(self.tokenizer, self._find_stop, self.stop_info, self._emit)
         self.batch_steps = SchedulerStepMode(self.runtime, self._emit, lambda: self._attached)
-        self.views = Views(self.runtime, self.tokenizer, self._known_files, self._trace, self._emit,
-                           lambda: self._attached)
+        self.views = Views(
+            self.runtime, self.tokenizer, self._known_files, self._trace, self._emit, lambda: self._attached
+        )
         self._attached = False
         self.attach()
 
@@ -204,7 +215,7 @@ class Debugger(Inspection, RecordReplay):
             s.resumed.set()
         return {"attached": False, "released": [[s.pid, s.tid] for s in stops]}
 
-    def __enter__(self) -> "Debugger":
+    def __enter__(self) -> Debugger:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -212,8 +223,16 @@ class Debugger(Inspection, RecordReplay):
 
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
-        return bool(self._bps or self.stepping.active() or self._awaiting_fed or self._pause_req or self._replays or self._recording_pids
-                    or self.overrides.pending or self._after_bp)
+        return bool(
+            self._bps
+            or self.stepping.active()
+            or self._awaiting_fed
+            or self._pause_req
+            or self._replays
+            or self._recording_pids
+            or self.overrides.pending
+            or self._after_bp
+        )
 
     def before(self, th, ev: Event) -> None:
         prev = self._prev_hook
@@ -246,8 +265,18 @@ class Debugger(Inspection, RecordReplay):
             fed = self._awaiting_fed.pop((pid, tid), None)
             toks = tokens() if fed is not None else None
             if toks:
-                self._emit("taken", {"pid": pid, "tid": tid, "stop_id": fed[0], "seq": fed[1], "token": toks[0],
-                                     "text": self.tokenizer.token_text(toks[0]), "by": "fed"})
+                self._emit(
+                    "taken",
+                    {
+                        "pid": pid,
+                        "tid": tid,
+                        "stop_id": fed[0],
+                        "seq": fed[1],
+                        "token": toks[0],
+                        "text": self.tokenizer.token_text(toks[0]),
+                        "by": "fed",
+                    },
+                )
         bp_ids: list[int] = []
         if self.stepping.active():
             reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
@@ -346,14 +375,39 @@ class Debugger(Inspection, RecordReplay):
             self._stop(th, ev, "entry", ["entry"], [], None, None)
 
     # ============================================================================ stopping
-    def _stop(self, th, ev: Event, where: str, reasons: list[str], bp_ids: list[int], result: Any,
-              tokens: list[int] | None, overridden: int | None = None) -> Any:
+    def _stop(
+        self,
+        th,
+        ev: Event,
+        where: str,
+        reasons: list[str],
+        bp_ids: list[int],
+        result: Any,
+        tokens: list[int] | None,
+        overridden: int | None = None,
+    ) -> Any:
         """Hold the calling LIP thread until a command resumes it; return the (maybe edited) result."""
         proc = th.proc
         frames = ins.capture_frames(sys._getframe(1))
-        stop = Stop(next(self._stop_ids), th, reasons[0], reasons, where, ev.call, ev.seq, dict(ev.args), ev.file,
-                    ev.line, bp_ids, now(), frames, tokens, max(1, ins.lip_depth(sys._getframe(1))), result,
-                    overridden)
+        stop = Stop(
+            next(self._stop_ids),
+            th,
+            reasons[0],
+            reasons,
+            where,
+            ev.call,
+            ev.seq,
+            dict(ev.args),
+            ev.file,
+            ev.line,
+            bp_ids,
+            now(),
+            frames,
+            tokens,
+            max(1, ins.lip_depth(sys._getframe(1))),
+            result,
+            overridden,
+        )
         key = (proc.pid, th.tid)
         with proc.lock:
             prev_state = th.state
@@ -362,8 +416,18 @@ class Debugger(Inspection, RecordReplay):
             self._stops[key] = stop
             self._cv.notify_all()
         self.runtime.batch.wake()
-        self._trace.append({"kind": "dbg_stop", "ts": stop.ts, "pid": proc.pid, "tid": th.tid,
-                            "reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id})
+        self._trace.append(
+            {
+                "kind": "dbg_stop",
+                "ts": stop.ts,
+                "pid": proc.pid,
+                "tid": th.tid,
+                "reason": stop.reason,
+                "call": stop.call,
+                "where": where,
+                "stop_id": stop.id,
+            }
+        )
         try:
             self._emit("stopped", self.stop_info(stop))
         except Exception:
@@ -390,10 +454,26 @@ class Debugger(Inspection, RecordReplay):
                 if th.state == "stopped":
                     th.state = prev_state
             t = now()
-            self._trace.append({"kind": "dbg_resume", "ts": t, "pid": proc.pid, "tid": th.tid, "reason": stop.reason,
-                                "action": stop.action})
-            self._emit("continued", {"pid": proc.pid, "tid": th.tid, "stop_id": stop.id, "action": stop.action,
-                                     "stopped_for": round(t - stop.ts, 6)})
+            self._trace.append(
+                {
+                    "kind": "dbg_resume",
+                    "ts": t,
+                    "pid": proc.pid,
+                    "tid": th.tid,
+                    "reason": stop.reason,
+                    "action": stop.action,
+                }
+            )
+            self._emit(
+                "continued",
+                {
+                    "pid": proc.pid,
+                    "tid": th.tid,
+                    "stop_id": stop.id,
+                    "action": stop.action,
+                    "stopped_for": round(t - stop.ts, 6),
+                },
+            )
         if stop.action in PLAN_OF_ACTION:
             self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth)
         if where == "after" and ev.call == "pred" and isinstance(stop.result, Dist) and stop.action != "detach":
@@ -408,17 +488,33 @@ class Debugger(Inspection, RecordReplay):
             return stop._info
         proc = stop.thread.proc
         d = {
-            "stop_id": stop.id, "pid": stop.pid, "tid": stop.tid, "process": proc.name, "reason": stop.reason,
-            "reasons": stop.reasons, "where": stop.where, "call": stop.call, "seq": stop.seq,
-            "file": stop.file, "line": stop.line, "args": ins.jsonable(stop.args), "breakpoints": stop.breakpoints,
-            "ts": stop.ts, "preds": stop.thread.preds, "kv_file": stop.kv_file, "input": None, "result": None,
+            "stop_id": stop.id,
+            "pid": stop.pid,
+            "tid": stop.tid,
+            "process": proc.name,
+            "reason": stop.reason,
+            "reasons": stop.reasons,
+            "where": stop.where,
+            "call": stop.call,
+            "seq": stop.seq,
+            "file": stop.file,
+            "line": stop.line,
+            "args": ins.jsonable(stop.args),
+            "breakpoints": stop.breakpoints,
+            "ts": stop.ts,
+            "preds": stop.thread.preds,
+            "kv_file": stop.kv_file,
+            "input": None,
+            "result": None,
         }
         if stop.tokens is not None:
             d["input"] = ins.tokens_view(stop.tokens[-256:], self.tokenizer)
             d["input"]["n_tokens"] = len(stop.tokens)
         if isinstance(stop.result, Dist):
-            d["result"] = {"kind": "dist", **ins.dist_view(stop.result, self.tokenizer, self.topk,
-                                                           chosen=stop.overridden)}
+            d["result"] = {
+                "kind": "dist",
+                **ins.dist_view(stop.result, self.tokenizer, self.topk, chosen=stop.overridden),
+            }
         elif stop.where == "after":
             d["result"] = ins.jsonable(self.runtime.kernel.summarize_result(stop.call or "", stop.result))
         if stop.edits:
@@ -433,8 +529,9 @@ class Debugger(Inspection, RecordReplay):
             where = "" if pid is None else f" in process {pid}" + ("" if tid is None else f" thread {tid}")
             raise DebuggerError(f"no stopped thread{where}")
         if len(cands) > 1:
-            raise DebuggerError("several threads are stopped: say which (pid and tid): "
-                                + ", ".join(f"{s.pid}.{s.tid}" for s in cands))
+            raise DebuggerError(
+                "several threads are stopped: say which (pid and tid): " + ", ".join(f"{s.pid}.{s.tid}" for s in cands)
+            )
         return cands[0]
 
     def _resume(self, stops: list[Stop], action: str) -> list[list[int]]:
@@ -473,8 +570,10 @@ class Debugger(Inspection, RecordReplay):
         if granularity not in ("pred", "syscall"):
             raise DebuggerError(f"step granularity must be 'pred' or 'syscall', got {granularity!r}")
         s = self._find_stop(pid, tid)
-        return {"resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
-                "granularity": granularity}
+        return {
+            "resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
+            "granularity": granularity,
+        }
 
     def step_over(self, pid: int | None = None, tid: int | None = None) -> dict:
         """Run the stopped thread until its next `pred` returns in this function or a caller
@@ -522,12 +621,31 @@ class Debugger(Inspection, RecordReplay):
             if pid in self._recording_pids or self._record_all:
                 self._new_recording(new, complete=True)
 
-        new = self._launch(proc.fn, proc.args, proc.kwargs, user=proc.user, name=proc.name, priority=proc.priority,
-                           limits=proc.limits, stop_on_entry=stop_on_entry, setup=setup)
+        new = self._launch(
+            proc.fn,
+            proc.args,
+            proc.kwargs,
+            user=proc.user,
+            name=proc.name,
+            priority=proc.priority,
+            limits=proc.limits,
+            stop_on_entry=stop_on_entry,
+            setup=setup,
+        )
         return {"pid": new.pid, "restarted": pid}
 
-    def launch(self, fn: Callable | str, *args: Any, stop_on_entry: bool | None = None, record: bool | None = None,
-               user: str = "local", name: str | None = None, priority: int = 0, limits=None, **kwargs: Any) -> dict:
+    def launch(
+        self,
+        fn: Callable | str,
+        *args: Any,
+        stop_on_entry: bool | None = None,
+        record: bool | None = None,
+        user: str = "local",
+        name: str | None = None,
+        priority: int = 0,
+        limits=None,
+        **kwargs: Any,
+    ) -> dict:
         """Launch `fn(sym, *args, **kwargs)` (a callable, or "module:function") under the debugger.
 
         With `stop_on_entry`, the main thread stops before the LIP's first line, so breakpoints
@@ -562,8 +680,17 @@ class Debugger(Inspection, RecordReplay):
             if record:
                 self._new_recording(proc, complete=True)
 
-        proc = self._launch(fn, tuple(args), kwargs, user=user, name=name, priority=priority, limits=limits,
-                            stop_on_entry=stop_on_entry, setup=setup)
+        proc = self._launch(
+            fn,
+            tuple(args),
+            kwargs,
+            user=user,
+            name=name,
+            priority=priority,
+            limits=limits,
+            stop_on_entry=stop_on_entry,
+            setup=setup,
+        )
         return {"pid": proc.pid, "name": proc.name}
 
     def _launch(self, fn, args, kwargs, *, user, name, priority, limits, stop_on_entry, setup=None):
@@ -696,7 +823,9 @@ class Debugger(Inspection, RecordReplay):
         """Call `fn(message)` for every event message (optionally only these event names)."""
         return self.events.subscribe(fn, kinds)
 
-    def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
+    def event_queue(
+        self, kinds: list[str] | None = None, maxsize: int = 100_000
+    ) -> tuple[queue.Queue, Callable[[], None]]:
         """`subscribe` into a queue: returns `(queue, unsubscribe)`; events past `maxsize` are dropped."""
         return self.events.event_queue(kinds, maxsize)
 
@@ -716,8 +845,10 @@ class Debugger(Inspection, RecordReplay):
             self._trace.append(ev)
         if kind == "syscall_exit":
             if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
-                self._known_files[ev.result["file"]] = {"parent": ev.args.get("file") if ev.call == "kv_fork" else None,
-                                                        "path": ev.args.get("path")}
+                self._known_files[ev.result["file"]] = {
+                    "parent": ev.args.get("file") if ev.call == "kv_fork" else None,
+                    "path": ev.args.get("path"),
+                }
             if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
                 self.views.changed("kv_tree")
         elif kind == "batch":
@@ -738,7 +869,7 @@ class Debugger(Inspection, RecordReplay):
                 if rs is not None:
                     rs.done = True
                     self._replays_done[ev.pid] = rs.status()
-                    for old in list(self._replays_done)[:-self.max_recordings]:
+                    for old in list(self._replays_done)[: -self.max_recordings]:
                         del self._replays_done[old]
                 for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
                     del self._bps[bp.id]
@@ -747,13 +878,27 @@ class Debugger(Inspection, RecordReplay):
             self.events.emit(kind, ev.to_dict)
 
     # ============================================================================ overrides (overrides.py)
-    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
-                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
+    def override(
+        self,
+        pid: int | None = None,
+        tid: int | None = None,
+        token: int | None = None,
+        text: str | None = None,
+        token_only: bool = False,
+        position: int = -1,
+    ) -> dict:
         """Make the stopped thread's `pred` result choose `token` (or the one token of `text`)."""
         return self.overrides.override(pid, tid, token, text, token_only, position)
 
-    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
-                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
+    def edit_dist(
+        self,
+        pid: int | None = None,
+        tid: int | None = None,
+        ban: list[int] | None = None,
+        force: int | None = None,
+        bias: dict | None = None,
+        position: int = -1,
+    ) -> dict:
         """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
         return self.overrides.edit_dist(pid, tid, ban, force, bias, position)
 

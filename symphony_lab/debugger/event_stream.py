@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from symphony_core.events import now
 
@@ -39,7 +39,9 @@ class EventStream:
 
         return unsubscribe
 
-    def event_queue(self, kinds: list[str] | None = None, maxsize: int = 100_000) -> tuple[queue.Queue, Callable[[], None]]:
+    def event_queue(
+        self, kinds: list[str] | None = None, maxsize: int = 100_000
+    ) -> tuple[queue.Queue, Callable[[], None]]:
         q: queue.Queue = queue.Queue(maxsize)
 
         def put(m: dict) -> None:

@@ -84,10 +84,15 @@ class Inspection:
         """The top-k of the distribution a stopped thread's `pred` returned (after a step)."""
         s = self._find_stop(pid, tid)
         if not isinstance(s.result, Dist):
-            raise DebuggerError(f"{s.pid}.{s.tid} is stopped {s.where} {s.call or 'entry'}: no distribution yet "
-                                "(step to stop after the pred returns)")
-        return {"pid": s.pid, "tid": s.tid, **ins.dist_view(s.result, self.tokenizer, k or self.topk, position,
-                                                            chosen=s.overridden)}
+            raise DebuggerError(
+                f"{s.pid}.{s.tid} is stopped {s.where} {s.call or 'entry'}: no distribution yet "
+                "(step to stop after the pred returns)"
+            )
+        return {
+            "pid": s.pid,
+            "tid": s.tid,
+            **ins.dist_view(s.result, self.tokenizer, k or self.topk, position, chosen=s.overridden),
+        }
 
     def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:
         """Check a KV file against a fresh recompute of its tokens (call it while the file's owner
@@ -100,8 +105,15 @@ class Inspection:
                 raise DebuggerError(f"no resident KV file {fid}")
             tokens, positions = list(f.tokens), list(f.positions)
             slots = kvfs.context_slots(f)
-            handle = next((h for p in list(self.runtime.processes.values()) for h in list(p.handles)
-                           if h.file is f and not h.closed), None) or KV(f, "r")
+            handle = next(
+                (
+                    h
+                    for p in list(self.runtime.processes.values())
+                    for h in list(p.handles)
+                    if h.file is f and not h.closed
+                ),
+                None,
+            ) or KV(f, "r")
         if not tokens:
             raise DebuggerError(f"KV file {fid} is empty")
         probe = tokens[-1] if probe is None else probe
@@ -122,9 +134,16 @@ class Inspection:
             eng.kv_close(fork)
             eng.kv_close(fresh)
         dl = float((a - b).abs().max())
-        return {"file": fid, "tokens": len(tokens), "probe": probe, "max_abs_diff_logits": dl, "max_abs_diff_k": dk,
-                "max_abs_diff_v": dv, "argmax_equal": int(a.argmax()) == int(b.argmax()),
-                "consistent": dl <= atol and dk <= atol and dv <= atol and int(a.argmax()) == int(b.argmax())}
+        return {
+            "file": fid,
+            "tokens": len(tokens),
+            "probe": probe,
+            "max_abs_diff_logits": dl,
+            "max_abs_diff_k": dk,
+            "max_abs_diff_v": dv,
+            "argmax_equal": int(a.argmax()) == int(b.argmax()),
+            "consistent": dl <= atol and dk <= atol and dv <= atol and int(a.argmax()) == int(b.argmax()),
+        }
 
 
 __all__ = ["Inspection"]

@@ -11,7 +11,8 @@ the edited distribution, and its KV cache holds only what the LIP then feeds it.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -20,8 +21,15 @@ from symphony_core.model.dist import Dist
 from .errors import DebuggerError
 
 
-def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None, bias: dict | None = None,
-              position: int = -1, token_only: bool = False) -> Dist:
+def edit_dist(
+    d: Dist,
+    *,
+    force: int | None = None,
+    ban: list[int] | None = None,
+    bias: dict | None = None,
+    position: int = -1,
+    token_only: bool = False,
+) -> Dist:
     """A new Dist with the edit applied to one position (the last by default).
 
     `force=t`: every other token gets -inf, so argmax, any sampler and the engine's pick all
@@ -44,8 +52,10 @@ def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None
         if force is None:
             raise DebuggerError("token_only needs force=<token>")
         if cur is None:
-            raise DebuggerError("this pred did not sample in the engine (no Dist.token); override the "
-                                "distribution instead (token_only=False)")
+            raise DebuggerError(
+                "this pred did not sample in the engine (no Dist.token); override the "
+                "distribution instead (token_only=False)"
+            )
         cur = force
     else:
         if bias:
@@ -75,8 +85,9 @@ def edit_dist(d: Dist, *, force: int | None = None, ban: list[int] | None = None
 
 
 class Overrides:
-    def __init__(self, tokenizer, find_stop: Callable, stop_info: Callable[[Any], dict],
-                 emit: Callable[[str, dict], None]) -> None:
+    def __init__(
+        self, tokenizer, find_stop: Callable, stop_info: Callable[[Any], dict], emit: Callable[[str, dict], None]
+    ) -> None:
         self.tokenizer = tokenizer
         self._find_stop = find_stop
         self.stop_info = stop_info
@@ -97,8 +108,15 @@ class Overrides:
         with self._lock:
             self._pending.clear()
 
-    def override(self, pid: int | None = None, tid: int | None = None, token: int | None = None,
-                 text: str | None = None, token_only: bool = False, position: int = -1) -> dict:
+    def override(
+        self,
+        pid: int | None = None,
+        tid: int | None = None,
+        token: int | None = None,
+        text: str | None = None,
+        token_only: bool = False,
+        position: int = -1,
+    ) -> dict:
         """Make the stopped thread's `pred` result choose `token` (or the one token of `text`).
 
         Raises:
@@ -120,14 +138,28 @@ class Overrides:
             token = ids[0]
         return self._edit(pid, tid, {"force": int(token), "token_only": token_only, "position": position})
 
-    def edit_dist(self, pid: int | None = None, tid: int | None = None, ban: list[int] | None = None,
-                  force: int | None = None, bias: dict | None = None, position: int = -1) -> dict:
+    def edit_dist(
+        self,
+        pid: int | None = None,
+        tid: int | None = None,
+        ban: list[int] | None = None,
+        force: int | None = None,
+        bias: dict | None = None,
+        position: int = -1,
+    ) -> dict:
         """Edit the distribution before the LIP sees it: ban tokens, force one, or add biases."""
         if ban is None and force is None and not bias:
             raise DebuggerError("edit_dist needs ban=, force= or bias=")
-        return self._edit(pid, tid, {"force": force, "ban": list(ban) if ban else None,
-                                     "bias": {int(k): float(v) for k, v in (bias or {}).items()} or None,
-                                     "position": position})
+        return self._edit(
+            pid,
+            tid,
+            {
+                "force": force,
+                "ban": list(ban) if ban else None,
+                "bias": {int(k): float(v) for k, v in (bias or {}).items()} or None,
+                "position": position,
+            },
+        )
 
     def _edit(self, pid, tid, edit: dict) -> dict:
         s = self._find_stop(pid, tid)
@@ -140,8 +172,9 @@ class Overrides:
             s.edits.append(edit)
             s._info = None
             info = self.stop_info(s)
-            self._emit("overridden", {"pid": s.pid, "tid": s.tid, "stop_id": s.id, "edit": edit,
-                                      "result": info["result"]})
+            self._emit(
+                "overridden", {"pid": s.pid, "tid": s.tid, "stop_id": s.id, "edit": edit, "result": info["result"]}
+            )
             return {"applied": True, "stop": info}
         if s.where == "before" and s.call == "pred":
             with self._lock:

@@ -70,9 +70,21 @@ COMMANDS: dict[str, str] = {
 
 EVENTS = [
     # from the debugger
-    "stopped", "continued", "overridden", "taken", "batch_pending", "replay_diverged", "view",
+    "stopped",
+    "continued",
+    "overridden",
+    "taken",
+    "batch_pending",
+    "replay_diverged",
+    "view",
     # forwarded from the engine's event bus
-    "syscall_enter", "syscall_exit", "process_start", "process_exit", "thread_start", "thread_exit", "batch",
+    "syscall_enter",
+    "syscall_exit",
+    "process_start",
+    "process_exit",
+    "thread_start",
+    "thread_exit",
+    "batch",
 ]
 
 # Commands a remote client may not use unless the transport allows it: `launch` imports and runs
@@ -86,10 +98,20 @@ class ProtocolError(Exception):
 
 def _call(dbg, command: str, args: dict) -> Any:
     if command == "initialize":
-        return {"protocol_version": PROTOCOL_VERSION, "commands": sorted(COMMANDS), "events": EVENTS,
-                "capabilities": {"non_stop": True, "stop_scope": dbg.stop_scope, "scheduler_step_mode": True,
-                                 "record_replay": True, "step_back": True, "overrides": ["token", "ban", "force", "bias"],
-                                 "trace_format": "chrome-trace-event"}}
+        return {
+            "protocol_version": PROTOCOL_VERSION,
+            "commands": sorted(COMMANDS),
+            "events": EVENTS,
+            "capabilities": {
+                "non_stop": True,
+                "stop_scope": dbg.stop_scope,
+                "scheduler_step_mode": True,
+                "record_replay": True,
+                "step_back": True,
+                "overrides": ["token", "ban", "force", "bias"],
+                "trace_format": "chrome-trace-event",
+            },
+        }
     method = getattr(dbg, COMMANDS[command])
     if command == "launch":
         a = dict(args)
@@ -105,8 +127,9 @@ def _call(dbg, command: str, args: dict) -> Any:
             raise ProtocolError(f"launch: unknown argument(s) {sorted(a)}")
         return method(fn, *pos, **extra, **kw)
     if command == "set_breakpoint" and "where" in args:
-        raise ProtocolError("set_breakpoint: 'where' (a Python predicate) is in-process only; use "
-                            "tokens_contain or text_contains")
+        raise ProtocolError(
+            "set_breakpoint: 'where' (a Python predicate) is in-process only; use tokens_contain or text_contains"
+        )
     sig = _pyinspect.signature(method)
     if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
         unknown = sorted(set(args) - set(sig.parameters))

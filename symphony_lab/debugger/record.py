@@ -27,8 +27,9 @@ sees the same syscall results.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -115,9 +116,19 @@ class Recording:
     order: list[tuple[int, int]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, proc, complete: bool = True) -> "Recording":
-        return cls(proc.fn, _fn_ref(proc.fn), tuple(proc.args), dict(proc.kwargs), proc.user, proc.name,
-                   proc.priority, proc.limits, proc.pid, complete)
+    def of(cls, proc, complete: bool = True) -> Recording:
+        return cls(
+            proc.fn,
+            _fn_ref(proc.fn),
+            tuple(proc.args),
+            dict(proc.kwargs),
+            proc.user,
+            proc.name,
+            proc.priority,
+            proc.limits,
+            proc.pid,
+            complete,
+        )
 
     def add(self, e: Entry) -> None:
         key = (e.tid, e.seq)
@@ -138,22 +149,46 @@ class Recording:
 
     def received(self) -> list[Any]:
         """Messages the process got with `recv`, in the order it got them."""
-        return [self.entries[k].value for k in self.order if self.entries[k].call == "recv" and self.entries[k].kind == "value"]
+        return [
+            self.entries[k].value
+            for k in self.order
+            if self.entries[k].call == "recv" and self.entries[k].kind == "value"
+        ]
 
-    def upto(self, tid: int, seq: int) -> "Recording":
+    def upto(self, tid: int, seq: int) -> Recording:
         """A copy holding only thread `tid`'s calls up to `seq` (other threads: everything)."""
-        r = Recording(self.fn, self.fn_ref, self.args, self.kwargs, self.user, self.name, self.priority, self.limits,
-                      self.source_pid, self.complete)
+        r = Recording(
+            self.fn,
+            self.fn_ref,
+            self.args,
+            self.kwargs,
+            self.user,
+            self.name,
+            self.priority,
+            self.limits,
+            self.source_pid,
+            self.complete,
+        )
         for k in self.order:
             if k[0] != tid or k[1] <= seq:
                 r.add(self.entries[k])
         return r
 
-    def merged(self, newer: "Recording") -> "Recording":
+    def merged(self, newer: Recording) -> Recording:
         """This recording's entries, overridden by `newer`'s (a replay of it that went further or
         was edited): the basis for stepping back inside a replay."""
-        r = Recording(self.fn, self.fn_ref, self.args, self.kwargs, self.user, self.name, self.priority, self.limits,
-                      self.source_pid, self.complete and newer.complete)
+        r = Recording(
+            self.fn,
+            self.fn_ref,
+            self.args,
+            self.kwargs,
+            self.user,
+            self.name,
+            self.priority,
+            self.limits,
+            self.source_pid,
+            self.complete and newer.complete,
+        )
         for k in self.order:
             r.add(self.entries[k])
         for k in newer.order:
@@ -161,11 +196,18 @@ class Recording:
         return r
 
     def summary(self, with_entries: bool = False) -> dict:
-        d = {"source_pid": self.source_pid, "fn": self.fn_ref or getattr(self.fn, "__qualname__", None),
-             "args": jsonable(self.args), "kwargs": jsonable(self.kwargs), "user": self.user, "name": self.name,
-             "complete": self.complete, "syscalls": len(self.order),
-             "preds": sum(1 for e in self.entries.values() if e.call == "pred"),
-             "threads": sorted({k[0] for k in self.order})}
+        d = {
+            "source_pid": self.source_pid,
+            "fn": self.fn_ref or getattr(self.fn, "__qualname__", None),
+            "args": jsonable(self.args),
+            "kwargs": jsonable(self.kwargs),
+            "user": self.user,
+            "name": self.name,
+            "complete": self.complete,
+            "syscalls": len(self.order),
+            "preds": sum(1 for e in self.entries.values() if e.call == "pred"),
+            "threads": sorted({k[0] for k in self.order}),
+        }
         if with_entries:
             d["entries"] = [self.entries[k].summary() for k in self.order]
         return d
@@ -174,24 +216,55 @@ class Recording:
     def save(self, path: str) -> None:
         """Write the recording with torch.save (the LIP function is stored by reference)."""
         if self.fn_ref is None:
-            raise ValueError(f"cannot save a recording of {self.name!r}: its function is not importable "
-                             "(define the LIP at module level)")
-        torch.save({"version": 1, "fn_ref": self.fn_ref, "args": self.args, "kwargs": self.kwargs, "user": self.user,
-                    "name": self.name, "priority": self.priority, "source_pid": self.source_pid,
-                    "complete": self.complete, "entries": [self.entries[k].__dict__ for k in self.order]}, path)
+            raise ValueError(
+                f"cannot save a recording of {self.name!r}: its function is not importable "
+                "(define the LIP at module level)"
+            )
+        torch.save(
+            {
+                "version": 1,
+                "fn_ref": self.fn_ref,
+                "args": self.args,
+                "kwargs": self.kwargs,
+                "user": self.user,
+                "name": self.name,
+                "priority": self.priority,
+                "source_pid": self.source_pid,
+                "complete": self.complete,
+                "entries": [self.entries[k].__dict__ for k in self.order],
+            },
+            path,
+        )
 
     @classmethod
-    def load(cls, path: str) -> "Recording":
+    def load(cls, path: str) -> Recording:
         d = torch.load(path, weights_only=False)
-        r = cls(resolve_fn(d["fn_ref"]), d["fn_ref"], tuple(d["args"]), d["kwargs"], d["user"], d["name"],
-                d.get("priority", 0), None, d.get("source_pid"), d.get("complete", True))
+        r = cls(
+            resolve_fn(d["fn_ref"]),
+            d["fn_ref"],
+            tuple(d["args"]),
+            d["kwargs"],
+            d["user"],
+            d["name"],
+            d.get("priority", 0),
+            None,
+            d.get("source_pid"),
+            d.get("complete", True),
+        )
         for e in d["entries"]:
             r.add(Entry(**e))
         return r
 
 
-def entry_from(tid: int, seq: int, call: str, args: dict, tokens: list[int] | None, result: Any,
-               summarize: Callable[[str, Any], Any]) -> Entry:
+def entry_from(
+    tid: int,
+    seq: int,
+    call: str,
+    args: dict,
+    tokens: list[int] | None,
+    result: Any,
+    summarize: Callable[[str, Any], Any],
+) -> Entry:
     e = Entry(tid, seq, call, stable_args(args), tokens)
     if isinstance(result, Dist):
         e.kind = "dist"

@@ -25,8 +25,14 @@ class ReplayState:
     done: bool = False
 
     def status(self) -> dict:
-        return {"source_pid": self.rec.source_pid, "substituted": self.substituted, "diverged": self.diverged,
-                "live_threads": sorted(self.live_threads), "max_logit_diff": self.max_logit_diff, "done": self.done}
+        return {
+            "source_pid": self.rec.source_pid,
+            "substituted": self.substituted,
+            "diverged": self.diverged,
+            "live_threads": sorted(self.live_threads),
+            "max_logit_diff": self.max_logit_diff,
+            "done": self.done,
+        }
 
 
 class RecordReplay:
@@ -91,8 +97,15 @@ class RecordReplay:
         self.get_recording(pid).save(path)
         return {"pid": pid, "path": path}
 
-    def replay(self, source: int | Recording | str, stop_at: int | None = None, tid: int = 1,
-               stop_on_entry: bool | None = None, verify: bool = True, record: bool = True) -> dict:
+    def replay(
+        self,
+        source: int | Recording | str,
+        stop_at: int | None = None,
+        tid: int = 1,
+        stop_on_entry: bool | None = None,
+        verify: bool = True,
+        record: bool = True,
+    ) -> dict:
         """Run a recorded process again, handing it the recorded syscall results.
 
         `source`: a pid whose run was recorded, a `Recording`, or a path saved by
@@ -122,8 +135,17 @@ class RecordReplay:
             if record:
                 self._new_recording(proc, complete=True)
 
-        proc = self._launch(rec.fn, rec.args, rec.kwargs, user=rec.user, name=rec.name, priority=rec.priority,
-                            limits=rec.limits, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
+        proc = self._launch(
+            rec.fn,
+            rec.args,
+            rec.kwargs,
+            user=rec.user,
+            name=rec.name,
+            priority=rec.priority,
+            limits=rec.limits,
+            stop_on_entry=bool(stop_on_entry) or stop_at == 0,
+            setup=setup,
+        )
         return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
 
     def replay_status(self, pid: int) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from . import viewdata as ins
 from .errors import DebuggerError
@@ -62,9 +62,14 @@ class SchedulerStepMode:
             prev(chosen)
         gid = next(self._gate_ids)
         queued = batch.queued()
-        info = {"gate_id": gid, "members": ins.batch_plan(chosen, batch.token_budget),
-                "queue": [ins.pending_view(p) for p in queued], "queue_depth": len(queued),
-                "pages_used": batch.kvfs.pool.used_pages, "batches_so_far": batch.log.total_batches}
+        info = {
+            "gate_id": gid,
+            "members": ins.batch_plan(chosen, batch.token_budget),
+            "queue": [ins.pending_view(p) for p in queued],
+            "queue_depth": len(queued),
+            "pages_used": batch.kvfs.pool.used_pages,
+            "batches_so_far": batch.log.total_batches,
+        }
         with self._gate_cv:
             if not self._gate_on:
                 return

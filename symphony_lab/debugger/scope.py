@@ -29,11 +29,36 @@ from typing import Any
 from .protocol import handle_command
 
 # commands that act on the whole engine or on the server's own code and files
-ENGINE_WIDE = {"scheduler_step_mode", "step_batch", "set_stop_on_entry",
-               "clear_breakpoints", "detach", "trace", "launch", "save_recording"}
+ENGINE_WIDE = {
+    "scheduler_step_mode",
+    "step_batch",
+    "set_stop_on_entry",
+    "clear_breakpoints",
+    "detach",
+    "trace",
+    "launch",
+    "save_recording",
+}
 # commands whose `pid` argument is required for a scoped user (without it they act on everyone)
-NEEDS_PID = {"continue", "pause", "record", "step", "step_over", "step_out", "stack", "tokens", "dist", "override",
-             "edit_dist", "restart", "recording", "replay_status", "step_back", "wait_stopped", "wait_process"}
+NEEDS_PID = {
+    "continue",
+    "pause",
+    "record",
+    "step",
+    "step_over",
+    "step_out",
+    "stack",
+    "tokens",
+    "dist",
+    "override",
+    "edit_dist",
+    "restart",
+    "recording",
+    "replay_status",
+    "step_back",
+    "wait_stopped",
+    "wait_process",
+}
 
 
 class ScopeError(Exception):
@@ -57,8 +82,14 @@ FULL_ACCESS = FullAccess()
 def _fail(msg: Any, message: str) -> dict:
     seq = msg.get("seq") if isinstance(msg, dict) else None
     command = msg.get("command") if isinstance(msg, dict) else None
-    return {"type": "response", "request_seq": seq, "command": command, "success": False, "message": message,
-            "error": "ScopeError"}
+    return {
+        "type": "response",
+        "request_seq": seq,
+        "command": command,
+        "success": False,
+        "message": message,
+        "error": "ScopeError",
+    }
 
 
 class UserScope:
@@ -82,14 +113,20 @@ class UserScope:
 
     def _file_visible(self, f: dict, own_files: set[int]) -> bool:
         path = f.get("path") or ""
-        return (f["file"] in own_files or path.startswith(f"/users/{self.user}/") or path.startswith("/shared/")
-                or f.get("owner") == self.user)
+        return (
+            f["file"] in own_files
+            or path.startswith(f"/users/{self.user}/")
+            or path.startswith("/shared/")
+            or f.get("owner") == self.user
+        )
 
     # --- commands --------------------------------------------------------------------------
     def check(self, dbg, command: str, args: dict) -> None:
         if command in ENGINE_WIDE:
-            raise ScopeError(f"{command} acts on the whole engine; it needs an admin connection (a trusted "
-                             f"user), and {self.user!r} is scoped to their own processes")
+            raise ScopeError(
+                f"{command} acts on the whole engine; it needs an admin connection (a trusted "
+                f"user), and {self.user!r} is scoped to their own processes"
+            )
         if command in NEEDS_PID and args.get("pid") is None:
             raise ScopeError(f"{command} needs a pid here ({self.user!r} may act only on their own processes)")
         if command == "replay" and not isinstance(args.get("source"), int):
@@ -98,8 +135,10 @@ class UserScope:
         if pid is not None and not self.owns(dbg, pid):
             raise ScopeError(f"process {pid} is not one of {self.user!r}'s processes")
         if command == "set_breakpoint" and not self.owns(dbg, args.get("pid")):
-            raise ScopeError("set a breakpoint on one of your processes: give pid (launch with stop_on_entry "
-                             "to bind breakpoints before the first line runs)")
+            raise ScopeError(
+                "set a breakpoint on one of your processes: give pid (launch with stop_on_entry "
+                "to bind breakpoints before the first line runs)"
+            )
         if command in ("remove_breakpoint", "enable_breakpoint"):
             bp = next((b for b in dbg.breakpoints()["breakpoints"] if b["id"] == args.get("id")), None)
             if bp is not None and not self.owns(dbg, bp.get("pid")):
@@ -131,8 +170,12 @@ class UserScope:
     # --- views -----------------------------------------------------------------------------
     def filter_body(self, dbg, command: str, body: Any) -> Any:
         if command == "threads":
-            return {**body, "processes": [p for p in body["processes"] if self.owns(dbg, p.get("pid"))
-                                          or p.get("user") == self.user]}
+            return {
+                **body,
+                "processes": [
+                    p for p in body["processes"] if self.owns(dbg, p.get("pid")) or p.get("user") == self.user
+                ],
+            }
         if command == "stops":
             return {**body, "stops": [s for s in body["stops"] if self.owns(dbg, s.get("pid"))]}
         if command == "breakpoints":
@@ -153,9 +196,13 @@ class UserScope:
         own = self._own_files(dbg)
         files = [f for f in tree["files"] if self._file_visible(f, own)]
         keep = {f["file"] for f in files}
-        return {**tree, "files": files, "edges": [e for e in tree["edges"] if e[1] in keep],
-                "roots": [r for r in tree["roots"] if r in keep],
-                "shared_pages": sorted({p["page"] for f in files for p in f.get("pages", []) if p.get("shared_with")})}
+        return {
+            **tree,
+            "files": files,
+            "edges": [e for e in tree["edges"] if e[1] in keep],
+            "roots": [r for r in tree["roots"] if r in keep],
+            "shared_pages": sorted({p["page"] for f in files for p in f.get("pages", []) if p.get("shared_with")}),
+        }
 
     def _redact_member(self, m: dict, pids: set[int]) -> dict:
         if m.get("pid") in pids:

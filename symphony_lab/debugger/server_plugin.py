@@ -53,11 +53,16 @@ class ServerPolicy:
                 raise ValueError("arguments must be a JSON object")
             unknown = sorted(set(args) - set(RUN_FIELDS) - {"stop_on_entry", "record"})
             if unknown:
-                raise ValueError(f"run_program: unknown argument(s) {unknown}; it takes "
-                                 f"{sorted(RUN_FIELDS + ('stop_on_entry', 'record'))}")
+                raise ValueError(
+                    f"run_program: unknown argument(s) {unknown}; it takes "
+                    f"{sorted(RUN_FIELDS + ('stop_on_entry', 'record'))}"
+                )
             body = {k: args[k] for k in RUN_FIELDS if k in args}
-            rec = dbg.launch_with(lambda: self.ctx.launch_program(self.user, body, "run_program"),
-                                  stop_on_entry=bool(args.get("stop_on_entry")), record=bool(args.get("record")))
+            rec = dbg.launch_with(
+                lambda: self.ctx.launch_program(self.user, body, "run_program"),
+                stop_on_entry=bool(args.get("stop_on_entry")),
+                record=bool(args.get("record")),
+            )
             resp.update(success=True, body={"pid": rec.proc.pid, "name": rec.proc.name, "sandboxed": rec.sandboxed})
         except Exception as e:  # the server's BadRequest carries the HTTP-style reason in its message
             message = getattr(e, "message", None) or str(e) or type(e).__name__

@@ -112,9 +112,12 @@ class Stepping:
             plan = self._plans.get(key)
             if plan is not None:
                 k = plan.kind
-                if (k == "syscall" or (k == "into" and call == "pred")
-                        or (k == "over" and call == "pred" and ins.lip_depth(frame) <= plan.depth)
-                        or (k == "out" and ins.lip_depth(frame) < plan.depth)):
+                if (
+                    k == "syscall"
+                    or (k == "into" and call == "pred")
+                    or (k == "over" and call == "pred" and ins.lip_depth(frame) <= plan.depth)
+                    or (k == "out" and ins.lip_depth(frame) < plan.depth)
+                ):
                     self._done(key)
                     return ["step"]
             f = self._follows.get(pid)

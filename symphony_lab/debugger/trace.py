@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ast
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .viewdata import jsonable
 
@@ -67,8 +68,17 @@ def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end
         if isinstance(ev, tuple):  # a syscall event as the debugger stores it (see core._on_event)
             if ev[0] == "syscall_enter":
                 _, ts, pid, tid, call, seq, file, line, args = ev
-                add(ts, {"name": call, "cat": "syscall", "ph": "B", "pid": pid, "tid": tid,
-                         "args": jsonable({**_literal(args), "seq": seq, "file": file, "line": line})})
+                add(
+                    ts,
+                    {
+                        "name": call,
+                        "cat": "syscall",
+                        "ph": "B",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": jsonable({**_literal(args), "seq": seq, "file": file, "line": line}),
+                    },
+                )
             else:
                 _, ts, pid, tid, call, seq, result, error = ev
                 a = {"result": _literal(result)} if error is None else {"error": error}
@@ -77,42 +87,129 @@ def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end
         if isinstance(ev, dict):
             kind, ts, pid, tid = ev["kind"], ev["ts"], ev.get("pid"), ev.get("tid")
             if kind == "dbg_stop":
-                add(ts, {"name": f"stopped: {ev.get('reason')}", "cat": "debugger", "ph": "B", "pid": pid, "tid": tid,
-                         "args": jsonable({k: v for k, v in ev.items() if k not in ("kind", "ts", "pid", "tid")})})
+                add(
+                    ts,
+                    {
+                        "name": f"stopped: {ev.get('reason')}",
+                        "cat": "debugger",
+                        "ph": "B",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": jsonable({k: v for k, v in ev.items() if k not in ("kind", "ts", "pid", "tid")}),
+                    },
+                )
             elif kind == "dbg_resume":
-                add(ts, {"name": f"stopped: {ev.get('reason')}", "cat": "debugger", "ph": "E", "pid": pid, "tid": tid,
-                         "args": jsonable({"action": ev.get("action")})})
+                add(
+                    ts,
+                    {
+                        "name": f"stopped: {ev.get('reason')}",
+                        "cat": "debugger",
+                        "ph": "E",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": jsonable({"action": ev.get("action")}),
+                    },
+                )
             continue
         kind, ts = ev.kind, ev.ts
         if kind == "syscall_enter":
-            add(ts, {"name": ev.call, "cat": "syscall", "ph": "B", "pid": ev.pid, "tid": ev.tid,
-                     "args": jsonable({**ev.args, "seq": ev.seq, "file": ev.file, "line": ev.line})})
+            add(
+                ts,
+                {
+                    "name": ev.call,
+                    "cat": "syscall",
+                    "ph": "B",
+                    "pid": ev.pid,
+                    "tid": ev.tid,
+                    "args": jsonable({**ev.args, "seq": ev.seq, "file": ev.file, "line": ev.line}),
+                },
+            )
         elif kind == "syscall_exit":
             a = {"result": ev.result} if ev.error is None else {"error": ev.error}
             add(ts, {"name": ev.call, "cat": "syscall", "ph": "E", "pid": ev.pid, "tid": ev.tid, "args": jsonable(a)})
         elif kind in ("process_start", "thread_start"):
             if kind == "process_start" and ev.args.get("name"):
                 names.setdefault(ev.pid, ev.args["name"])
-            threads[(ev.pid, ev.tid)] = "main" if kind == "process_start" else str(ev.args.get("name", f"thread {ev.tid}"))
-            add(ts, {"name": kind, "cat": "lifecycle", "ph": "i", "s": "t", "pid": ev.pid, "tid": ev.tid,
-                     "args": jsonable(ev.args)})
+            threads[(ev.pid, ev.tid)] = (
+                "main" if kind == "process_start" else str(ev.args.get("name", f"thread {ev.tid}"))
+            )
+            add(
+                ts,
+                {
+                    "name": kind,
+                    "cat": "lifecycle",
+                    "ph": "i",
+                    "s": "t",
+                    "pid": ev.pid,
+                    "tid": ev.tid,
+                    "args": jsonable(ev.args),
+                },
+            )
         elif kind in ("process_exit", "thread_exit"):
             tid = ev.tid if ev.tid is not None else 1
-            add(ts, {"name": kind, "cat": "lifecycle", "ph": "i", "s": "t", "pid": ev.pid, "tid": tid,
-                     "args": jsonable({**ev.args, "error": ev.error})})
+            add(
+                ts,
+                {
+                    "name": kind,
+                    "cat": "lifecycle",
+                    "ph": "i",
+                    "s": "t",
+                    "pid": ev.pid,
+                    "tid": tid,
+                    "args": jsonable({**ev.args, "error": ev.error}),
+                },
+            )
         elif kind == "batch":
             r = ev.args
             t0, t1 = r["t_start"], r["t_end"]
-            add(t0, {"name": f"batch {r['bid']}", "cat": "batch", "ph": "X", "pid": SCHED_PID, "tid": BATCH_TID,
-                     "dur": max(0.0, _us(t1) - _us(t0)),
-                     "args": jsonable({"bid": r["bid"], "members": r["members"], "tokens": r["tokens"], "size": r.get("size"),
-                                       "queue_depth": r["queue_depth"], "pages_used": r["pages_used"],
-                                       "policy": r["policy"], "errors": r.get("errors", 0)})})
-            add(t0, {"name": "queue_depth", "ph": "C", "pid": SCHED_PID, "tid": 0, "args": {"queue_depth": r["queue_depth"]}})
-            add(t0, {"name": "pages_used", "ph": "C", "pid": SCHED_PID, "tid": 0, "args": {"pages_used": r["pages_used"]}})
+            add(
+                t0,
+                {
+                    "name": f"batch {r['bid']}",
+                    "cat": "batch",
+                    "ph": "X",
+                    "pid": SCHED_PID,
+                    "tid": BATCH_TID,
+                    "dur": max(0.0, _us(t1) - _us(t0)),
+                    "args": jsonable(
+                        {
+                            "bid": r["bid"],
+                            "members": r["members"],
+                            "tokens": r["tokens"],
+                            "size": r.get("size"),
+                            "queue_depth": r["queue_depth"],
+                            "pages_used": r["pages_used"],
+                            "policy": r["policy"],
+                            "errors": r.get("errors", 0),
+                        }
+                    ),
+                },
+            )
+            add(
+                t0,
+                {
+                    "name": "queue_depth",
+                    "ph": "C",
+                    "pid": SCHED_PID,
+                    "tid": 0,
+                    "args": {"queue_depth": r["queue_depth"]},
+                },
+            )
+            add(
+                t0,
+                {"name": "pages_used", "ph": "C", "pid": SCHED_PID, "tid": 0, "args": {"pages_used": r["pages_used"]}},
+            )
             add(t0, {"name": "batch_tokens", "ph": "C", "pid": SCHED_PID, "tid": 0, "args": {"tokens": r["tokens"]}})
-            add(t1, {"name": "queue_depth", "ph": "C", "pid": SCHED_PID, "tid": 0,
-                     "args": {"queue_depth": max(0, r["queue_depth"] - r.get("size", len(r["members"])))}})
+            add(
+                t1,
+                {
+                    "name": "queue_depth",
+                    "ph": "C",
+                    "pid": SCHED_PID,
+                    "tid": 0,
+                    "args": {"queue_depth": max(0, r["queue_depth"] - r.get("size", len(r["members"])))},
+                },
+            )
     rows.sort(key=lambda r: (r[0], r[1]))
     for ts, _, ev in rows:
         ev["ts"] = _us(ts)
@@ -131,14 +228,25 @@ def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end
     for (pid, tid), stack in open_slices.items():
         for name in reversed(stack):
             out.append({"name": name, "ph": "E", "pid": pid, "tid": tid, "ts": end, "args": {"unfinished": True}})
-    meta = [{"name": "process_name", "ph": "M", "pid": SCHED_PID, "tid": 0, "args": {"name": "scheduler"}},
-            {"name": "thread_name", "ph": "M", "pid": SCHED_PID, "tid": BATCH_TID, "args": {"name": "batches"}},
-            {"name": "process_sort_index", "ph": "M", "pid": SCHED_PID, "tid": 0, "args": {"sort_index": -1}}]
+    meta = [
+        {"name": "process_name", "ph": "M", "pid": SCHED_PID, "tid": 0, "args": {"name": "scheduler"}},
+        {"name": "thread_name", "ph": "M", "pid": SCHED_PID, "tid": BATCH_TID, "args": {"name": "batches"}},
+        {"name": "process_sort_index", "ph": "M", "pid": SCHED_PID, "tid": 0, "args": {"sort_index": -1}},
+    ]
     for pid in sorted({k[0] for k in threads}):
-        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                     "args": {"name": f"{names.get(pid, 'lip')} (pid {pid})"}})
+        meta.append(
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": f"{names.get(pid, 'lip')} (pid {pid})"},
+            }
+        )
     for (pid, tid), tname in sorted(threads.items()):
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": f"{tname} (tid {tid})"}})
+        meta.append(
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": f"{tname} (tid {tid})"}}
+        )
     return {"traceEvents": meta + out, "displayTimeUnit": "ms", "otherData": {"producer": "symphony_lab.debugger"}}
 
 
@@ -184,8 +292,11 @@ def validate_trace(trace: dict | list) -> list[str]:
             a = ev.get("args")
             if not isinstance(a, dict) or not a or not all(isinstance(v, (int, float)) for v in a.values()):
                 errs.append(f"{where} (C): args must map series names to numbers")
-        if ph == "M" and (not isinstance(ev.get("args"), dict) or "name" not in ev["args"]) and ev.get("name") in (
-                "process_name", "thread_name"):
+        if (
+            ph == "M"
+            and (not isinstance(ev.get("args"), dict) or "name" not in ev["args"])
+            and ev.get("name") in ("process_name", "thread_name")
+        ):
             errs.append(f"{where} (M): {ev.get('name')} needs args.name")
         if ph in ("i", "I") and ev.get("s", "t") not in ("g", "p", "t"):
             errs.append(f"{where} (i): scope s must be g, p or t")

@@ -26,8 +26,9 @@ import itertools
 import json
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from .core import DebuggerError
@@ -44,8 +45,16 @@ def _dumps(m: dict) -> str:
 class _Session:
     """One client connection: its event filter, its outgoing queue and its sender."""
 
-    def __init__(self, debugger, send: Callable[[str], None], *, policy, events: list[str] | None,
-                 max_pending_events: int, workers: int) -> None:
+    def __init__(
+        self,
+        debugger,
+        send: Callable[[str], None],
+        *,
+        policy,
+        events: list[str] | None,
+        max_pending_events: int,
+        workers: int,
+    ) -> None:
         self.dbg = debugger
         self._send = send
         self.policy = policy  # scope.FullAccess or scope.UserScope: what this connection may see and do
@@ -90,17 +99,32 @@ class _Session:
         try:
             msg = json.loads(raw)
         except ValueError as e:
-            self.out.put({"type": "response", "request_seq": None, "command": None, "success": False,
-                          "message": f"not JSON: {e}", "error": "ProtocolError"})
+            self.out.put(
+                {
+                    "type": "response",
+                    "request_seq": None,
+                    "command": None,
+                    "success": False,
+                    "message": f"not JSON: {e}",
+                    "error": "ProtocolError",
+                }
+            )
             return
         if isinstance(msg, dict) and msg.get("command") == "set_event_filter":
             ev = (msg.get("arguments") or {}).get("events")
             ok = ev is None or (isinstance(ev, list) and all(isinstance(e, str) for e in ev))
             if ok:
                 self.kinds = None if ev is None else frozenset(ev)
-            self.out.put({"type": "response", "request_seq": msg.get("seq"), "command": "set_event_filter",
-                          "success": ok, "body": {"events": None if self.kinds is None else sorted(self.kinds)},
-                          **({} if ok else {"message": "events must be a list of event names or null"})})
+            self.out.put(
+                {
+                    "type": "response",
+                    "request_seq": msg.get("seq"),
+                    "command": "set_event_filter",
+                    "success": ok,
+                    "body": {"events": None if self.kinds is None else sorted(self.kinds)},
+                    **({} if ok else {"message": "events must be a list of event names or null"}),
+                }
+            )
             return
         self.pool.submit(self._run, msg)
 
@@ -125,15 +149,29 @@ class DebugServer:
     local client: it imports and runs code); `allow_files` lets them save and load recordings.
     """
 
-    def __init__(self, debugger, host: str = "127.0.0.1", port: int = 0, *, token: str | None = None,
-                 allow_launch: bool = False, allow_files: bool = False, events: list[str] | None = DEFAULT_EVENTS,
-                 max_pending_events: int = 10_000, workers: int = 8) -> None:
+    def __init__(
+        self,
+        debugger,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+        allow_launch: bool = False,
+        allow_files: bool = False,
+        events: list[str] | None = DEFAULT_EVENTS,
+        max_pending_events: int = 10_000,
+        workers: int = 8,
+    ) -> None:
         from websockets.sync.server import serve
 
         self.debugger = debugger
         self.token = token
-        self.opts = dict(policy=FullAccess(allow_launch=allow_launch, allow_files=allow_files), events=events,
-                         max_pending_events=max_pending_events, workers=workers)
+        self.opts = dict(
+            policy=FullAccess(allow_launch=allow_launch, allow_files=allow_files),
+            events=events,
+            max_pending_events=max_pending_events,
+            workers=workers,
+        )
         self._server = serve(self._handler, host, port, max_size=16 << 20, compression=None)
         self.host = host
         self.port = self._server.socket.getsockname()[1]
@@ -165,16 +203,22 @@ class DebugServer:
         self._server.shutdown()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "DebugServer":
+    def __enter__(self) -> DebugServer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def starlette_route(debugger, path: str = "/v1/debug", *, authenticate: Callable[[Any], bool] | None = None,
-                    allow_launch: bool = False, allow_files: bool = False,
-                    policy: Callable[[Any], Any] | None = None):
+def starlette_route(
+    debugger,
+    path: str = "/v1/debug",
+    *,
+    authenticate: Callable[[Any], bool] | None = None,
+    allow_launch: bool = False,
+    allow_files: bool = False,
+    policy: Callable[[Any], Any] | None = None,
+):
     """A Starlette WebSocketRoute speaking the debugger protocol (for `symphony serve`'s app).
 
     `authenticate(websocket) -> bool` runs before the handshake is accepted (e.g. the server's
@@ -324,8 +368,16 @@ class RemoteDebugger:
         q: queue.Queue = queue.Queue()
         return q, self.subscribe(q.put, kinds)
 
-    def launch(self, fn: str, *args: Any, stop_on_entry: bool | None = None, record: bool | None = None,
-               name: str | None = None, priority: int = 0, **kwargs: Any) -> Any:
+    def launch(
+        self,
+        fn: str,
+        *args: Any,
+        stop_on_entry: bool | None = None,
+        record: bool | None = None,
+        name: str | None = None,
+        priority: int = 0,
+        **kwargs: Any,
+    ) -> Any:
         """The `launch` command over the socket: `fn` must be "module:function", importable on the
         server, and the server must allow remote launches (`DebugServer(allow_launch=True)`).
 
@@ -341,13 +393,21 @@ class RemoteDebugger:
                 a[k] = v
         return self.request("launch", **a)
 
-    def run_program(self, source: str, entry: str, *args: Any, stop_on_entry: bool = False, record: bool = False,
-                    **fields: Any) -> Any:
+    def run_program(
+        self, source: str, entry: str, *args: Any, stop_on_entry: bool = False, record: bool = False, **fields: Any
+    ) -> Any:
         """Start a program from its source through a `symphony serve` server's own launch path
         (its quotas and sandbox; fields as in POST /v1/processes: kwargs, name, limits, sandbox)
         under this debugger; only on a server with `--plugin debugger`."""
-        return self.request("run_program", source=source, entry=entry, args=list(args), stop_on_entry=stop_on_entry,
-                            record=record, **fields)
+        return self.request(
+            "run_program",
+            source=source,
+            entry=entry,
+            args=list(args),
+            stop_on_entry=stop_on_entry,
+            record=record,
+            **fields,
+        )
 
     def __getattr__(self, name: str) -> Any:
         cmd = "continue" if name == "continue_" else name
@@ -379,7 +439,7 @@ class RemoteDebugger:
         except Exception:
             pass
 
-    def __enter__(self) -> "RemoteDebugger":
+    def __enter__(self) -> RemoteDebugger:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -65,8 +65,15 @@ def jsonable(x: Any, depth: int = 0) -> Any:
 
 def kv_brief(kv: KV) -> dict:
     f = kv.file
-    return {"kind": "kv", "file": f.fid, "path": f.path, "len": f.length, "pages": len(f.pages),
-            "mode": kv.mode, "closed": kv.closed}
+    return {
+        "kind": "kv",
+        "file": f.fid,
+        "path": f.path,
+        "len": f.length,
+        "pages": len(f.pages),
+        "mode": kv.mode,
+        "closed": kv.closed,
+    }
 
 
 def dist_brief(d: Dist) -> dict:
@@ -128,13 +135,15 @@ def capture_frames(frame: types.FrameType | None, max_frames: int = 16, max_loca
                 if k.startswith("__"):
                     continue
                 names[k] = summarize_value(v)
-            out.append({
-                "function": code.co_name,
-                "file": code.co_filename,
-                "line": f.f_lineno,
-                "library": code.co_filename.startswith(_CORE_DIR),
-                "locals": names,
-            })
+            out.append(
+                {
+                    "function": code.co_name,
+                    "file": code.co_filename,
+                    "line": f.f_lineno,
+                    "library": code.co_filename.startswith(_CORE_DIR),
+                    "locals": names,
+                }
+            )
         f = f.f_back
     return out
 
@@ -182,8 +191,9 @@ def tokens_view(ids: list[int], tokenizer) -> dict:
     return {"ids": list(ids), "text": tokenizer.detokenize(ids), "pieces": [tokenizer.token_text(t) for t in ids]}
 
 
-def dist_view(d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int | None = None,
-              fed: int | None = None) -> dict:
+def dist_view(
+    d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int | None = None, fed: int | None = None
+) -> dict:
     """Top-k of one position of a Dist with probabilities and text, what the model preferred and
     what the program took.
 
@@ -258,8 +268,15 @@ def _holders(runtime) -> dict[int, list[int]]:
     return out
 
 
-def file_view(kvfs, f: KVFile, tokenizer, page_map: dict[int, list[int]], known: dict[int, dict] | None = None,
-              holders: dict[int, list[int]] | None = None, with_text: bool = True) -> dict:
+def file_view(
+    kvfs,
+    f: KVFile,
+    tokenizer,
+    page_map: dict[int, list[int]],
+    known: dict[int, dict] | None = None,
+    holders: dict[int, list[int]] | None = None,
+    with_text: bool = True,
+) -> dict:
     ps = kvfs.pool.page_size
     pages = []
     for i, p in enumerate(f.pages):
@@ -336,11 +353,17 @@ def kv_tree(runtime, tokenizer, known: dict[int, dict] | None = None, with_text:
 def pending_view(p, tokens: int | None = None) -> dict:
     """One queued `pred` call as the scheduler sees it."""
     return {
-        "pid": p.pid, "tid": p.tid, "user": p.user, "file": p.call.kv.file.fid,
-        "remaining": p.remaining, "total": len(p.call.tokens), "done": p.done_tokens,
+        "pid": p.pid,
+        "tid": p.tid,
+        "user": p.user,
+        "file": p.call.kv.file.fid,
+        "remaining": p.remaining,
+        "total": len(p.call.tokens),
+        "done": p.done_tokens,
         "kind": "decode" if len(p.call.tokens) == 1 else "prefill",
         "tokens": tokens if tokens is not None else p.remaining,
-        "waiting_pages": p.waiting_pages, "parked": p.parked,
+        "waiting_pages": p.waiting_pages,
+        "parked": p.parked,
     }
 
 
@@ -399,5 +422,19 @@ def where_is(code_or_fn) -> tuple[str | None, int | None]:
     return code.co_filename, code.co_firstlineno
 
 
-__all__ = ["as_token_list", "batch_plan", "capture_frames", "dist_view", "jsonable", "kv_file", "kv_tree", "lip_depth",
-           "pending_view", "process_view", "summarize_value", "syscall_locals", "timeline", "tokens_view"]
+__all__ = [
+    "as_token_list",
+    "batch_plan",
+    "capture_frames",
+    "dist_view",
+    "jsonable",
+    "kv_file",
+    "kv_tree",
+    "lip_depth",
+    "pending_view",
+    "process_view",
+    "summarize_value",
+    "syscall_locals",
+    "timeline",
+    "tokens_view",
+]

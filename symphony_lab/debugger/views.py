@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from symphony_core.events import now
 
@@ -24,8 +24,15 @@ from .trace import chrome_trace
 
 
 class Views:
-    def __init__(self, runtime, tokenizer, known_files: dict[int, dict], trace_events: deque,
-                 emit: Callable[[str, dict], None], attached: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        runtime,
+        tokenizer,
+        known_files: dict[int, dict],
+        trace_events: deque,
+        emit: Callable[[str, dict], None],
+        attached: Callable[[], bool],
+    ) -> None:
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.known_files = known_files

@@ -19,8 +19,8 @@ import queue
 import secrets
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from . import registry
 from .messages import MalformedMessage, error_response, parse_message
@@ -62,12 +62,15 @@ class KernelBridge:
         self._stopped = threading.Event()
         self._accept_thread = threading.Thread(target=self._accept_loop, name="symphony-lab-bridge", daemon=True)
 
-    def start(self, extra: dict | None = None) -> "KernelBridge":
+    def start(self, extra: dict | None = None) -> KernelBridge:
         import os
 
         self._accept_thread.start()
-        registry.write_entry(self.kernel_id, {"pid": os.getpid(), "port": self.port, "secret": self.secret,
-                                              **(extra or {})}, self.runtime_dir)
+        registry.write_entry(
+            self.kernel_id,
+            {"pid": os.getpid(), "port": self.port, "secret": self.secret, **(extra or {})},
+            self.runtime_dir,
+        )
         return self
 
     @property
@@ -111,8 +114,11 @@ class KernelBridge:
                 hello = json.loads(f.readline() or b"null")
             except (ValueError, OSError):
                 hello = None
-            ok = isinstance(hello, dict) and isinstance(hello.get("secret"), str) and \
-                hmac.compare_digest(hello["secret"], self.secret)
+            ok = (
+                isinstance(hello, dict)
+                and isinstance(hello.get("secret"), str)
+                and hmac.compare_digest(hello["secret"], self.secret)
+            )
             if not ok:
                 sock.sendall(b'{"type": "error", "message": "unauthenticated: bad or missing secret"}\n')
                 return
@@ -150,8 +156,14 @@ class KernelBridge:
         try:
             resp = self.handle(req)
         except Exception as e:  # the handler answers errors itself; this is a last resort
-            resp = {"type": "response", "request_seq": req.get("seq"), "command": req.get("command"),
-                    "success": False, "message": f"{type(e).__name__}: {e}", "error": type(e).__name__}
+            resp = {
+                "type": "response",
+                "request_seq": req.get("seq"),
+                "command": req.get("command"),
+                "success": False,
+                "message": f"{type(e).__name__}: {e}",
+                "error": type(e).__name__,
+            }
         client.put(resp)
 
     def _writer(self, client: _Client) -> None:

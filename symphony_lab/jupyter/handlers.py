@@ -38,9 +38,10 @@ class LabConnection:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def open(cls, info: dict, timeout: float = 5.0) -> "LabConnection":
+    async def open(cls, info: dict, timeout: float = 5.0) -> LabConnection:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection("127.0.0.1", int(info["port"]), limit=64 << 20), timeout)
+            asyncio.open_connection("127.0.0.1", int(info["port"]), limit=64 << 20), timeout
+        )
         writer.write((json.dumps({"secret": info["secret"]}) + "\n").encode())
         await writer.drain()
         hello = json.loads(await asyncio.wait_for(reader.readline(), timeout) or b"null")
@@ -88,8 +89,11 @@ class _LabMixin:
     def lab_info(self, kernel_id: str) -> dict:
         info = registry.read_entry(kernel_id, self.runtime_dir)
         if info is None:
-            raise web.HTTPError(404, f"kernel {kernel_id} has no running Symphony Lab "
-                                     "(use `lab` in its notebook first: `lab.start()` or `lab.run(...)`)")
+            raise web.HTTPError(
+                404,
+                f"kernel {kernel_id} has no running Symphony Lab "
+                "(use `lab` in its notebook first: `lab.start()` or `lab.run(...)`)",
+            )
         return info
 
 
@@ -107,9 +111,16 @@ class StatusHandler(_LabMixin, APIHandler):
                 paths[s["kernel"]["id"]] = s.get("path") or s.get("name") or ""
         except Exception:
             pass
-        kernels = [{"kernel_id": e["kernel_id"], "path": paths.get(e["kernel_id"]), "model": e.get("model"),
-                    "started": e.get("started")}
-                   for e in registry.list_entries(self.runtime_dir) if e["kernel_id"] in live]
+        kernels = [
+            {
+                "kernel_id": e["kernel_id"],
+                "path": paths.get(e["kernel_id"]),
+                "model": e.get("model"),
+                "started": e.get("started"),
+            }
+            for e in registry.list_entries(self.runtime_dir)
+            if e["kernel_id"] in live
+        ]
         self.finish(json.dumps({"version": VERSION, "kernels": kernels}))
 
 
@@ -133,7 +144,7 @@ class CommandHandler(_LabMixin, APIHandler):
         conn = await _connect(info)
         try:
             resp = await conn.request(req, timeout=float(self.get_query_argument("timeout", "60")))
-        except (TimeoutError, asyncio.TimeoutError) as e:
+        except TimeoutError as e:
             raise web.HTTPError(504, str(e)) from None
         finally:
             conn.close()
@@ -236,7 +247,7 @@ class LabSocketHandler(_LabMixin, JupyterHandler, websocket.WebSocketHandler):
 async def _connect(info: dict) -> LabConnection:
     try:
         return await LabConnection.open(info)
-    except (OSError, ConnectionError, ValueError, asyncio.TimeoutError) as e:
+    except (TimeoutError, OSError, ConnectionError, ValueError) as e:
         raise web.HTTPError(502, f"cannot reach the kernel's Symphony Lab: {e}") from None
 
 
@@ -245,9 +256,12 @@ def setup_handlers(web_app: Any, runtime_dir: str) -> None:
 
     base = url_path_join(web_app.settings["base_url"], "symphony-lab", "api")
     web_app.settings["symphony_lab_runtime_dir"] = runtime_dir
-    web_app.add_handlers(".*$", [
-        (url_path_join(base, "status"), StatusHandler),
-        (url_path_join(base, "kernels", _ID, "command"), CommandHandler),
-        (url_path_join(base, "kernels", _ID, "trace"), TraceHandler),
-        (url_path_join(base, "kernels", _ID, "ws"), LabSocketHandler),
-    ])
+    web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "status"), StatusHandler),
+            (url_path_join(base, "kernels", _ID, "command"), CommandHandler),
+            (url_path_join(base, "kernels", _ID, "trace"), TraceHandler),
+            (url_path_join(base, "kernels", _ID, "ws"), LabSocketHandler),
+        ],
+    )

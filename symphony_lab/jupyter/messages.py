@@ -16,14 +16,52 @@ from typing import Any
 # The debugger's commands (symphony_lab.debugger.protocol.COMMANDS / PRIVILEGED), named here so the
 # Jupyter server process can check messages without importing the debugger (and torch with it);
 # tests/test_jupyter_server.py keeps the two lists equal.
-COMMANDS = frozenset({
-    "initialize", "detach", "launch", "restart", "continue", "step", "step_over", "step_out", "pause", "set_stop_on_entry",
-    "set_breakpoint", "remove_breakpoint", "enable_breakpoint", "clear_breakpoints", "breakpoints", "threads",
-    "stops", "stack", "tokens", "token_texts", "kv", "dist", "override", "edit_dist", "verify_kv", "kv_tree",
-    "timeline", "trace",
-    "watch", "unwatch", "record", "recording", "save_recording", "replay", "replay_status", "step_back",
-    "scheduler_step_mode", "pending_batch", "wait_batch_pending", "step_batch", "wait_stopped", "wait_process",
-})
+COMMANDS = frozenset(
+    {
+        "initialize",
+        "detach",
+        "launch",
+        "restart",
+        "continue",
+        "step",
+        "step_over",
+        "step_out",
+        "pause",
+        "set_stop_on_entry",
+        "set_breakpoint",
+        "remove_breakpoint",
+        "enable_breakpoint",
+        "clear_breakpoints",
+        "breakpoints",
+        "threads",
+        "stops",
+        "stack",
+        "tokens",
+        "token_texts",
+        "kv",
+        "dist",
+        "override",
+        "edit_dist",
+        "verify_kv",
+        "kv_tree",
+        "timeline",
+        "trace",
+        "watch",
+        "unwatch",
+        "record",
+        "recording",
+        "save_recording",
+        "replay",
+        "replay_status",
+        "step_back",
+        "scheduler_step_mode",
+        "pending_batch",
+        "wait_batch_pending",
+        "step_batch",
+        "wait_stopped",
+        "wait_process",
+    }
+)
 PRIVILEGED = frozenset({"launch", "save_recording"})
 
 MAX_MESSAGE_BYTES = 1 << 20
@@ -66,7 +104,9 @@ def parse_message(raw: str | bytes | dict) -> dict:
         try:
             msg: Any = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise MalformedMessage(f"malformed message: not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+            raise MalformedMessage(
+                f"malformed message: not JSON ({e.msg} at line {e.lineno} column {e.colno})"
+            ) from None
     else:
         msg = raw
     return check_request(msg)
@@ -102,8 +142,9 @@ def check_request(msg: Any) -> dict:
     if cmd in LAB_COMMANDS:
         unknown = sorted(set(args) - LAB_COMMANDS[cmd])
         if unknown:
-            raise MalformedMessage(f"malformed message: {cmd}: unknown argument(s) {unknown}; it takes "
-                                   f"{sorted(LAB_COMMANDS[cmd])}")
+            raise MalformedMessage(
+                f"malformed message: {cmd}: unknown argument(s) {unknown}; it takes {sorted(LAB_COMMANDS[cmd])}"
+            )
         pid = args.get("pid")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool)):
             raise MalformedMessage(f"malformed message: {cmd}: 'pid' must be an integer, got {pid!r}")
@@ -118,11 +159,17 @@ def error_response(msg_or_text: Any, error: Exception | str) -> dict:
     """The response a transport sends back for a refused message (same shape as a command failure)."""
     seq = msg_or_text.get("seq") if isinstance(msg_or_text, dict) else None
     cmd = msg_or_text.get("command") if isinstance(msg_or_text, dict) else None
-    return {"type": "response", "request_seq": seq if isinstance(seq, int) else None,
-            "command": cmd if isinstance(cmd, str) else None, "success": False,
-            "message": str(error), "error": "MalformedMessage"}
+    return {
+        "type": "response",
+        "request_seq": seq if isinstance(seq, int) else None,
+        "command": cmd if isinstance(cmd, str) else None,
+        "success": False,
+        "message": str(error),
+        "error": "MalformedMessage",
+    }
 
 
 def _kind(x: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(x), "a number" if isinstance(x, (int, float)) else type(x).__name__)
+        type(x), "a number" if isinstance(x, (int, float)) else type(x).__name__
+    )

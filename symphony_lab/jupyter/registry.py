@@ -58,7 +58,7 @@ def list_entries(runtime_dir: str | os.PathLike | None = None) -> list[dict]:
     if not d.is_dir():
         return out
     for p in sorted(d.glob("kernel-*.json")):
-        info = read_entry(p.stem[len("kernel-"):], runtime_dir)
+        info = read_entry(p.stem[len("kernel-") :], runtime_dir)
         if info is not None:
             out.append(info)
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 
 def kernel_id() -> str | None:
@@ -15,7 +15,7 @@ def kernel_id() -> str | None:
     except Exception:
         return None
     if base.startswith("kernel-") and base.endswith(".json"):
-        return base[len("kernel-"):-len(".json")]
+        return base[len("kernel-") : -len(".json")]
     return None
 
 
@@ -27,8 +27,6 @@ def in_kernel() -> bool:
         return ip is not None and getattr(ip, "kernel", None) is not None
     except Exception:
         return False
-
-
 
 
 def current_definition(fn: Callable) -> Callable:

@@ -13,7 +13,8 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from symphony_core.events import now
 
@@ -26,7 +27,7 @@ from .views import RunViews
 VIEW_INTERVAL = 0.2  # seconds between view refreshes while something changes
 RESERVED_KWARGS = ("stop_on_entry", "record", "profile", "user", "name", "priority", "limits")
 
-GLOBAL_WIDGETS: "weakref.WeakSet" = weakref.WeakSet()
+GLOBAL_WIDGETS: weakref.WeakSet = weakref.WeakSet()
 
 
 class Lab:
@@ -77,7 +78,8 @@ class Lab:
                 from ..jupyter.bridge import KernelBridge
 
                 self.bridge = KernelBridge(self.handle, self.kernel_id).start(
-                    {"model": self.model, "started": self.started_at})
+                    {"model": self.model, "started": self.started_at}
+                )
             if self._given_engine is not None:
                 eng = self._given_engine
             else:
@@ -104,7 +106,7 @@ class Lab:
     def ready(self) -> bool:
         return self._ready.is_set() and self.error is None
 
-    def wait(self, timeout: float | None = 300) -> "Any":
+    def wait(self, timeout: float | None = 300) -> Any:
         """Wait for the engine to load; return it (raises what start-up raised)."""
         if not self._ready.wait(timeout):
             raise TimeoutError(f"the Symphony engine did not load within {timeout}s")
@@ -113,9 +115,18 @@ class Lab:
         return self.engine
 
     # --- launching ----------------------------------------------------------------------------
-    def run(self, fn: Callable, *args: Any, stop_on_entry: bool = False, record: bool = False,
-            breakpoints: list | tuple = (), name: str | None = None, display: bool = True, profile: bool = False,
-            **kwargs: Any) -> LabRun:
+    def run(
+        self,
+        fn: Callable,
+        *args: Any,
+        stop_on_entry: bool = False,
+        record: bool = False,
+        breakpoints: list | tuple = (),
+        name: str | None = None,
+        display: bool = True,
+        profile: bool = False,
+        **kwargs: Any,
+    ) -> LabRun:
         """Launch the LIP `fn(sym, *args, **kwargs)` under the debugger and show its live widget.
 
         Returns at once (the launch waits for the engine on a background thread if it is
@@ -127,8 +138,16 @@ class Lab:
         clash = [k for k in kwargs if k in RESERVED_KWARGS]
         if clash:
             raise TypeError(f"lab.run: keyword(s) {clash} are launch options; pass them positionally to the LIP")
-        run = LabRun(self, fn, tuple(args), dict(kwargs), stop_on_entry=stop_on_entry, record=record,
-                     breakpoints=list(breakpoints), name=name)
+        run = LabRun(
+            self,
+            fn,
+            tuple(args),
+            dict(kwargs),
+            stop_on_entry=stop_on_entry,
+            record=record,
+            breakpoints=list(breakpoints),
+            name=name,
+        )
         run.profiling = profile
         if display and in_kernel():
             from IPython.display import display as _display
@@ -161,9 +180,14 @@ class Lab:
         except MalformedMessage as e:
             return error_response(req, e)
         if not self.ready:
-            return {"type": "response", "request_seq": req["seq"], "command": req["command"], "success": False,
-                    "message": "the engine is still loading" if self.error is None else f"engine failed: {self.error}",
-                    "error": "NotReady"}
+            return {
+                "type": "response",
+                "request_seq": req["seq"],
+                "command": req["command"],
+                "success": False,
+                "message": "the engine is still loading" if self.error is None else f"engine failed: {self.error}",
+                "error": "NotReady",
+            }
         cmd, args = req["command"], req["arguments"]
         if cmd in LAB_COMMANDS:
             resp = {"type": "response", "request_seq": req["seq"], "command": cmd}
@@ -290,11 +314,18 @@ class Lab:
                     if run._replay_overrides:
                         k = 1 + sum(1 for t in run.tokens if t["tid"] == tid)
                         over = over or (tid, k) in run._replay_overrides
-                    run.tokens.append({
-                        "id": tok, "text": tz.token_text(tok), "p": float(probs[tok]), "tid": body.get("tid"),
-                        "file": (body.get("args") or {}).get("file"), "overridden": over, "step": len(run.tokens),
-                        "topk": [{"token": t, "text": tz.token_text(t), "p": float(p)} for t, p in zip(ids, ps)],
-                    })
+                    run.tokens.append(
+                        {
+                            "id": tok,
+                            "text": tz.token_text(tok),
+                            "p": float(probs[tok]),
+                            "tid": body.get("tid"),
+                            "file": (body.get("args") or {}).get("file"),
+                            "overridden": over,
+                            "step": len(run.tokens),
+                            "topk": [{"token": t, "text": tz.token_text(t), "p": float(p)} for t, p in zip(ids, ps)],
+                        }
+                    )
         elif ev == "syscall_enter" and body.get("call") == "send" and run is not None:
             run.messages.append(message_value((body.get("args") or {}).get("value")))
         elif ev == "syscall_enter" and body.get("call") == "kv_close" and run is not None:
@@ -308,12 +339,21 @@ class Lab:
             self.tap.watch.discard(pid)
             for k in [k for k in self.tap.pending if k[0] == pid]:
                 self.tap.pending.pop(k, None)
-        if ev in ("syscall_enter", "syscall_exit") and run is None and body.get("call") not in ("pred", "kv_fork",
-                                                                                                 "kv_close", "kv_create"):
+        if (
+            ev in ("syscall_enter", "syscall_exit")
+            and run is None
+            and body.get("call") not in ("pred", "kv_fork", "kv_close", "kv_create")
+        ):
             return
         self.mark_dirty(pid if isinstance(pid, int) else None)
-        if self.bridge is not None and ev in ("stopped", "continued", "overridden", "process_start", "process_exit",
-                                              "replay_diverged"):
+        if self.bridge is not None and ev in (
+            "stopped",
+            "continued",
+            "overridden",
+            "process_start",
+            "process_exit",
+            "replay_diverged",
+        ):
             self.bridge.broadcast(msg)
 
     def _pump(self) -> None:
@@ -332,8 +372,15 @@ class Lab:
                     for w in list(GLOBAL_WIDGETS):
                         w.view = self.run_views.lab_view()
                     if self.bridge is not None and self.bridge.n_clients:
-                        self.bridge.broadcast({"type": "event", "event": "lab_view", "seq": 0, "ts": now(),
-                                               "body": self.run_views.lab_view()})
+                        self.bridge.broadcast(
+                            {
+                                "type": "event",
+                                "event": "lab_view",
+                                "seq": 0,
+                                "ts": now(),
+                                "body": self.run_views.lab_view(),
+                            }
+                        )
             except Exception:
                 pass
 

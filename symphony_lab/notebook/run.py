@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..profiler import Profile, ProfileCollector
 from ..whatif import WhatIf, thread_tokens, what_if
@@ -18,8 +19,18 @@ if TYPE_CHECKING:
 class LabRun:
     """One LIP launched from a notebook: its process, its live widget, and debugger shortcuts."""
 
-    def __init__(self, lab: "Lab", fn: Callable, args: tuple, kwargs: dict, *, stop_on_entry: bool, record: bool,
-                 breakpoints: list, name: str | None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        fn: Callable,
+        args: tuple,
+        kwargs: dict,
+        *,
+        stop_on_entry: bool,
+        record: bool,
+        breakpoints: list,
+        name: str | None,
+    ) -> None:
         self.lab = lab
         self.fn = fn
         self.args = args
@@ -72,8 +83,9 @@ class LabRun:
         self._replay_overrides = set()
         if self.profiling:
             self._collector = start_collector(self.lab.engine, self._collector)
-        r = dbg.launch(self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name,
-                       **self.kwargs)
+        r = dbg.launch(
+            self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name, **self.kwargs
+        )
         pid = r["pid"]
         if self._collector is not None:
             self._collector.pids = {pid}
@@ -162,8 +174,9 @@ class LabRun:
     # --- debugger shortcuts (all go through the one protocol) ----------------------------------
     def _cmd(self, command: str, **arguments: Any) -> dict:
         self.wait_launched()
-        resp = self.lab.handle({"type": "request", "seq": 0, "command": command,
-                                "arguments": {"pid": self.pid, **arguments}})
+        resp = self.lab.handle(
+            {"type": "request", "seq": 0, "command": command, "arguments": {"pid": self.pid, **arguments}}
+        )
         if not resp.get("success"):
             from symphony_lab.debugger import DebuggerError
 
@@ -217,7 +230,6 @@ class LabRun:
     def view(self) -> dict:
         return self.lab.run_views.run_view(self)
 
-
     # --- profile and what-if ----------------------------------------------------------------------
     def profile(self, timeout: float | None = 600) -> Profile:
         """Where this run's time went, per line and thread (`lab.run(..., profile=True)`); waits
@@ -230,8 +242,9 @@ class LabRun:
         self._collector.detach()
         return self._collector.profile()
 
-    def what_if(self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None,
-                source: str | None = None) -> WhatIf:
+    def what_if(
+        self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None, source: str | None = None
+    ) -> WhatIf:
         """Feed `token` at `position` of thread `tid`'s recorded token stream and decode the
         alternative in a KV fork beside the original (`lab.run(..., record=True)`)."""
         if self.pid is None:

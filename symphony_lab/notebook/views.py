@@ -36,16 +36,21 @@ def source_lines(file: str | None, line: int | None, context: int = 3) -> dict |
 class RunViews:
     """Builds the views from a `Lab`'s debugger, engine and session model."""
 
-    def __init__(self, lab: "Lab") -> None:
+    def __init__(self, lab: Lab) -> None:
         self.lab = lab
 
     def engine_view(self) -> dict:
         lab = self.lab
         eng = lab.engine
-        return {"ready": lab.ready, "loading": not lab.loaded,
-                "error": None if lab.error is None else str(lab.error),
-                "model": getattr(eng, "model_name", lab.model), "device": str(getattr(eng, "device", "")),
-                "kernel_id": lab.kernel_id, "bridge": lab.bridge is not None}
+        return {
+            "ready": lab.ready,
+            "loading": not lab.loaded,
+            "error": None if lab.error is None else str(lab.error),
+            "model": getattr(eng, "model_name", lab.model),
+            "device": str(getattr(eng, "device", "")),
+            "kernel_id": lab.kernel_id,
+            "bridge": lab.bridge is not None,
+        }
 
     def lab_view(self, since: int = 0) -> dict:
         """Everything the sidebar shows: processes, stops, breakpoints, KV tree, scheduler timeline."""
@@ -60,7 +65,7 @@ class RunViews:
             "ts": now(),
         }
 
-    def kv_view(self, run: "LabRun", live: dict) -> dict:
+    def kv_view(self, run: LabRun, live: dict) -> dict:
         """The run's KV tree: the live one while it shows the run's files; once they are closed
         (the run ended), the kept tree that showed the most of them (its fork tree at its
         fullest, the newest of equals); `run.kv_index` picks any kept tree (scrubbing)."""
@@ -81,13 +86,29 @@ class RunViews:
                 best, best_n = j, n
         return {**scoped(trees[best]), "source": "kept" if best_n > 0 else "live", "index": best, "kept": kept}
 
-    def run_view(self, run: "LabRun") -> dict:
+    def run_view(self, run: LabRun) -> dict:
         lab = self.lab
-        base = {"name": run.name, "pid": run.pid, "pids": list(run.pids), "engine": self.engine_view(),
-                "kernel_id": lab.kernel_id or "", "launch_error": run.launch_error, "scope": run.scope}
+        base = {
+            "name": run.name,
+            "pid": run.pid,
+            "pids": list(run.pids),
+            "engine": self.engine_view(),
+            "kernel_id": lab.kernel_id or "",
+            "launch_error": run.launch_error,
+            "scope": run.scope,
+        }
         if not lab.ready or run.pid is None:
-            return {**base, "status": "failed" if (run.launch_error or lab.error) else "starting", "threads": [],
-                    "stops": [], "tokens": [], "lanes": [], "messages": [], "result": None, "error": None}
+            return {
+                **base,
+                "status": "failed" if (run.launch_error or lab.error) else "starting",
+                "threads": [],
+                "stops": [],
+                "tokens": [],
+                "lanes": [],
+                "messages": [],
+                "result": None,
+                "error": None,
+            }
         dbg = lab.debugger
         proc = run.process
         stops = [s for s in dbg.stops()["stops"] if s["pid"] == run.pid]
@@ -124,17 +145,28 @@ class RunViews:
             "ts": now(),
         }
 
-    def record_view(self, run: "LabRun", proc, stops: list[dict]) -> dict:
+    def record_view(self, run: LabRun, proc, stops: list[dict]) -> dict:
         """Whether the run's process is recorded (and can be stepped back), or is a replay."""
         from ..debugger import DebuggerError
 
         dbg = self.lab.debugger
-        out: dict = {"recorded": False, "recording": False, "complete": False, "preds": 0, "replay_of": None,
-                     "diverged": 0, "can_step_back": False}
+        out: dict = {
+            "recorded": False,
+            "recording": False,
+            "complete": False,
+            "preds": 0,
+            "replay_of": None,
+            "diverged": 0,
+            "can_step_back": False,
+        }
         try:
             rec = dbg.recording(run.pid)
-            out.update(recorded=True, complete=bool(rec["complete"]), preds=rec["preds"],
-                       recording=proc is not None and not proc.done)
+            out.update(
+                recorded=True,
+                complete=bool(rec["complete"]),
+                preds=rec["preds"],
+                recording=proc is not None and not proc.done,
+            )
         except DebuggerError:
             pass
         try:

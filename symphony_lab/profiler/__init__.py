@@ -5,5 +5,13 @@ from .collect import ProfileCollector
 from .profile import BUCKETS, LineRow, Profile, ThreadProfile, Times
 from .session import profile_engine, profile_run
 
-__all__ = ["BUCKETS", "LineRow", "Profile", "ProfileCollector", "ThreadProfile", "Times", "profile_engine",
-           "profile_run"]
+__all__ = [
+    "BUCKETS",
+    "LineRow",
+    "Profile",
+    "ProfileCollector",
+    "ThreadProfile",
+    "Times",
+    "profile_engine",
+    "profile_run",
+]

@@ -32,7 +32,6 @@ _CORE_PKG = os.path.join(_CORE_DIR, "symphony_core")
 _LAB_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-
 _kept: dict[str, bool] = {}  # file name -> is it the LIP's (cached: a frame walk per syscall)
 
 
@@ -182,8 +181,9 @@ class ProfileCollector:
         t = self.threads.get(key)
         if t is None:  # attached while the thread already ran: start it at this event
             name = ev.args.get("name", "") if start else ""
-            t = ThreadLog(ev.pid, ev.tid, name, ev.ts, ident=threading.get_ident(), mark_t=ev.ts,
-                          mark_cpu=time.thread_time())
+            t = ThreadLog(
+                ev.pid, ev.tid, name, ev.ts, ident=threading.get_ident(), mark_t=ev.ts, mark_cpu=time.thread_time()
+            )
             with self._lock:
                 self.threads[key] = t
         return t
@@ -224,8 +224,11 @@ class ProfileCollector:
     def _sample_loop(self) -> None:
         while not self._stop.wait(self.interval):
             with self._lock:
-                running = {t.ident: t for t in self.threads.values()
-                           if t.t_end is None and not t.in_syscall and t.ident is not None}
+                running = {
+                    t.ident: t
+                    for t in self.threads.values()
+                    if t.t_end is None and not t.in_syscall and t.ident is not None
+                }
             if not running:
                 continue
             frames = sys._current_frames()

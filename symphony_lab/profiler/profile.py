@@ -76,8 +76,15 @@ class LineRow:
     inclusive: float = 0.0  # seconds with the line anywhere on the stack (a call line carries its callee)
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "tid": self.tid, "file": self.file, "line": self.line,
-                "function": self.function, "inclusive": self.inclusive, **self.times.to_dict()}
+        return {
+            "pid": self.pid,
+            "tid": self.tid,
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "inclusive": self.inclusive,
+            **self.times.to_dict(),
+        }
 
 
 @dataclass
@@ -95,8 +102,16 @@ class ThreadProfile:
         return self.t_end - self.t_start
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "tid": self.tid, "name": self.name, "t_start": self.t_start, "t_end": self.t_end,
-                "wall": self.wall, "dropped": self.dropped, **self.times.to_dict()}
+        return {
+            "pid": self.pid,
+            "tid": self.tid,
+            "name": self.name,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "wall": self.wall,
+            "dropped": self.dropped,
+            **self.times.to_dict(),
+        }
 
 
 @dataclass
@@ -137,8 +152,11 @@ class Profile:
         raise KeyError(f"no thread {tid} in this profile (threads: {[t.tid for t in self.threads]})")
 
     def to_dict(self) -> dict:
-        return {"threads": [t.to_dict() for t in self.threads], "lines": [r.to_dict() for r in self.lines],
-                "pages": [list(p) for p in self.pages]}
+        return {
+            "threads": [t.to_dict() for t in self.threads],
+            "lines": [r.to_dict() for r in self.lines],
+            "pages": [list(p) for p in self.pages],
+        }
 
     def table(self, top: int = 30) -> str:
         """The line table as text: the lines that took the most time first."""
@@ -147,32 +165,43 @@ class Profile:
         for r in sorted(self.lines, key=lambda r: -r.times.total)[:top]:
             t = r.times
             where = f"{os.path.basename(r.file)}:{r.line} {r.function}"[:33]
-            out.append(f"{where:<34}{r.tid:>4}{t.total * 1e3:>10.1f}{t.queue * 1e3:>8.1f}{t.forward * 1e3:>8.1f}"
-                       f"{t.own * 1e3:>8.1f}{t.blocking * 1e3:>8.1f}{t.kernel * 1e3:>8.1f}{t.preds:>7}{t.tokens:>6}")
+            out.append(
+                f"{where:<34}{r.tid:>4}{t.total * 1e3:>10.1f}{t.queue * 1e3:>8.1f}{t.forward * 1e3:>8.1f}"
+                f"{t.own * 1e3:>8.1f}{t.blocking * 1e3:>8.1f}{t.kernel * 1e3:>8.1f}{t.preds:>7}{t.tokens:>6}"
+            )
         out.append("")
         for th in self.threads:
             t = th.times
-            out.append(f"thread {th.pid}.{th.tid} {th.name}: wall {th.wall * 1e3:.1f} ms = queue {t.queue * 1e3:.1f}"
-                       f" + forward {t.forward * 1e3:.1f} + own {t.own * 1e3:.1f} + blocking {t.blocking * 1e3:.1f}"
-                       f" + kernel {t.kernel * 1e3:.1f}")
+            out.append(
+                f"thread {th.pid}.{th.tid} {th.name}: wall {th.wall * 1e3:.1f} ms = queue {t.queue * 1e3:.1f}"
+                f" + forward {t.forward * 1e3:.1f} + own {t.own * 1e3:.1f} + blocking {t.blocking * 1e3:.1f}"
+                f" + kernel {t.kernel * 1e3:.1f}"
+            )
         return "\n".join(out)
 
     def _repr_html_(self, top: int = 30) -> str:
         """The notebook's profile view: the line table with each row's buckets as a stacked bar."""
-        colours = {"queue": "#f2b134", "forward": "#4a90d9", "own": "#5cb85c", "blocking": "#d9534f",
-                   "kernel": "#999"}
+        colours = {"queue": "#f2b134", "forward": "#4a90d9", "own": "#5cb85c", "blocking": "#d9534f", "kernel": "#999"}
         rows = sorted(self.lines, key=lambda r: -r.times.total)[:top]
         most = max((r.times.total for r in rows), default=0.0) or 1.0
-        out = ["<table class='symphony-profile'><tr><th>line</th><th>thread</th><th>ms</th><th>preds</th>"
-               "<th>tokens</th><th>" + " ".join(f"<span style='color:{c}'>■ {b}</span>" for b, c in colours.items())
-               + "</th></tr>"]
+        out = [
+            "<table class='symphony-profile'><tr><th>line</th><th>thread</th><th>ms</th><th>preds</th>"
+            "<th>tokens</th><th>"
+            + " ".join(f"<span style='color:{c}'>■ {b}</span>" for b, c in colours.items())
+            + "</th></tr>"
+        ]
         for r in rows:
             t = r.times
-            bar = "".join(f"<span title='{b} {getattr(t, b) * 1e3:.1f} ms' style='display:inline-block;height:10px;"
-                          f"background:{c};width:{300 * getattr(t, b) / most:.1f}px'></span>" for b, c in colours.items())
-            out.append(f"<tr><td><code>{html.escape(os.path.basename(r.file))}:{r.line}</code> "
-                       f"{html.escape(r.function)}</td><td>{r.pid}.{r.tid}</td><td>{t.total * 1e3:.1f}</td>"
-                       f"<td>{t.preds}</td><td>{t.tokens}</td><td>{bar}</td></tr>")
+            bar = "".join(
+                f"<span title='{b} {getattr(t, b) * 1e3:.1f} ms' style='display:inline-block;height:10px;"
+                f"background:{c};width:{300 * getattr(t, b) / most:.1f}px'></span>"
+                for b, c in colours.items()
+            )
+            out.append(
+                f"<tr><td><code>{html.escape(os.path.basename(r.file))}:{r.line}</code> "
+                f"{html.escape(r.function)}</td><td>{r.pid}.{r.tid}</td><td>{t.total * 1e3:.1f}</td>"
+                f"<td>{t.preds}</td><td>{t.tokens}</td><td>{bar}</td></tr>"
+            )
         out.append("</table>")
         return "".join(out)
 
@@ -207,28 +236,64 @@ class Profile:
         ev: list[dict] = []
         for th in self.threads:
             tp = pid_offset + th.pid
-            ev.append({"name": "process_name", "ph": "M", "pid": tp, "tid": 0,
-                       "args": {"name": f"profile: pid {th.pid}"}})
-            ev.append({"name": "thread_name", "ph": "M", "pid": tp, "tid": th.tid,
-                       "args": {"name": f"profile {th.pid}.{th.tid} {th.name}"}})
+            ev.append(
+                {"name": "process_name", "ph": "M", "pid": tp, "tid": 0, "args": {"name": f"profile: pid {th.pid}"}}
+            )
+            ev.append(
+                {
+                    "name": "thread_name",
+                    "ph": "M",
+                    "pid": tp,
+                    "tid": th.tid,
+                    "args": {"name": f"profile {th.pid}.{th.tid} {th.name}"},
+                }
+            )
         for s in self.slices:
             ts, end = round(s.t0 * 1e6, 3), round(s.t1 * 1e6, 3)
             # a slice ends where the next begins: 1 ns short, so rounding never makes them overlap
-            ev.append({"name": s.name, "cat": "profile", "ph": "X", "ts": ts, "dur": max(0.0, round(end - ts - 0.001, 3)),
-                       "pid": pid_offset + s.pid, "tid": s.tid, "args": s.args})
+            ev.append(
+                {
+                    "name": s.name,
+                    "cat": "profile",
+                    "ph": "X",
+                    "ts": ts,
+                    "dur": max(0.0, round(end - ts - 0.001, 3)),
+                    "pid": pid_offset + s.pid,
+                    "tid": s.tid,
+                    "args": s.args,
+                }
+            )
         fed: dict[tuple[int, int], int] = defaultdict(int)
         for s in self.slices:
             if s.args.get("tokens"):
                 fed[(s.pid, s.tid)] += s.args["tokens"]
-                ev.append({"name": f"tokens fed {s.pid}.{s.tid}", "cat": "profile", "ph": "C",
-                           "ts": round(s.t1 * 1e6, 3), "pid": pid_offset + s.pid, "tid": 0,
-                           "args": {"tokens": fed[(s.pid, s.tid)]}})
+                ev.append(
+                    {
+                        "name": f"tokens fed {s.pid}.{s.tid}",
+                        "cat": "profile",
+                        "ph": "C",
+                        "ts": round(s.t1 * 1e6, 3),
+                        "pid": pid_offset + s.pid,
+                        "tid": 0,
+                        "args": {"tokens": fed[(s.pid, s.tid)]},
+                    }
+                )
         if self.pages:
-            ev.append({"name": "process_name", "ph": "M", "pid": pid_offset, "tid": 0,
-                       "args": {"name": "profile: KV pages"}})
+            ev.append(
+                {"name": "process_name", "ph": "M", "pid": pid_offset, "tid": 0, "args": {"name": "profile: KV pages"}}
+            )
         for t, used, total in self.pages:
-            ev.append({"name": "kv pages held", "cat": "profile", "ph": "C", "ts": round(t * 1e6, 3),
-                       "pid": pid_offset, "tid": 0, "args": {"used": used, "free": total - used}})
+            ev.append(
+                {
+                    "name": "kv pages held",
+                    "cat": "profile",
+                    "ph": "C",
+                    "ts": round(t * 1e6, 3),
+                    "pid": pid_offset,
+                    "tid": 0,
+                    "args": {"used": used, "free": total - used},
+                }
+            )
         return ev
 
     def add_to_trace(self, trace: dict) -> dict:
@@ -293,8 +358,16 @@ def build_profile(col: Any, end_ts: float) -> Profile:
                 tt.preds += 1
                 stacks[sp.stack].preds += 1
             stacks[sp.stack].tokens += sp.tokens
-            slices.append(Slice(t.pid, t.tid, f"{sp.call} @ {_where(sp.stack)}", sp.t0, t1,
-                                {k: round(v * 1e3, 3) for k, v in parts.items()} | {"tokens": sp.tokens}))
+            slices.append(
+                Slice(
+                    t.pid,
+                    t.tid,
+                    f"{sp.call} @ {_where(sp.stack)}",
+                    sp.t0,
+                    t1,
+                    {k: round(v * 1e3, 3) for k, v in parts.items()} | {"tokens": sp.tokens},
+                )
+            )
         for g in t.gaps:
             wall = max(0.0, g.t1 - g.t0)
             own = min(g.own, wall)
@@ -307,12 +380,21 @@ def build_profile(col: Any, end_ts: float) -> Profile:
             tt.blocking += wall - own
             if wall > 0:
                 main = max(shares, key=lambda sw: sw[1])[0]
-                slices.append(Slice(t.pid, t.tid, f"python @ {_where(main)}", g.t0, g.t1,
-                                    {"own_ms": round(own * 1e3, 3), "blocking_ms": round((wall - own) * 1e3, 3)}))
+                slices.append(
+                    Slice(
+                        t.pid,
+                        t.tid,
+                        f"python @ {_where(main)}",
+                        g.t0,
+                        g.t1,
+                        {"own_ms": round(own * 1e3, 3), "blocking_ms": round((wall - own) * 1e3, 3)},
+                    )
+                )
         threads.append(ThreadProfile(t.pid, t.tid, t.name, t.t_start, t_end, tt, t.dropped))
     threads.sort(key=lambda th: (th.pid, th.tid))
     lines = sorted(rows.values(), key=lambda r: (r.pid, r.tid, r.file, r.line))
     keys = {(th.pid, th.tid) for th in threads}
     batches = [b for b in col.batches if b[4] & keys] if col.pids is not None else list(col.batches)
-    return Profile(threads, lines, dict(stacks), list(col.pages), sorted(slices, key=lambda s: s.t0),
-                   [b[:4] for b in batches])
+    return Profile(
+        threads, lines, dict(stacks), list(col.pages), sorted(slices, key=lambda s: s.t0), [b[:4] for b in batches]
+    )

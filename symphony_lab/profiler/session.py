@@ -22,8 +22,9 @@ def profile_engine(engine: Any, pids: set[int] | None = None, interval: float = 
         col.detach()
 
 
-def profile_run(engine: Any, fn: Callable, *args: Any, timeout: float | None = 600, interval: float = 0.005,
-                **kwargs: Any) -> tuple[Any, Profile]:
+def profile_run(
+    engine: Any, fn: Callable, *args: Any, timeout: float | None = 600, interval: float = 0.005, **kwargs: Any
+) -> tuple[Any, Profile]:
     """Run `fn` as a LIP on `engine` under the profiler; returns its result and its profile."""
     with profile_engine(engine, interval=interval) as col:
         proc = engine.run(fn, *args, **kwargs)

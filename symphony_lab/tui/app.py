@@ -16,21 +16,21 @@ from textual import on, work
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.containers import Container
-from textual.css.query import NoMatches
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Static, Tab, Tabs
 
-from .labels import Quiet, describe_stop, quiet_when_gone
+from .command_queue import CommandQueue
 from .kv import KVPane
+from .labels import Quiet, describe_stop, quiet_when_gone
 from .processes import ProcessesPane, ProcTree, failure_line
 from .profile_screen import ProfileScreen
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
 from .screens import HelpScreen, OverrideScreen
-from .command_queue import CommandQueue
 from .session import Session
-from .whatif_screen import WhatIfScreen
 from .tokens import TokensPane, TopK
+from .whatif_screen import WhatIfScreen
 
 PANES = [
     ("program", "Program", ProgramPane),
@@ -43,8 +43,13 @@ PANES = [
 GRID_ORDER = ["program", "procs", "kv", "tokens", "sched"]
 
 
-FOCUS_IN_PANE = {"program": "#source", "tokens": "#topk", "kv": "#kv-tree", "sched": "#sched-table",
-                 "procs": "#proc-tree"}
+FOCUS_IN_PANE = {
+    "program": "#source",
+    "tokens": "#topk",
+    "kv": "#kv-tree",
+    "sched": "#sched-table",
+    "procs": "#proc-tree",
+}
 
 
 class SymphonyLab(App):
@@ -99,8 +104,9 @@ class SymphonyLab(App):
     # --- layout ----------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Quiet("Symphony Lab", id="status")
-        yield Tabs(*[Tab(f"{i + 1} {label}", id=f"tab-{key}") for i, (key, label, _) in enumerate(PANES)],
-                   id="pane-tabs")
+        yield Tabs(
+            *[Tab(f"{i + 1} {label}", id=f"tab-{key}") for i, (key, label, _) in enumerate(PANES)], id="pane-tabs"
+        )
         yield Quiet("", id="notice")
         with Container(id="panes"):
             by_key = {k: (label, cls) for k, label, cls in PANES}
@@ -234,19 +240,30 @@ class SymphonyLab(App):
             Content.styled(f"  stopped: {describe_stop(stop)}", "$text-warning") if stop else "",
             Content.styled("  raised here", "bold $text-error") if failed_at else "",
         )
-        prog.show_stop(file, line, where, (st.get("sources") or {}).get(file) if file else None,
-                       key=(pid, tid, (stop or {}).get("stop_id")))
+        prog.show_stop(
+            file,
+            line,
+            where,
+            (st.get("sources") or {}).get(file) if file else None,
+            key=(pid, tid, (stop or {}).get("stop_id")),
+        )
         src = self.query_one(SourceView)
-        src.set_breaks({b["line"] for b in st.get("breakpoints", [])
-                        if b.get("line") and (not b.get("source") or not file or b.get("source") == file)})
+        src.set_breaks(
+            {
+                b["line"]
+                for b in st.get("breakpoints", [])
+                if b.get("line") and (not b.get("source") or not file or b.get("source") == file)
+            }
+        )
 
         # Tokens of the focused thread.
         hist = st.get("history", {}).get(f"{pid}.{tid}", {}) if pid is not None else {}
         toks = hist.get("tokens", [])
-        title = Content.assemble(Content.styled(f"pid {pid} t{tid}" if pid is not None else "no thread", "bold"),
-                                 f"  {len(toks)} tokens generated",
-                                 Content.styled("  green: sure · yellow: toss-up · red: unlikely · underlined: overridden",
-                                                "$text-muted"))
+        title = Content.assemble(
+            Content.styled(f"pid {pid} t{tid}" if pid is not None else "no thread", "bold"),
+            f"  {len(toks)} tokens generated",
+            Content.styled("  green: sure · yellow: toss-up · red: unlikely · underlined: overridden", "$text-muted"),
+        )
         tp = self.query_one(TokensPane)
         tp.show_text(title, hist.get("prompt", ""), toks)
         res = (stop or {}).get("result")
@@ -254,8 +271,9 @@ class SymphonyLab(App):
 
         self.query_one(KVPane).show(st.get("kv", {}))
         self.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
-        self.query_one(ProcessesPane).show(st.get("processes", []), self.focus_pt, st.get("tracebacks", {}),
-                                           st.get("results", {}))
+        self.query_one(ProcessesPane).show(
+            st.get("processes", []), self.focus_pt, st.get("tracebacks", {}), st.get("results", {})
+        )
 
     def _draw_status(self, stop: dict | None, proc: dict | None) -> None:
         """One line: what the focused thread is doing first (it must survive 80 columns), then the program."""
@@ -398,8 +416,9 @@ class SymphonyLab(App):
         def done(value: str | None) -> None:
             if value:
                 token = int(value[1:]) if value.startswith("#") and value[1:].isdigit() else None
-                self.run_command("override", self.session.override, pt[0], pt[1], token,
-                                 None if token is not None else value)
+                self.run_command(
+                    "override", self.session.override, pt[0], pt[1], token, None if token is not None else value
+                )
 
         self.push_screen(OverrideScreen(where), done)
 

@@ -24,7 +24,8 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..session_state import EVENTS, SessionState
 from .session import Session, SessionError
@@ -101,11 +102,22 @@ class DebuggerSession(Session):
     for what the protocol does not carry (token text outside a stop, a failed LIP's traceback).
     """
 
-    def __init__(self, dbg, target: str | None = None, args: tuple = (), kwargs: dict | None = None, *,
-                 title: str | None = None, program_file: str | None = None, stop_on_entry: bool = True,
-                 token_text: Callable[[int], str] | None = None, traceback_of: Callable[[int], str | None] | None = None,
-                 on_close: Callable[[], None] | None = None, sync_events: bool | None = None,
-                 program: dict | None = None) -> None:
+    def __init__(
+        self,
+        dbg,
+        target: str | None = None,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        title: str | None = None,
+        program_file: str | None = None,
+        stop_on_entry: bool = True,
+        token_text: Callable[[int], str] | None = None,
+        traceback_of: Callable[[int], str | None] | None = None,
+        on_close: Callable[[], None] | None = None,
+        sync_events: bool | None = None,
+        program: dict | None = None,
+    ) -> None:
         self.dbg = dbg
         # `program`: {"source": ..., "entry": ..., "sandbox": ...} to start through a `symphony serve`
         # server's own launch path (`run_program`, the server's debugger plugin) instead of `launch`
@@ -150,8 +162,9 @@ class DebuggerSession(Session):
                 raise
             except Exception as e:
                 raise SessionError(str(e)) from None
-        resp = self.dbg.handle_command({"type": "request", "seq": next(self._seq), "command": command,
-                                        "arguments": arguments})
+        resp = self.dbg.handle_command(
+            {"type": "request", "seq": next(self._seq), "command": command, "arguments": arguments}
+        )
         if not resp.get("success"):
             if resp.get("error") == "TimeoutError":
                 raise TimeoutError(resp.get("message"))
@@ -179,10 +192,22 @@ class DebuggerSession(Session):
 
     def _launch(self) -> dict:
         if self.program is not None:
-            return self.request("run_program", **self.program, args=list(self.args), kwargs=self.kwargs,
-                                stop_on_entry=self.stop_on_entry, record=True)
-        return self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
-                            stop_on_entry=self.stop_on_entry, record=True)
+            return self.request(
+                "run_program",
+                **self.program,
+                args=list(self.args),
+                kwargs=self.kwargs,
+                stop_on_entry=self.stop_on_entry,
+                record=True,
+            )
+        return self.request(
+            "launch",
+            fn=self.target,
+            args=list(self.args),
+            kwargs=self.kwargs,
+            stop_on_entry=self.stop_on_entry,
+            record=True,
+        )
 
     def _adopt(self, pid: int) -> None:
         with self._lock:
@@ -286,8 +311,10 @@ class DebuggerSession(Session):
             ids = b["breakpoints"]
             line_ids = [i for i in ids if i in self._line_bps]
             if line_ids and len(line_ids) == len(ids):
-                hit = any(_same_line(f, ln, b.get("file"), b.get("line"))
-                          for f, ln, _ in (self._line_bps[i] for i in line_ids))
+                hit = any(
+                    _same_line(f, ln, b.get("file"), b.get("line"))
+                    for f, ln, _ in (self._line_bps[i] for i in line_ids)
+                )
                 if not hit:
                     self._react(lambda: self._quiet_continue(pid, tid))
                     return
@@ -327,7 +354,7 @@ class DebuggerSession(Session):
         missing = sorted(i for i in ids if isinstance(i, int) and i not in self.model.texts)
         for start in range(0, len(missing), 4096):
             try:
-                texts = self.request("token_texts", ids=missing[start:start + 4096])["texts"]
+                texts = self.request("token_texts", ids=missing[start : start + 4096])["texts"]
             except SessionError:  # an older debugger without the command: ids stay shown as ⟨id⟩
                 return
             self.model.texts.update((int(k), v) for k, v in texts.items())
@@ -379,8 +406,14 @@ class DebuggerSession(Session):
             self.model.remember_texts(s)
             rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
             res = s.get("result") or {}
-            if (rec is not None and rec.dist is None and s.get("where") == "after" and s.get("call") == "pred"
-                    and res.get("kind") == "dist" and (res.get("chosen") or {}).get("by") != "override"):
+            if (
+                rec is not None
+                and rec.dist is None
+                and s.get("where") == "after"
+                and s.get("call") == "pred"
+                and res.get("kind") == "dist"
+                and (res.get("chosen") or {}).get("by") != "override"
+            ):
                 rec.dist = {**res, "stop_id": s.get("stop_id")}
             first = rec.dist if rec is not None else None
             if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
@@ -425,8 +458,11 @@ class DebuggerSession(Session):
             "results": {k: v for k, v in results.items() if v is not None},
             "program_file": self.program_file,
             # a program run by a server carries its source under the server's file name for it
-            "sources": ({f"<lip {self.program.get('name') or self.program['entry']}>": self.program["source"]}
-                        if self.program else {}),
+            "sources": (
+                {f"<lip {self.program.get('name') or self.program['entry']}>": self.program["source"]}
+                if self.program
+                else {}
+            ),
             "diverged": list(self.model.diverged[-5:]),
             "version": self.version,
         }
@@ -450,9 +486,15 @@ class DebuggerSession(Session):
         """On a source line: add or remove a line breakpoint. With no line: toggle a `pred`
         breakpoint everywhere."""
         if line is None:
-            plain = [b for b in self.request("breakpoints")["breakpoints"]
-                     if b["id"] not in self._line_bps and b["call"] == "pred" and not b.get("temporary")
-                     and b.get("pid") is None and b.get("tid") is None]
+            plain = [
+                b
+                for b in self.request("breakpoints")["breakpoints"]
+                if b["id"] not in self._line_bps
+                and b["call"] == "pred"
+                and not b.get("temporary")
+                and b.get("pid") is None
+                and b.get("tid") is None
+            ]
             if plain:
                 for b in plain:
                     self.request("remove_breakpoint", id=b["id"])

@@ -30,12 +30,22 @@ class EmbeddedSession(DebuggerSession):
     `engine_options` (model, device, num_pages …) when the session starts.
     """
 
-    def __init__(self, target: str, args: tuple = (), kwargs: dict | None = None, *, engine=None,
-                 engine_options: dict | None = None, stop_on_entry: bool = True, debugger_options: dict | None = None,
-                 title: str | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        *,
+        engine=None,
+        engine_options: dict | None = None,
+        stop_on_entry: bool = True,
+        debugger_options: dict | None = None,
+        title: str | None = None,
+    ) -> None:
         fn_ref, path = resolve_target(target)
-        super().__init__(None, fn_ref, args, kwargs, title=title or target, program_file=path,
-                         stop_on_entry=stop_on_entry)
+        super().__init__(
+            None, fn_ref, args, kwargs, title=title or target, program_file=path, stop_on_entry=stop_on_entry
+        )
         self.engine = engine
         self._own_engine = engine is None
         self.engine_options = dict(engine_options or {})
@@ -64,8 +74,14 @@ class EmbeddedSession(DebuggerSession):
             return super().relaunch(pid)
         load_file(self.program_file, reload=True)
         old = pid if pid is not None else self.pid
-        r = self.request("launch", fn=self.target, args=list(self.args), kwargs=self.kwargs,
-                         stop_on_entry=self.stop_on_entry, record=True)
+        r = self.request(
+            "launch",
+            fn=self.target,
+            args=list(self.args),
+            kwargs=self.kwargs,
+            stop_on_entry=self.stop_on_entry,
+            record=True,
+        )
         if old is not None:
             try:
                 self.dbg.process(old).cancel("relaunched")  # no protocol verb for this yet

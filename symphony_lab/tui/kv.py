@@ -12,7 +12,6 @@ from textual.content import Content
 from textual.widgets import DataTable, Static, Tree
 
 from .labels import ContentTree, Quiet
-
 from .tokens import visible
 
 
@@ -47,16 +46,26 @@ class KVTree(ContentTree):
     def show(self, tree: dict) -> None:
         files = {f["file"]: f for f in tree.get("files", [])}
         # Only rebuild when the shape or a label changes: rebuilding loses the cursor.
-        sig = tuple((fid, f.get("parent"), f.get("length"), f.get("n_pages"), f.get("shared_pages"),
-                     tuple(f.get("held_by") or ())) for fid, f in sorted(files.items()))
+        sig = tuple(
+            (
+                fid,
+                f.get("parent"),
+                f.get("length"),
+                f.get("n_pages"),
+                f.get("shared_pages"),
+                tuple(f.get("held_by") or ()),
+            )
+            for fid, f in sorted(files.items())
+        )
         if sig == self._sig:
             return
         self._sig = sig
         cursor = self.cursor_node.data if self.cursor_node is not None else None
         self.clear()
         used, total = tree.get("pages_used", 0), tree.get("pages_total", 0)
-        self.root.set_label(Content.assemble(Content.styled("KV files", "bold"),
-                                             f"  {len(files)} files · {used}/{total} pages"))
+        self.root.set_label(
+            Content.assemble(Content.styled("KV files", "bold"), f"  {len(files)} files · {used}/{total} pages")
+        )
         children: dict[int | None, list[int]] = {}
         for fid, f in files.items():
             parent = f.get("parent")
@@ -101,8 +110,17 @@ class PagesTable(DataTable):
     _sig = None
 
     def show(self, f: dict | None) -> None:
-        sig = None if not f else (f["file"], f.get("length"), tuple((pg.get("page"), tuple(pg.get("shared_with", [])),
-                                                                     pg.get("refcount")) for pg in f.get("pages", [])))
+        sig = (
+            None
+            if not f
+            else (
+                f["file"],
+                f.get("length"),
+                tuple(
+                    (pg.get("page"), tuple(pg.get("shared_with", [])), pg.get("refcount")) for pg in f.get("pages", [])
+                ),
+            )
+        )
         if sig == self._sig:
             return
         keep = self.cursor_row if (sig and self._sig and sig[0] == self._sig[0]) else 0
@@ -114,10 +132,14 @@ class PagesTable(DataTable):
             shared = ",".join(f"#{g}" for g in pg.get("shared_with", [])) or "—"
             a, b = pg.get("slots", [0, 0])
             text = visible(pg.get("text", "")) if pg.get("text") is not None else ""
-            self.add_row(str(pg.get("index")), "swap" if pg.get("swapped") else str(pg.get("page")), f"{a}-{b}",
-                         str(pg.get("refcount", "")),
-                         Content.styled(shared, "$text-success" if pg.get("shared_with") else "$text-muted"),
-                         text[:200])
+            self.add_row(
+                str(pg.get("index")),
+                "swap" if pg.get("swapped") else str(pg.get("page")),
+                f"{a}-{b}",
+                str(pg.get("refcount", "")),
+                Content.styled(shared, "$text-success" if pg.get("shared_with") else "$text-muted"),
+                text[:200],
+            )
         if self.row_count:
             self.move_cursor(row=min(keep, self.row_count - 1), animate=False)
 
@@ -125,8 +147,9 @@ class PagesTable(DataTable):
 class KVPane(Vertical):
     def compose(self):
         yield KVTree(id="kv-tree")
-        yield Quiet(Content.styled("select a file to see its pages", "$text-muted"), id="kv-file-title",
-                     classes="pane-subtitle")
+        yield Quiet(
+            Content.styled("select a file to see its pages", "$text-muted"), id="kv-file-title", classes="pane-subtitle"
+        )
         yield PagesTable(id="kv-pages")
 
     def __init__(self, **kw) -> None:
@@ -146,9 +169,13 @@ class KVPane(Vertical):
             title.update(Content.styled("select a file to see its pages", "$text-muted"))
         else:
             anc = " ← ".join(f"#{a}" for a in f.get("ancestry", []))
-            title.update(Content.assemble(Content.styled(f"#{f['file']} {f.get('path') or ''}", "bold"),
-                                          f"  {f.get('length')} tokens, {f.get('n_pages')} pages",
-                                          f"  forked from {anc}" if anc else ""))
+            title.update(
+                Content.assemble(
+                    Content.styled(f"#{f['file']} {f.get('path') or ''}", "bold"),
+                    f"  {f.get('length')} tokens, {f.get('n_pages')} pages",
+                    f"  forked from {anc}" if anc else "",
+                )
+            )
         self.query_one(PagesTable).show(f)
 
     def on_tree_node_selected(self, ev: Tree.NodeSelected) -> None:

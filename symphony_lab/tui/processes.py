@@ -37,7 +37,10 @@ def thread_state(t: dict) -> tuple[str, str]:
     if st:
         if st.get("where") == "entry":
             return "stopped on entry", "stopped"
-        return f"stopped {st.get('where') or 'at'} {t.get('call') or st.get('call') or 'syscall'} ({st.get('reason')})", "stopped"
+        return (
+            f"stopped {st.get('where') or 'at'} {t.get('call') or st.get('call') or 'syscall'} ({st.get('reason')})",
+            "stopped",
+        )
     state = t.get("state", "?")
     if state == "in_syscall":
         return f"in {t.get('call') or 'syscall'}", "in_syscall"
@@ -75,7 +78,8 @@ def proc_label(p: dict, focused: bool) -> Content:
         status = "stopped"
     return Content.assemble(
         Content.styled("● " if focused else "  ", "$text-accent"),
-        Content.styled(f"pid {p['pid']} ", "bold"), f"{p.get('name', '')} ",
+        Content.styled(f"pid {p['pid']} ", "bold"),
+        f"{p.get('name', '')} ",
         Content.styled(status, STATE_STYLE.get(status, "")),
         Content.styled(f"  {p.get('tokens', 0)} tok", "dim"),
     )
@@ -85,7 +89,8 @@ def thread_label(t: dict, focused: bool) -> Content:
     word, key = thread_state(t)
     return Content.assemble(
         Content.styled("▸ " if focused else "  ", "$text-accent"),
-        Content.styled(f"t{t['tid']} ", "bold"), f"{t.get('name', '')} ",
+        Content.styled(f"t{t['tid']} ", "bold"),
+        f"{t.get('name', '')} ",
         Content.styled(word, STATE_STYLE.get(key, "")),
         Content.styled(f"  {t.get('preds', 0)} preds", "dim"),
     )
@@ -103,9 +108,28 @@ class ProcTree(ContentTree):
         self._sig = None
 
     def show(self, procs: list[dict], focus: tuple[int | None, int | None]) -> None:
-        sig = (focus, tuple((p["pid"], p.get("status"), p.get("tokens"),
-                             tuple((t["tid"], t.get("state"), t.get("call"), t.get("preds"), bool(t.get("stopped")),
-                                    str(t.get("stopped"))) for t in p.get("threads", []))) for p in procs))
+        sig = (
+            focus,
+            tuple(
+                (
+                    p["pid"],
+                    p.get("status"),
+                    p.get("tokens"),
+                    tuple(
+                        (
+                            t["tid"],
+                            t.get("state"),
+                            t.get("call"),
+                            t.get("preds"),
+                            bool(t.get("stopped")),
+                            str(t.get("stopped")),
+                        )
+                        for t in p.get("threads", [])
+                    ),
+                )
+                for p in procs
+            ),
+        )
         if sig == self._sig:
             return
         self._sig = sig
@@ -113,8 +137,11 @@ class ProcTree(ContentTree):
         self.clear()
         target = None
         for p in procs:
-            n = self.root.add(proc_label(p, focus[0] == p["pid"] and focus[1] is None), data=(p["pid"], None),
-                              expand=not p.get("done") or focus[0] == p["pid"])
+            n = self.root.add(
+                proc_label(p, focus[0] == p["pid"] and focus[1] is None),
+                data=(p["pid"], None),
+                expand=not p.get("done") or focus[0] == p["pid"],
+            )
             if cur == (p["pid"], None):
                 target = n
             for t in p.get("threads", []):
@@ -148,8 +175,13 @@ class ProcessesPane(Vertical):
         with VerticalScroll(id="proc-detail-scroll"):
             yield Quiet("", id="proc-detail")
 
-    def show(self, procs: list[dict], focus: tuple[int | None, int | None], tracebacks: dict[int, str],
-             results: dict | None = None) -> None:
+    def show(
+        self,
+        procs: list[dict],
+        focus: tuple[int | None, int | None],
+        tracebacks: dict[int, str],
+        results: dict | None = None,
+    ) -> None:
         self.query_one(ProcTree).show(procs, focus)
         detail = self.query_one("#proc-detail", Static)
         p = next((p for p in procs if p["pid"] == focus[0]), None)
@@ -160,18 +192,24 @@ class ProcessesPane(Vertical):
         if p.get("status") in ("failed", "cancelled") and (tb or p.get("error")):
             tb = lip_traceback(tb or "")
             last = (tb.strip().splitlines() or [p.get("error") or ""])[-1]
-            detail.update(Content.assemble(
-                Content.styled(f"pid {p['pid']} {p.get('status')}: ", "bold $text-error"),
-                Content.styled(last + "\n", "bold"),
-                Content.styled(tb or p.get("error") or "", "$text-error"),
-            ))
+            detail.update(
+                Content.assemble(
+                    Content.styled(f"pid {p['pid']} {p.get('status')}: ", "bold $text-error"),
+                    Content.styled(last + "\n", "bold"),
+                    Content.styled(tb or p.get("error") or "", "$text-error"),
+                )
+            )
             self.add_class("-failed")
         else:
             self.remove_class("-failed")
-            about = Content.styled(f"pid {p['pid']} {p.get('name')} · user {p.get('user')} · "
-                                   f"{len(p.get('threads', []))} threads · {p.get('tokens', 0)} tokens fed", "dim")
+            about = Content.styled(
+                f"pid {p['pid']} {p.get('name')} · user {p.get('user')} · "
+                f"{len(p.get('threads', []))} threads · {p.get('tokens', 0)} tokens fed",
+                "dim",
+            )
             res = (results or {}).get(p["pid"]) or (results or {}).get(str(p["pid"]))
             if res is not None and p.get("status") == "finished":
-                about = Content.assemble(about, Content.styled("\nreturned ", "bold $text-success"),
-                                         return_value_text(res.get("result")))
+                about = Content.assemble(
+                    about, Content.styled("\nreturned ", "bold $text-success"), return_value_text(res.get("result"))
+                )
             detail.update(about)

@@ -35,11 +35,14 @@ def stats_line(tl: dict, step_mode: bool) -> Content:
     used, total = tl.get("pages_used", 0), tl.get("pages_total", 0) or 1
     frac = used / total
     return Content.assemble(
-        Content.styled("batches ", "$text-muted"), f"{totals.get('batches', len(batches))}",
-        Content.styled("  queue ", "$text-muted"), Content.styled(str(tl.get("queue_depth", 0)), "bold"),
+        Content.styled("batches ", "$text-muted"),
+        f"{totals.get('batches', len(batches))}",
+        Content.styled("  queue ", "$text-muted"),
+        Content.styled(str(tl.get("queue_depth", 0)), "bold"),
         Content.styled("  pages ", "$text-muted"),
         Content.styled(f"{used}/{total}", "$text-error" if frac > 0.9 else "$text-warning" if frac > 0.7 else ""),
-        Content.styled("  tok/s ", "$text-muted"), f"{tps:,.0f}" if tps is not None else "—",
+        Content.styled("  tok/s ", "$text-muted"),
+        f"{tps:,.0f}" if tps is not None else "—",
         Content.styled(f"  {tl.get('policy', '')}", "$text-muted"),
         Content.styled("  STEP MODE", "bold $text-warning") if step_mode else "",
     )
@@ -66,7 +69,7 @@ class BatchBars(Widget):
     def render(self) -> Content:
         w, h = max(1, self.size.width), max(1, self.size.height)
         label = f" max {max(self.sizes)}" if self.sizes else " no batches yet"
-        data = self.sizes[-max(1, w - len(label)):]
+        data = self.sizes[-max(1, w - len(label)) :]
         top = max(data) if data else 1
         rows = []
         for r in range(h):  # r = 0 is the top row
@@ -76,8 +79,11 @@ class BatchBars(Widget):
                 level = eighths - (h - 1 - r) * 8
                 line.append(BLOCKS[max(0, min(8, level))])
             text = "".join(line)
-            rows.append(Content.assemble(Content.styled(text, "$text-primary"),
-                                         Content.styled(label if r == 0 else "", "$text-muted")))
+            rows.append(
+                Content.assemble(
+                    Content.styled(text, "$text-primary"), Content.styled(label if r == 0 else "", "$text-muted")
+                )
+            )
         return Content("\n").join(rows)
 
 
@@ -109,8 +115,10 @@ class BatchTable(DataTable):
         if not self._reset(("b", tuple(b["bid"] for b in batches[-limit:]))):
             return
         for b in reversed(batches[-limit:]):
-            ms = " ".join(f"{m.get('pid')}.{m.get('tid')}{'p' if m.get('kind') == 'prefill' else 'd'}{m.get('tokens')}"
-                          for m in b.get("members", []))
+            ms = " ".join(
+                f"{m.get('pid')}.{m.get('tid')}{'p' if m.get('kind') == 'prefill' else 'd'}{m.get('tokens')}"
+                for m in b.get("members", [])
+            )
             self.add_row(str(b["bid"]), str(b.get("size", len(b.get("members", [])))), str(b.get("tokens", 0)), ms)
         self._restore()
 
@@ -121,8 +129,12 @@ class BatchTable(DataTable):
             chunk = q.get("chunk")
             extra = f" {chunk[0]}-{chunk[1]}/{chunk[2]}" if chunk else ""
             wait = " waiting pages" if q.get("waiting_pages") else " parked" if q.get("parked") else ""
-            self.add_row(f"next{i + 1}" if i < 9 else "…", "1", str(q.get("tokens", q.get("remaining", 0))),
-                         f"{q.get('pid')}.{q.get('tid')} {q.get('kind')} file #{q.get('file')}{extra}{wait}")
+            self.add_row(
+                f"next{i + 1}" if i < 9 else "…",
+                "1",
+                str(q.get("tokens", q.get("remaining", 0))),
+                f"{q.get('pid')}.{q.get('tid')} {q.get('kind')} file #{q.get('file')}{extra}{wait}",
+            )
         self._restore()
 
 
@@ -141,10 +153,18 @@ class SchedulerPane(Vertical):
         table = self.query_one(BatchTable)
         if step_mode:
             queue = next_batch if next_batch is not None else tl.get("queue", [])
-            title.update(Content.assemble(Content.styled("queued for the next batch", "bold"),
-                                          Content.styled("  (n: fire one batch)", "$text-muted")))
+            title.update(
+                Content.assemble(
+                    Content.styled("queued for the next batch", "bold"),
+                    Content.styled("  (n: fire one batch)", "$text-muted"),
+                )
+            )
             table.show_queue(queue)
         else:
-            title.update(Content.assemble(Content.styled("recent batches", "bold"),
-                                          Content.styled("  bars: batch sizes, newest right", "$text-muted")))
+            title.update(
+                Content.assemble(
+                    Content.styled("recent batches", "bold"),
+                    Content.styled("  bars: batch sizes, newest right", "$text-muted"),
+                )
+            )
             table.show_batches(batches)

@@ -59,8 +59,9 @@ class OverrideScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="override-box"):
             yield Static(Content.assemble(Content.styled("Override the token", "bold"), f"  {self.where}"))
-            yield Static(Content.styled("a word (its first token is used) or #id; Enter to apply, Esc to cancel",
-                                        "$text-muted"))
+            yield Static(
+                Content.styled("a word (its first token is used) or #id; Enter to apply, Esc to cancel", "$text-muted")
+            )
             yield Input(value=self.suggestion, placeholder="word or #token-id", id="override-input")
 
     def on_input_submitted(self, ev: Input.Submitted) -> None:

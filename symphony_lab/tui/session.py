@@ -84,7 +84,7 @@ class StaticSession(Session):
         self.title = title
 
     @classmethod
-    def load(cls, path: str) -> "StaticSession":
+    def load(cls, path: str) -> StaticSession:
         with open(path) as f:
             d = json.load(f)
         return cls(d["state"], d.get("title", path))

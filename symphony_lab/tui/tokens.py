@@ -32,7 +32,11 @@ def prob_style(p: float | None, overridden: bool = False) -> str:
 
 def visible(text: str) -> str:
     """A token's text with whitespace made visible enough to read in a table cell."""
-    return text.replace("\n", "⏎").replace("\t", "⇥") if text.strip() else (text.replace(" ", "␣").replace("\n", "⏎") or "∅")
+    return (
+        text.replace("\n", "⏎").replace("\t", "⇥")
+        if text.strip()
+        else (text.replace(" ", "␣").replace("\n", "⏎") or "∅")
+    )
 
 
 def render_tokens(prompt: str, tokens: list[dict]) -> Content:
@@ -122,14 +126,22 @@ class TokensPane(Vertical):
         if ch.get("by") == "override":
             was = (original or {}).get("chosen") or {}
             what = Content.assemble(
-                "  overridden → ", Content.styled(visible(ch.get("text", "")), "bold underline"),
-                f" (model: {visible(was.get('text', '?'))} {was.get('p', 0):.2f})" if was else "")
+                "  overridden → ",
+                Content.styled(visible(ch.get("text", "")), "bold underline"),
+                f" (model: {visible(was.get('text', '?'))} {was.get('p', 0):.2f})" if was else "",
+            )
         else:
-            what = Content.assemble("  chosen ", Content.styled(visible(ch.get("text", "")), "bold"),
-                                    f" ({ch.get('p', 0):.2f}, {ch.get('by', '?')})")
-        title.update(Content.assemble(
-            Content.styled("top-k", "bold"), what,
-            f"  H={abs(ent):.2f}" if isinstance(ent, (int, float)) else "",
-            Content.styled("  ⏎ override", "$text-muted"),
-        ))
+            what = Content.assemble(
+                "  chosen ",
+                Content.styled(visible(ch.get("text", "")), "bold"),
+                f" ({ch.get('p', 0):.2f}, {ch.get('by', '?')})",
+            )
+        title.update(
+            Content.assemble(
+                Content.styled("top-k", "bold"),
+                what,
+                f"  H={abs(ent):.2f}" if isinstance(ent, (int, float)) else "",
+                Content.styled("  ⏎ override", "$text-muted"),
+            )
+        )
         table.show(shown.get("topk", []), ch.get("token"))

@@ -42,8 +42,10 @@ def run_what_if(session: Any, pid: int, tid: int, text: str) -> str:
     except (ValueError, SymphonyError) as e:  # shown to the user, who can correct the request
         return f"{type(e).__name__}: {e}"
     mark = "identical" if w.diverge_at is None else f"diverge at +{w.diverge_at}"
-    return (f"thread {pid}.{tid}, position {w.position} ({mark}; {len(w.shared_pages)} prefix pages shared)\n\n"
-            f"original:    {w.texts['original']!r}\nalternative: {w.texts['alternative']!r}")
+    return (
+        f"thread {pid}.{tid}, position {w.position} ({mark}; {len(w.shared_pages)} prefix pages shared)\n\n"
+        f"original:    {w.texts['original']!r}\nalternative: {w.texts['alternative']!r}"
+    )
 
 
 class WhatIfScreen(ModalScreen[None]):

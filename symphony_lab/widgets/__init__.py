@@ -53,8 +53,11 @@ class _Base(anywidget.AnyWidget):
         if not isinstance(content, dict) or content.get("type") != "request":
             from symphony_lab.jupyter.messages import error_response
 
-            self.send(error_response(content if isinstance(content, dict) else None,
-                                     "malformed message: expected a request object"))
+            self.send(
+                error_response(
+                    content if isinstance(content, dict) else None, "malformed message: expected a request object"
+                )
+            )
             return
         self.send(self._lab.handle(content))
 
