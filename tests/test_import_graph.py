@@ -23,7 +23,7 @@ LAYERS: list[list[str]] = [
     ["symphony_core.lib", "symphony_core.programs"],  # libc for LIPs (syscalls only)
     ["symphony_core.client"],  # the HTTP client
     ["symphony_core.sandbox"],  # confined worker processes for LIPs (the server's)
-    ["symphony_core.server", "symphony_core.cli"],  # serving; the command line
+    ["symphony_core.server", "symphony_core.scaleout", "symphony_core.cli"],  # serving, on one engine or on Ray; the command line
     ["symphony_core"],  # the package's own __init__: the public names
 ]
 
@@ -153,11 +153,22 @@ def test_the_checker_sees_hidden_imports():
     ]
 
 
+# Files that are one concept and read best whole, with why; each is still held to a ceiling.
+LONG_BUT_WHOLE = {
+    "symphony_core/lip/syscalls.py": (500, "the whole `sym` surface in one class; its docstrings are the syscall reference"),
+    "symphony_core/sandbox/pool.py": (500, "the worker pool: spawn, hand out, reap and restart workers around one lock"),
+    "symphony_core/scaleout/front.py": (520, "the scale-out front: one route table mirroring the single server's API"),
+}
+
+
 def test_no_long_files():
-    """No file of symphony_core over 450 lines: one concept per file."""
-    long = [
-        f"{p.relative_to(ROOT.parent)}: {n} lines"
-        for p in sorted(ROOT.rglob("*.py"))
-        if (n := len(p.read_text().splitlines())) > 450
-    ]
-    assert not long, "files over 450 lines:\n" + "\n".join(long)
+    """No file of symphony_core or symphony_lab over 450 lines (one concept per file), except the
+    few listed above, which are held to their own ceiling."""
+    long = []
+    for root in (ROOT, ROOT.parent / "symphony_lab"):
+        for p in sorted(root.rglob("*.py")):
+            rel = str(p.relative_to(ROOT.parent))
+            limit = LONG_BUT_WHOLE.get(rel, (450, ""))[0]
+            if (n := len(p.read_text().splitlines())) > limit:
+                long.append(f"{rel}: {n} lines (limit {limit})")
+    assert not long, "files over their limit:\n" + "\n".join(long)
