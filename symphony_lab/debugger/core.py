@@ -18,7 +18,7 @@ This file holds attaching, the kernel hook, stops, execution control and breakpo
 composed through explicit interfaces (each given what it needs, none reading the core's
 private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
 event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
-command), overrides.py (force / ban / bias). Parts still mixed into the class (they read its
+command), overrides.py (force / ban / bias), stops.py (the `Stop` record and its protocol view). Parts still mixed into the class (they read its
 stops and locks): inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), replaying.py
 (record, replay, step back).
 """
@@ -32,7 +32,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -51,47 +50,8 @@ from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
 from .scheduler_step import SchedulerStepMode
 from .stepping import PLAN_OF_ACTION, Stepping
+from .stops import Stop, stop_view
 from .views import Views
-
-
-@dataclass(eq=False)
-class Stop:
-    """One LIP thread held by the debugger."""
-
-    id: int
-    thread: Any  # LIPThread
-    reason: str
-    reasons: list[str]
-    where: str  # "entry" | "before" | "after"
-    call: str | None
-    seq: int
-    args: dict
-    file: str | None
-    line: int | None
-    breakpoints: list[int]
-    ts: float
-    frames: list[dict]
-    tokens: list[int] | None
-    depth: int = 1  # frames of the LIP's own code on the stack (what step over / out compare)
-    result: Any = None
-    overridden: int | None = None  # the token forced by an override
-    edits: list[dict] = field(default_factory=list)
-    action: str | None = None
-    resumed: threading.Event = field(default_factory=threading.Event)
-    _info: dict | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.thread.proc.pid
-
-    @property
-    def tid(self) -> int:
-        return self.thread.tid
-
-    @property
-    def kv_file(self) -> int | None:
-        f = self.args.get("file")
-        return f if isinstance(f, int) else None
 
 
 class Debugger(Inspection, RecordReplay):
@@ -484,43 +444,7 @@ class Debugger(Inspection, RecordReplay):
         return stop.result
 
     def stop_info(self, stop: Stop) -> dict:
-        if stop._info is not None:
-            return stop._info
-        proc = stop.thread.proc
-        d = {
-            "stop_id": stop.id,
-            "pid": stop.pid,
-            "tid": stop.tid,
-            "process": proc.name,
-            "reason": stop.reason,
-            "reasons": stop.reasons,
-            "where": stop.where,
-            "call": stop.call,
-            "seq": stop.seq,
-            "file": stop.file,
-            "line": stop.line,
-            "args": ins.jsonable(stop.args),
-            "breakpoints": stop.breakpoints,
-            "ts": stop.ts,
-            "preds": stop.thread.preds,
-            "kv_file": stop.kv_file,
-            "input": None,
-            "result": None,
-        }
-        if stop.tokens is not None:
-            d["input"] = ins.tokens_view(stop.tokens[-256:], self.tokenizer)
-            d["input"]["n_tokens"] = len(stop.tokens)
-        if isinstance(stop.result, Dist):
-            d["result"] = {
-                "kind": "dist",
-                **ins.dist_view(stop.result, self.tokenizer, self.topk, chosen=stop.overridden),
-            }
-        elif stop.where == "after":
-            d["result"] = ins.jsonable(self.runtime.kernel.summarize_result(stop.call or "", stop.result))
-        if stop.edits:
-            d["edits"] = stop.edits
-        stop._info = ins.jsonable(d)
-        return stop._info
+        return stop_view(stop, self.tokenizer, self.topk, self.runtime.kernel.summarize_result)
 
     def _find_stop(self, pid: int | None, tid: int | None) -> Stop:
         with self._lock:
@@ -835,20 +759,8 @@ class Debugger(Inspection, RecordReplay):
     def _on_event(self, ev: Event) -> None:
         """Bus subscriber: keep the trace, track files and process ends, forward to the stream."""
         kind = ev.kind
-        # Syscall events are kept as flat tuples of atoms (args as their repr): holding the Event
-        # objects themselves costs ~10 us each in garbage-collector work at this volume.
-        if kind == "syscall_enter":
-            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, ev.file, ev.line, repr(ev.args)))
-        elif kind == "syscall_exit":
-            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, repr(ev.result), ev.error))
-        else:
-            self._trace.append(ev)
+        self.views.keep(ev)
         if kind == "syscall_exit":
-            if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
-                self._known_files[ev.result["file"]] = {
-                    "parent": ev.args.get("file") if ev.call == "kv_fork" else None,
-                    "path": ev.args.get("path"),
-                }
             if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
                 self.views.changed("kv_tree")
         elif kind == "batch":
