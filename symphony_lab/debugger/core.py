@@ -14,13 +14,15 @@ other threads and processes keep running and batching (non-stop mode) unless
 Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
 documented JSON commands onto these methods one to one; see docs/protocol.md.
 
-This file holds attaching, the kernel hook, stops, execution control and breakpoints. Parts
-composed through explicit interfaces (each given what it needs, none reading the core's
-private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
-event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
-command), overrides.py (force / ban / bias), stops.py (the `Stop` record and its protocol view). Parts still mixed into the class (they read its
-stops and locks): inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), replaying.py
-(record, replay, step back).
+This file holds attaching, the kernel hook, stops and execution control. Parts composed through
+explicit interfaces (each given what it needs, none reading the core's private state):
+stepping.py (what step into / over / out mean), event_stream.py (subscribers, event messages),
+views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per command),
+overrides.py (force / ban / bias), stops.py (the `Stop` record and its protocol view),
+breakpoints.py (`BreakpointTable`: the breakpoint commands and hit counting), launching.py
+(`Launcher`: starting processes registered before their first line). Parts still mixed into the
+class (they read its stops and locks): inspection.py (threads, stack, tokens, KV file,
+distribution, verify_kv), replaying.py (record, replay, step back).
 """
 
 from __future__ import annotations
@@ -41,10 +43,11 @@ from symphony_core.kvfs import KV
 from symphony_core.model.dist import Dist
 
 from . import viewdata as ins
-from .breakpoints import Breakpoint
+from .breakpoints import BreakpointTable
 from .errors import DebuggerError
 from .event_stream import EventStream
 from .inspection import Inspection
+from .launching import Launcher
 from .overrides import Overrides, edit_dist
 from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
 from .replaying import RecordReplay
@@ -109,15 +112,14 @@ class Debugger(Inspection, RecordReplay):
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
         self._stop_ids = itertools.count(1)
-        self._bps: dict[int, Breakpoint] = {}
+        self.bp_table = BreakpointTable()
         self._stops: dict[tuple[int, int], Stop] = {}
         self.stepping = Stepping()
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
-        self._entry_pids: set[int] = set()
         self._init_record_replay(record, max_recordings)
-        self._launch_lock = threading.Lock()
+        self.launcher = Launcher(self.runtime)
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
         self.events = EventStream()
@@ -157,13 +159,13 @@ class Debugger(Inspection, RecordReplay):
             pass
         self.scheduler_step_mode(False)
         with self._cv:
-            self._bps.clear()
+            self.bp_table.clear()
             self.stepping.clear()
             self._awaiting_fed.clear()
             self._pause_req.clear()
             self._after_bp.clear()
             self.overrides.clear()
-            self._entry_pids.clear()
+            self.launcher.forget()
             stops = list(self._stops.values())
             self._stops.clear()
             self._replays.clear()
@@ -184,7 +186,7 @@ class Debugger(Inspection, RecordReplay):
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
         return bool(
-            self._bps
+            self.bp_table
             or self.stepping.active()
             or self._awaiting_fed
             or self._pause_req
@@ -237,21 +239,13 @@ class Debugger(Inspection, RecordReplay):
                         "by": "fed",
                     },
                 )
-        bp_ids: list[int] = []
         if self.stepping.active():
             reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
         with self._lock:
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
-            after_ids: list[int] = []
-            for bp in list(self._bps.values()):
-                if bp.matches(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize):
-                    bp.hits += 1
-                    if bp.hit_ok():
-                        (bp_ids if bp.when == "before" else after_ids).append(bp.id)
-                        if bp.temporary:
-                            self._bps.pop(bp.id, None)
+            bp_ids, after_ids = self.bp_table.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
             self._after_bp.pop(th, None)
             if after_ids:
                 self._after_bp[th] = (seq, after_ids)
@@ -320,15 +314,13 @@ class Debugger(Inspection, RecordReplay):
 
     def _on_start(self, proc) -> None:
         """Runs in a new process's main thread before the LIP: replay setup and stop on entry."""
-        with self._launch_lock:
-            pass  # a launch by this debugger finishes registering the process first
+        self.launcher.registered()  # a launch by this debugger finishes registering the process first
         if not self._attached:
             return
         pid = proc.pid
         if self._record_all and pid not in self._recordings:
             self._new_recording(proc, complete=True)
-        if self.stop_on_entry or pid in self._entry_pids:
-            self._entry_pids.discard(pid)
+        if self.launcher.take_entry(pid) or self.stop_on_entry:
             th = proc.threads[0]
             file, line = ins.where_is(getattr(proc, "entry_location", None) or proc.fn)
             ev = Event("process_entry", now(), pid, th.tid, None, {"name": proc.name}, file=file, line=line, seq=0)
@@ -538,10 +530,7 @@ class Debugger(Inspection, RecordReplay):
             proc.wait(10)
 
         def setup(new) -> None:
-            with self._lock:
-                for bp in self._bps.values():
-                    if bp.pid == pid:
-                        bp.pid, bp.hits = new.pid, 0
+            self.bp_table.rebind(pid, new.pid)
             if pid in self._recording_pids or self._record_all:
                 self._new_recording(new, complete=True)
 
@@ -618,26 +607,28 @@ class Debugger(Inspection, RecordReplay):
         return {"pid": proc.pid, "name": proc.name}
 
     def _launch(self, fn, args, kwargs, *, user, name, priority, limits, stop_on_entry, setup=None):
-        with self._launch_lock:
-            proc = self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
-            if stop_on_entry:
-                self._entry_pids.add(proc.pid)
-            if setup is not None:
-                setup(proc)
-        return proc
+        return self.launcher.launch(
+            fn,
+            args,
+            kwargs,
+            user=user,
+            name=name,
+            priority=priority,
+            limits=limits,
+            stop_on_entry=stop_on_entry,
+            setup=setup,
+        )
 
     def launch_with(self, start: Callable[[], Any], *, stop_on_entry: bool = False, record: bool = False) -> Any:
         """Start a process some other way (e.g. a server's own launch path, with its quotas and
         sandbox) under the debugger: `start()` launches it and returns an object whose `.proc`
         (or itself) is the Process. The debugger registers it before its first line runs."""
-        with self._launch_lock:
-            out = start()
-            proc = getattr(out, "proc", out)
-            if stop_on_entry:
-                self._entry_pids.add(proc.pid)
+
+        def setup(proc) -> None:
             if record:
                 self._new_recording(proc, complete=True)
-        return out
+
+        return self.launcher.launch_with(start, stop_on_entry=stop_on_entry, setup=setup)
 
     def set_stop_on_entry(self, enabled: bool = True) -> dict:
         """Make every newly launched process stop before its first line (or not); `{"stop_on_entry"}`."""
@@ -658,10 +649,7 @@ class Debugger(Inspection, RecordReplay):
                 hit_count must be an int >= 1, got <x>`; `breakpoint 'where' must be a callable
                 taking the input token ids`.
         """
-        bp = Breakpoint(call=call, **conditions)
-        with self._lock:
-            self._bps[bp.id] = bp
-        return bp.to_dict()
+        return self.bp_table.add(call, **conditions)
 
     def remove_breakpoint(self, id: int) -> dict:
         """Remove breakpoint `id`; `{"removed": id}`.
@@ -669,11 +657,7 @@ class Debugger(Inspection, RecordReplay):
         Raises:
             DebuggerError: `no breakpoint <id>`.
         """
-        with self._lock:
-            bp = self._bps.pop(id, None)
-        if bp is None:
-            raise DebuggerError(f"no breakpoint {id}")
-        return {"removed": id}
+        return self.bp_table.remove(id)
 
     def enable_breakpoint(self, id: int, enabled: bool = True) -> dict:
         """Enable or disable breakpoint `id`; returns the breakpoint.
@@ -681,24 +665,15 @@ class Debugger(Inspection, RecordReplay):
         Raises:
             DebuggerError: `no breakpoint <id>`.
         """
-        with self._lock:
-            bp = self._bps.get(id)
-            if bp is None:
-                raise DebuggerError(f"no breakpoint {id}")
-            bp.enabled = bool(enabled)
-            return bp.to_dict()
+        return self.bp_table.enable(id, enabled)
 
     def clear_breakpoints(self) -> dict:
         """Remove every breakpoint; `{"removed": n}`."""
-        with self._lock:
-            n = len(self._bps)
-            self._bps.clear()
-        return {"removed": n}
+        return self.bp_table.clear()
 
     def breakpoints(self) -> dict:
         """`{"breakpoints": [...]}`: every breakpoint with its hit count."""
-        with self._lock:
-            return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
+        return self.bp_table.listing()
 
     # ============================================================================ waiting helpers
     def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
@@ -776,15 +751,14 @@ class Debugger(Inspection, RecordReplay):
             self.stepping.clear(ev.pid)
             with self._cv:
                 self._recording_pids.discard(ev.pid)
-                self._entry_pids.discard(ev.pid)
+                self.launcher.forget(ev.pid)
                 rs = self._replays.pop(ev.pid, None)
                 if rs is not None:
                     rs.done = True
                     self._replays_done[ev.pid] = rs.status()
                     for old in list(self._replays_done)[: -self.max_recordings]:
                         del self._replays_done[old]
-                for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
-                    del self._bps[bp.id]
+                self.bp_table.drop_temporary(ev.pid)
                 self._cv.notify_all()
         if self.events.active:
             self.events.emit(kind, ev.to_dict)
