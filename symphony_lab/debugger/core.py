@@ -36,8 +36,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from symphony_core.events import Event, now
 from symphony_core.kvfs import KV
 from symphony_core.model.dist import Dist
@@ -49,7 +47,7 @@ from .event_stream import EventStream
 from .inspection import Inspection
 from .launching import Launcher
 from .overrides import Overrides, edit_dist
-from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
+from .record import entry_from, resolve_fn
 from .replaying import RecordReplay
 from .scheduler_step import SchedulerStepMode
 from .stepping import PLAN_OF_ACTION, Stepping
@@ -212,17 +210,10 @@ class Debugger(Inspection, RecordReplay):
 
         reasons: list[str] = []
         rs = self._replays.get(pid)
-        if rs is not None and tid not in rs.live_threads:
-            e = rs.rec.get(tid, seq)
-            if e is None:
-                rs.live_threads.add(tid)  # the recording ends here: this thread goes on live
-            else:
-                diff = same_inputs(e, call, ev.args, tokens() if call == "pred" else None)
-                if diff is not None:
-                    rs.live_threads.add(tid)
-                    rs.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
-                    self._emit("replay_diverged", {"pid": pid, "tid": tid, "seq": seq, "call": call, "why": diff})
-                    reasons.append("diverged")
+        diverged = rs.check(tid, seq, call, ev.args, tokens) if rs is not None else None
+        if diverged is not None:
+            self._emit("replay_diverged", {"pid": pid, **diverged})
+            reasons.append("diverged")
         if call == "pred" and self._awaiting_fed:
             fed = self._awaiting_fed.pop((pid, tid), None)
             toks = tokens() if fed is not None else None
@@ -262,18 +253,8 @@ class Debugger(Inspection, RecordReplay):
             return result
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
         rs = self._replays.get(pid)
-        if rs is not None and tid not in rs.live_threads and call in SUBSTITUTED:
-            e = rs.rec.get(tid, seq)
-            if e is not None and e.call == call and e.kind in ("dist", "value"):
-                if e.kind == "dist" and isinstance(result, Dist) and rs.verify and e.logits is not None:
-                    live = result.logits.detach().float().cpu()
-                    if live.shape == e.logits.shape:
-                        diff = (live - e.logits.float()).abs()
-                        diff = diff[torch.isfinite(diff)]
-                        if diff.numel():
-                            rs.max_logit_diff = max(rs.max_logit_diff, float(diff.max()))
-                result = e.result(like=result)
-                rs.substituted += 1
+        if rs is not None:
+            result = rs.substitute(tid, seq, call, result)
         reasons: list[str] = []
         bp_ids: list[int] = []
         with self._lock:
