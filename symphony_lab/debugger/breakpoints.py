@@ -11,9 +11,12 @@ Debug Adapter Protocol, the hit counter advances only when every other condition
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import DebuggerError
 
 _ids = itertools.count(1)
 
@@ -120,3 +123,76 @@ class Breakpoint:
             "temporary": self.temporary,
             "hits": self.hits,
         }
+
+
+class BreakpointTable:
+    """The debugger's breakpoints by id, under a lock of their own: the breakpoint commands and
+    the kernel hook's question "which breakpoints does this call hit?"."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bps: dict[int, Breakpoint] = {}
+
+    def __len__(self) -> int:
+        return len(self._bps)
+
+    def add(self, call: str, **conditions: Any) -> dict:
+        bp = Breakpoint(call=call, **conditions)
+        with self._lock:
+            self._bps[bp.id] = bp
+        return bp.to_dict()
+
+    def remove(self, id: int) -> dict:
+        with self._lock:
+            bp = self._bps.pop(id, None)
+        if bp is None:
+            raise DebuggerError(f"no breakpoint {id}")
+        return {"removed": id}
+
+    def enable(self, id: int, enabled: bool) -> dict:
+        with self._lock:
+            bp = self._bps.get(id)
+            if bp is None:
+                raise DebuggerError(f"no breakpoint {id}")
+            bp.enabled = bool(enabled)
+            return bp.to_dict()
+
+    def clear(self) -> dict:
+        with self._lock:
+            n = len(self._bps)
+            self._bps.clear()
+        return {"removed": n}
+
+    def listing(self) -> dict:
+        with self._lock:
+            return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
+
+    def hit(
+        self, pid: int, tid: int, call: str, args: dict, tokens: Callable, detokenize: Callable
+    ) -> tuple[list[int], list[int]]:
+        """Count a hit on every breakpoint this call matches; the ids that stop it before the
+        call and after it (a temporary one that stops is gone)."""
+        before: list[int] = []
+        after: list[int] = []
+        with self._lock:
+            for bp in list(self._bps.values()):
+                if bp.matches(pid, tid, call, args, tokens, detokenize):
+                    bp.hits += 1
+                    if bp.hit_ok():
+                        (before if bp.when == "before" else after).append(bp.id)
+                        if bp.temporary:
+                            self._bps.pop(bp.id, None)
+        return before, after
+
+    def rebind(self, old_pid: int, new_pid: int) -> None:
+        """Breakpoints bound to process `old_pid` move to `new_pid` (a restart), hit counts reset."""
+        with self._lock:
+            for bp in self._bps.values():
+                if bp.pid == old_pid:
+                    bp.pid, bp.hits = new_pid, 0
+
+    def drop_temporary(self, pid: int) -> None:
+        """Process `pid` ended: its temporary breakpoints go."""
+        with self._lock:
+            for bp in [b for b in self._bps.values() if b.temporary and b.pid == pid]:
+                del self._bps[bp.id]

@@ -14,13 +14,15 @@ other threads and processes keep running and batching (non-stop mode) unless
 Every command method returns JSON data (a dict), and `handle_command` (protocol.py) maps the
 documented JSON commands onto these methods one to one; see docs/protocol.md.
 
-This file holds attaching, the kernel hook, stops, execution control and breakpoints. Parts
-composed through explicit interfaces (each given what it needs, none reading the core's
-private state): stepping.py (what step into / over / out mean), event_stream.py (subscribers,
-event messages), views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per
-command), overrides.py (force / ban / bias). Parts still mixed into the class (they read its
-stops and locks): inspection.py (threads, stack, tokens, KV file, distribution, verify_kv), replaying.py
-(record, replay, step back).
+This file holds attaching, the kernel hook, stops and execution control. Parts composed through
+explicit interfaces (each given what it needs, none reading the core's private state):
+stepping.py (what step into / over / out mean), event_stream.py (subscribers, event messages),
+views.py (KV tree, timeline, trace, watch), scheduler_step.py (one batch per command),
+overrides.py (force / ban / bias), stops.py (the `Stop` record and its protocol view),
+breakpoints.py (`BreakpointTable`: the breakpoint commands and hit counting), launching.py
+(`Launcher`: starting processes registered before their first line). Parts still mixed into the
+class (they read its stops and locks): inspection.py (threads, stack, tokens, KV file,
+distribution, verify_kv), replaying.py (record, replay, step back).
 """
 
 from __future__ import annotations
@@ -32,66 +34,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from symphony_core.events import Event, now
 from symphony_core.kvfs import KV
 from symphony_core.model.dist import Dist
 
 from . import viewdata as ins
-from .breakpoints import Breakpoint
+from .breakpoints import BreakpointTable
 from .errors import DebuggerError
 from .event_stream import EventStream
 from .inspection import Inspection
+from .launching import Launcher
 from .overrides import Overrides, edit_dist
-from .record import SUBSTITUTED, entry_from, resolve_fn, same_inputs
+from .record import entry_from, resolve_fn
 from .replaying import RecordReplay
 from .scheduler_step import SchedulerStepMode
 from .stepping import PLAN_OF_ACTION, Stepping
+from .stops import Stop, stop_view
 from .views import Views
-
-
-@dataclass(eq=False)
-class Stop:
-    """One LIP thread held by the debugger."""
-
-    id: int
-    thread: Any  # LIPThread
-    reason: str
-    reasons: list[str]
-    where: str  # "entry" | "before" | "after"
-    call: str | None
-    seq: int
-    args: dict
-    file: str | None
-    line: int | None
-    breakpoints: list[int]
-    ts: float
-    frames: list[dict]
-    tokens: list[int] | None
-    depth: int = 1  # frames of the LIP's own code on the stack (what step over / out compare)
-    result: Any = None
-    overridden: int | None = None  # the token forced by an override
-    edits: list[dict] = field(default_factory=list)
-    action: str | None = None
-    resumed: threading.Event = field(default_factory=threading.Event)
-    _info: dict | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.thread.proc.pid
-
-    @property
-    def tid(self) -> int:
-        return self.thread.tid
-
-    @property
-    def kv_file(self) -> int | None:
-        f = self.args.get("file")
-        return f if isinstance(f, int) else None
 
 
 class Debugger(Inspection, RecordReplay):
@@ -149,15 +110,14 @@ class Debugger(Inspection, RecordReplay):
         self._lock = threading.RLock()
         self._cv = threading.Condition(self._lock)
         self._stop_ids = itertools.count(1)
-        self._bps: dict[int, Breakpoint] = {}
+        self.bp_table = BreakpointTable()
         self._stops: dict[tuple[int, int], Stop] = {}
         self.stepping = Stepping()
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
         self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
-        self._entry_pids: set[int] = set()
         self._init_record_replay(record, max_recordings)
-        self._launch_lock = threading.Lock()
+        self.launcher = Launcher(self.runtime)
         self._trace: deque = deque(maxlen=trace_events)
         self._known_files: dict[int, dict] = {}
         self.events = EventStream()
@@ -197,13 +157,13 @@ class Debugger(Inspection, RecordReplay):
             pass
         self.scheduler_step_mode(False)
         with self._cv:
-            self._bps.clear()
+            self.bp_table.clear()
             self.stepping.clear()
             self._awaiting_fed.clear()
             self._pause_req.clear()
             self._after_bp.clear()
             self.overrides.clear()
-            self._entry_pids.clear()
+            self.launcher.forget()
             stops = list(self._stops.values())
             self._stops.clear()
             self._replays.clear()
@@ -224,7 +184,7 @@ class Debugger(Inspection, RecordReplay):
     # ============================================================================ the kernel hook
     def _busy(self) -> bool:
         return bool(
-            self._bps
+            self.bp_table
             or self.stepping.active()
             or self._awaiting_fed
             or self._pause_req
@@ -250,17 +210,10 @@ class Debugger(Inspection, RecordReplay):
 
         reasons: list[str] = []
         rs = self._replays.get(pid)
-        if rs is not None and tid not in rs.live_threads:
-            e = rs.rec.get(tid, seq)
-            if e is None:
-                rs.live_threads.add(tid)  # the recording ends here: this thread goes on live
-            else:
-                diff = same_inputs(e, call, ev.args, tokens() if call == "pred" else None)
-                if diff is not None:
-                    rs.live_threads.add(tid)
-                    rs.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
-                    self._emit("replay_diverged", {"pid": pid, "tid": tid, "seq": seq, "call": call, "why": diff})
-                    reasons.append("diverged")
+        diverged = rs.check(tid, seq, call, ev.args, tokens) if rs is not None else None
+        if diverged is not None:
+            self._emit("replay_diverged", {"pid": pid, **diverged})
+            reasons.append("diverged")
         if call == "pred" and self._awaiting_fed:
             fed = self._awaiting_fed.pop((pid, tid), None)
             toks = tokens() if fed is not None else None
@@ -277,21 +230,13 @@ class Debugger(Inspection, RecordReplay):
                         "by": "fed",
                     },
                 )
-        bp_ids: list[int] = []
         if self.stepping.active():
             reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
         with self._lock:
             if th in self._pause_req:
                 self._pause_req.discard(th)
                 reasons.append("pause")
-            after_ids: list[int] = []
-            for bp in list(self._bps.values()):
-                if bp.matches(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize):
-                    bp.hits += 1
-                    if bp.hit_ok():
-                        (bp_ids if bp.when == "before" else after_ids).append(bp.id)
-                        if bp.temporary:
-                            self._bps.pop(bp.id, None)
+            bp_ids, after_ids = self.bp_table.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
             self._after_bp.pop(th, None)
             if after_ids:
                 self._after_bp[th] = (seq, after_ids)
@@ -308,18 +253,8 @@ class Debugger(Inspection, RecordReplay):
             return result
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
         rs = self._replays.get(pid)
-        if rs is not None and tid not in rs.live_threads and call in SUBSTITUTED:
-            e = rs.rec.get(tid, seq)
-            if e is not None and e.call == call and e.kind in ("dist", "value"):
-                if e.kind == "dist" and isinstance(result, Dist) and rs.verify and e.logits is not None:
-                    live = result.logits.detach().float().cpu()
-                    if live.shape == e.logits.shape:
-                        diff = (live - e.logits.float()).abs()
-                        diff = diff[torch.isfinite(diff)]
-                        if diff.numel():
-                            rs.max_logit_diff = max(rs.max_logit_diff, float(diff.max()))
-                result = e.result(like=result)
-                rs.substituted += 1
+        if rs is not None:
+            result = rs.substitute(tid, seq, call, result)
         reasons: list[str] = []
         bp_ids: list[int] = []
         with self._lock:
@@ -360,15 +295,13 @@ class Debugger(Inspection, RecordReplay):
 
     def _on_start(self, proc) -> None:
         """Runs in a new process's main thread before the LIP: replay setup and stop on entry."""
-        with self._launch_lock:
-            pass  # a launch by this debugger finishes registering the process first
+        self.launcher.registered()  # a launch by this debugger finishes registering the process first
         if not self._attached:
             return
         pid = proc.pid
         if self._record_all and pid not in self._recordings:
             self._new_recording(proc, complete=True)
-        if self.stop_on_entry or pid in self._entry_pids:
-            self._entry_pids.discard(pid)
+        if self.launcher.take_entry(pid) or self.stop_on_entry:
             th = proc.threads[0]
             file, line = ins.where_is(getattr(proc, "entry_location", None) or proc.fn)
             ev = Event("process_entry", now(), pid, th.tid, None, {"name": proc.name}, file=file, line=line, seq=0)
@@ -484,43 +417,7 @@ class Debugger(Inspection, RecordReplay):
         return stop.result
 
     def stop_info(self, stop: Stop) -> dict:
-        if stop._info is not None:
-            return stop._info
-        proc = stop.thread.proc
-        d = {
-            "stop_id": stop.id,
-            "pid": stop.pid,
-            "tid": stop.tid,
-            "process": proc.name,
-            "reason": stop.reason,
-            "reasons": stop.reasons,
-            "where": stop.where,
-            "call": stop.call,
-            "seq": stop.seq,
-            "file": stop.file,
-            "line": stop.line,
-            "args": ins.jsonable(stop.args),
-            "breakpoints": stop.breakpoints,
-            "ts": stop.ts,
-            "preds": stop.thread.preds,
-            "kv_file": stop.kv_file,
-            "input": None,
-            "result": None,
-        }
-        if stop.tokens is not None:
-            d["input"] = ins.tokens_view(stop.tokens[-256:], self.tokenizer)
-            d["input"]["n_tokens"] = len(stop.tokens)
-        if isinstance(stop.result, Dist):
-            d["result"] = {
-                "kind": "dist",
-                **ins.dist_view(stop.result, self.tokenizer, self.topk, chosen=stop.overridden),
-            }
-        elif stop.where == "after":
-            d["result"] = ins.jsonable(self.runtime.kernel.summarize_result(stop.call or "", stop.result))
-        if stop.edits:
-            d["edits"] = stop.edits
-        stop._info = ins.jsonable(d)
-        return stop._info
+        return stop_view(stop, self.tokenizer, self.topk, self.runtime.kernel.summarize_result)
 
     def _find_stop(self, pid: int | None, tid: int | None) -> Stop:
         with self._lock:
@@ -614,10 +511,7 @@ class Debugger(Inspection, RecordReplay):
             proc.wait(10)
 
         def setup(new) -> None:
-            with self._lock:
-                for bp in self._bps.values():
-                    if bp.pid == pid:
-                        bp.pid, bp.hits = new.pid, 0
+            self.bp_table.rebind(pid, new.pid)
             if pid in self._recording_pids or self._record_all:
                 self._new_recording(new, complete=True)
 
@@ -694,26 +588,28 @@ class Debugger(Inspection, RecordReplay):
         return {"pid": proc.pid, "name": proc.name}
 
     def _launch(self, fn, args, kwargs, *, user, name, priority, limits, stop_on_entry, setup=None):
-        with self._launch_lock:
-            proc = self.runtime.launch(fn, args, kwargs, user=user, name=name, priority=priority, limits=limits)
-            if stop_on_entry:
-                self._entry_pids.add(proc.pid)
-            if setup is not None:
-                setup(proc)
-        return proc
+        return self.launcher.launch(
+            fn,
+            args,
+            kwargs,
+            user=user,
+            name=name,
+            priority=priority,
+            limits=limits,
+            stop_on_entry=stop_on_entry,
+            setup=setup,
+        )
 
     def launch_with(self, start: Callable[[], Any], *, stop_on_entry: bool = False, record: bool = False) -> Any:
         """Start a process some other way (e.g. a server's own launch path, with its quotas and
         sandbox) under the debugger: `start()` launches it and returns an object whose `.proc`
         (or itself) is the Process. The debugger registers it before its first line runs."""
-        with self._launch_lock:
-            out = start()
-            proc = getattr(out, "proc", out)
-            if stop_on_entry:
-                self._entry_pids.add(proc.pid)
+
+        def setup(proc) -> None:
             if record:
                 self._new_recording(proc, complete=True)
-        return out
+
+        return self.launcher.launch_with(start, stop_on_entry=stop_on_entry, setup=setup)
 
     def set_stop_on_entry(self, enabled: bool = True) -> dict:
         """Make every newly launched process stop before its first line (or not); `{"stop_on_entry"}`."""
@@ -734,10 +630,7 @@ class Debugger(Inspection, RecordReplay):
                 hit_count must be an int >= 1, got <x>`; `breakpoint 'where' must be a callable
                 taking the input token ids`.
         """
-        bp = Breakpoint(call=call, **conditions)
-        with self._lock:
-            self._bps[bp.id] = bp
-        return bp.to_dict()
+        return self.bp_table.add(call, **conditions)
 
     def remove_breakpoint(self, id: int) -> dict:
         """Remove breakpoint `id`; `{"removed": id}`.
@@ -745,11 +638,7 @@ class Debugger(Inspection, RecordReplay):
         Raises:
             DebuggerError: `no breakpoint <id>`.
         """
-        with self._lock:
-            bp = self._bps.pop(id, None)
-        if bp is None:
-            raise DebuggerError(f"no breakpoint {id}")
-        return {"removed": id}
+        return self.bp_table.remove(id)
 
     def enable_breakpoint(self, id: int, enabled: bool = True) -> dict:
         """Enable or disable breakpoint `id`; returns the breakpoint.
@@ -757,24 +646,15 @@ class Debugger(Inspection, RecordReplay):
         Raises:
             DebuggerError: `no breakpoint <id>`.
         """
-        with self._lock:
-            bp = self._bps.get(id)
-            if bp is None:
-                raise DebuggerError(f"no breakpoint {id}")
-            bp.enabled = bool(enabled)
-            return bp.to_dict()
+        return self.bp_table.enable(id, enabled)
 
     def clear_breakpoints(self) -> dict:
         """Remove every breakpoint; `{"removed": n}`."""
-        with self._lock:
-            n = len(self._bps)
-            self._bps.clear()
-        return {"removed": n}
+        return self.bp_table.clear()
 
     def breakpoints(self) -> dict:
         """`{"breakpoints": [...]}`: every breakpoint with its hit count."""
-        with self._lock:
-            return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
+        return self.bp_table.listing()
 
     # ============================================================================ waiting helpers
     def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
@@ -835,20 +715,8 @@ class Debugger(Inspection, RecordReplay):
     def _on_event(self, ev: Event) -> None:
         """Bus subscriber: keep the trace, track files and process ends, forward to the stream."""
         kind = ev.kind
-        # Syscall events are kept as flat tuples of atoms (args as their repr): holding the Event
-        # objects themselves costs ~10 us each in garbage-collector work at this volume.
-        if kind == "syscall_enter":
-            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, ev.file, ev.line, repr(ev.args)))
-        elif kind == "syscall_exit":
-            self._trace.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, repr(ev.result), ev.error))
-        else:
-            self._trace.append(ev)
+        self.views.keep(ev)
         if kind == "syscall_exit":
-            if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
-                self._known_files[ev.result["file"]] = {
-                    "parent": ev.args.get("file") if ev.call == "kv_fork" else None,
-                    "path": ev.args.get("path"),
-                }
             if self.views.watching and (ev.call == "pred" or (ev.call or "").startswith("kv_")):
                 self.views.changed("kv_tree")
         elif kind == "batch":
@@ -864,15 +732,14 @@ class Debugger(Inspection, RecordReplay):
             self.stepping.clear(ev.pid)
             with self._cv:
                 self._recording_pids.discard(ev.pid)
-                self._entry_pids.discard(ev.pid)
+                self.launcher.forget(ev.pid)
                 rs = self._replays.pop(ev.pid, None)
                 if rs is not None:
                     rs.done = True
                     self._replays_done[ev.pid] = rs.status()
                     for old in list(self._replays_done)[: -self.max_recordings]:
                         del self._replays_done[old]
-                for bp in [b for b in self._bps.values() if b.temporary and b.pid == ev.pid]:
-                    del self._bps[bp.id]
+                self.bp_table.drop_temporary(ev.pid)
                 self._cv.notify_all()
         if self.events.active:
             self.events.emit(kind, ev.to_dict)

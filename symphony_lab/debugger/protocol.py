@@ -16,6 +16,7 @@ its arguments and its body, and every event.
 from __future__ import annotations
 
 import inspect as _pyinspect
+import json
 from typing import Any
 
 from .viewdata import jsonable
@@ -96,6 +97,11 @@ class ProtocolError(Exception):
     """A malformed request (not a command error)."""
 
 
+def encode_message(m: dict) -> str:
+    """One protocol message as the compact JSON text of a WebSocket frame."""
+    return json.dumps(m, separators=(",", ":"), allow_nan=False, default=str)
+
+
 def _call(dbg, command: str, args: dict) -> Any:
     if command == "initialize":
         return {
@@ -165,4 +171,4 @@ def handle_command(dbg, msg: dict, *, allow_launch: bool = True, allow_files: bo
     return resp
 
 
-__all__ = ["COMMANDS", "EVENTS", "PROTOCOL_VERSION", "ProtocolError", "handle_command"]
+__all__ = ["COMMANDS", "EVENTS", "PROTOCOL_VERSION", "ProtocolError", "encode_message", "handle_command"]

@@ -3,15 +3,22 @@ is handed them back (so a sampled run comes out the same) and may stop at any ea
 which is what a step back is.
 
 The `RecordReplay` part of `Debugger` holds the recordings and replays; the kernel hook
-(`Debugger.before` / `after`) records each result and substitutes the recorded ones.
+(`Debugger.before` / `after`) records each result and, through `ReplayState.check` /
+`substitute`, hands a replayed thread the recorded ones.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from symphony_core.model.dist import Dist
 
 from .errors import DebuggerError
-from .record import Recording
+from .record import SUBSTITUTED, Recording, same_inputs
 
 
 @dataclass
@@ -23,6 +30,41 @@ class ReplayState:
     substituted: int = 0
     max_logit_diff: float = 0.0
     done: bool = False
+
+    def check(self, tid: int, seq: int, call: str, args: dict, tokens: Callable[[], list[int] | None]) -> dict | None:
+        """Before call `seq` of thread `tid`: None while it asks what the recording did (or the
+        thread runs live); else the divergence, and the thread goes on live from here."""
+        if tid in self.live_threads:
+            return None
+        e = self.rec.get(tid, seq)
+        if e is None:
+            self.live_threads.add(tid)  # the recording ends here: this thread goes on live
+            return None
+        diff = same_inputs(e, call, args, tokens() if call == "pred" else None)
+        if diff is None:
+            return None
+        self.live_threads.add(tid)
+        self.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
+        return {"tid": tid, "seq": seq, "call": call, "why": diff}
+
+    def substitute(self, tid: int, seq: int, call: str, result: Any) -> Any:
+        """After call `seq` of thread `tid`: the recorded result in place of the live one (whose
+        logits, with `verify`, are compared with the recorded ones)."""
+        if tid in self.live_threads or call not in SUBSTITUTED:
+            return result
+        e = self.rec.get(tid, seq)
+        if e is None or e.call != call or e.kind not in ("dist", "value"):
+            return result
+        if e.kind == "dist" and isinstance(result, Dist) and self.verify and e.logits is not None:
+            live = result.logits.detach().float().cpu()
+            if live.shape == e.logits.shape:
+                diff = (live - e.logits.float()).abs()
+                diff = diff[torch.isfinite(diff)]
+                if diff.numel():
+                    self.max_logit_diff = max(self.max_logit_diff, float(diff.max()))
+        result = e.result(like=result)
+        self.substituted += 1
+        return result
 
     def status(self) -> dict:
         return {

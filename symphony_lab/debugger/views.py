@@ -44,6 +44,23 @@ class Views:
         self._dirty: set[str] = set()  # views changed since they were last sent
         self._thread: threading.Thread | None = None
 
+    def keep(self, ev) -> None:
+        """Keep a bus event in the trace; note the KV files it created (for `known_files`)."""
+        kind = ev.kind
+        # Syscall events are kept as flat tuples of atoms (args as their repr): holding the Event
+        # objects themselves costs ~10 us each in garbage-collector work at this volume.
+        if kind == "syscall_enter":
+            self.trace_events.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, ev.file, ev.line, repr(ev.args)))
+        elif kind == "syscall_exit":
+            self.trace_events.append((kind, ev.ts, ev.pid, ev.tid, ev.call, ev.seq, repr(ev.result), ev.error))
+            if ev.call in ("kv_create", "kv_fork", "kv_open") and isinstance(ev.result, dict) and "file" in ev.result:
+                self.known_files[ev.result["file"]] = {
+                    "parent": ev.args.get("file") if ev.call == "kv_fork" else None,
+                    "path": ev.args.get("path"),
+                }
+        else:
+            self.trace_events.append(ev)
+
     @property
     def watching(self) -> bool:
         return bool(self._watch)

@@ -9,7 +9,6 @@ freezes while the model works.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from textual import on, work
@@ -21,9 +20,10 @@ from textual.css.query import NoMatches
 from textual.widgets import Footer, Static, Tab, Tabs
 
 from .command_queue import CommandQueue
+from .drawing import draw_panes, status_line
 from .kv import KVPane
-from .labels import Quiet, describe_stop, quiet_when_gone
-from .processes import ProcessesPane, ProcTree, failure_line
+from .labels import Quiet, describe_stop, quiet_when_gone  # noqa: F401 (describe_stop is imported from here)
+from .processes import ProcessesPane, ProcTree
 from .profile_screen import ProfileScreen
 from .program import ProgramPane, SourceView
 from .scheduler import SchedulerPane
@@ -216,88 +216,22 @@ class SymphonyLab(App):
         return next((p for p in self.state.get("processes", []) if p["pid"] == self.focus_pt[0]), None)
 
     def _draw(self) -> None:
-        st = self.state
         stop = self.focused_stop()
         proc = self.focused_proc()
-        pid, tid = self.focus_pt
         self._draw_status(stop, proc)
-
-        # Program: the stopped line, or the thread's last known line.
-        prog = self.query_one(ProgramPane)
-        loc = stop or (st.get("locations", {}).get(f"{pid}.{tid}") if pid is not None else None) or {}
-        failed_at = None
-        if proc and proc.get("status") == "failed":
-            tbs = st.get("tracebacks", {})
-            tb = tbs.get(proc["pid"]) or tbs.get(str(proc["pid"]))
-            failed_at = failure_line(tb) if tb else None
-            if failed_at:
-                loc = {"file": failed_at[0], "line": failed_at[1]}
-        file, line = loc.get("file") or st.get("program_file"), loc.get("line")
-        where = Content.assemble(
-            Content.styled(os.path.basename(file) if file else "no source", "bold"),
-            f":{line}" if line else "",
-            f"  in {loc.get('function')}" if loc.get("function") else "",
-            Content.styled(f"  stopped: {describe_stop(stop)}", "$text-warning") if stop else "",
-            Content.styled("  raised here", "bold $text-error") if failed_at else "",
-        )
-        prog.show_stop(
-            file,
-            line,
-            where,
-            (st.get("sources") or {}).get(file) if file else None,
-            key=(pid, tid, (stop or {}).get("stop_id")),
-        )
-        src = self.query_one(SourceView)
-        src.set_breaks(
-            {
-                b["line"]
-                for b in st.get("breakpoints", [])
-                if b.get("line") and (not b.get("source") or not file or b.get("source") == file)
-            }
-        )
-
-        # Tokens of the focused thread.
-        hist = st.get("history", {}).get(f"{pid}.{tid}", {}) if pid is not None else {}
-        toks = hist.get("tokens", [])
-        title = Content.assemble(
-            Content.styled(f"pid {pid} t{tid}" if pid is not None else "no thread", "bold"),
-            f"  {len(toks)} tokens generated",
-            Content.styled("  green: sure · yellow: toss-up · red: unlikely · underlined: overridden", "$text-muted"),
-        )
-        tp = self.query_one(TokensPane)
-        tp.show_text(title, hist.get("prompt", ""), toks)
-        res = (stop or {}).get("result")
-        tp.show_topk(res if isinstance(res, dict) and res.get("kind") == "dist" else None, (stop or {}).get("original"))
-
-        self.query_one(KVPane).show(st.get("kv", {}))
-        self.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
-        self.query_one(ProcessesPane).show(
-            st.get("processes", []), self.focus_pt, st.get("tracebacks", {}), st.get("results", {})
-        )
+        draw_panes(self, self.state, self.focus_pt, stop, proc)
 
     def _draw_status(self, stop: dict | None, proc: dict | None) -> None:
-        """One line: what the focused thread is doing first (it must survive 80 columns), then the program."""
-        parts: list[Content | str] = [Content.styled(" Symphony Lab ", "bold reverse"), " "]
-        if proc:
-            parts.append(Content.styled(f"pid {proc['pid']}", "bold"))
-            if stop:
-                parts.append(Content.styled(f" t{stop['tid']} stopped {describe_stop(stop)}", "bold $text-warning"))
-            else:
-                status = proc.get("status", "")
-                parts.append(Content.styled(f" {status}", "bold $text-error" if status == "failed" else ""))
-            parts.append(f" · {proc.get('name', '')}")
-        if self.state.get("step_mode"):
-            parts.append(Content.styled("  [batch step mode]", "$text-warning"))
-        if self.state.get("loading"):
-            parts.append(Content.styled(f"  {self.state['loading']}", "$text-accent"))
-        if self.busy:
-            parts.append(Content.styled(f"  {self.busy}…", "$text-accent"))
-        elif not self.commands.started:
-            parts.append(Content.styled("  starting…", "$text-accent"))
-        if self.queued:
-            parts.append(Content.styled("  queued: " + " ".join(self.queued), "$text-accent"))
-        parts += ["  ", Content.styled(self.session.title, "dim")]
-        self.query_one("#status", Static).update(Content.assemble(*parts))
+        line = status_line(
+            self.state,
+            stop,
+            proc,
+            busy=self.busy,
+            started=self.commands.started,
+            queued=self.queued,
+            title=self.session.title,
+        )
+        self.query_one("#status", Static).update(line)
 
     @quiet_when_gone
     def notice(self, text: str | None) -> None:

@@ -19,79 +19,15 @@ debugger/stepping.py). Two things the TUI adds on top, through the same commands
 from __future__ import annotations
 
 import itertools
-import os
-import re
-import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from ..session_state import EVENTS, SessionState
+from .line_breakpoints import LineBreakpoints
+from .lip_files import load_file, resolve_target  # noqa: F401 (cli, embedded and tests import them from here)
+from .recorded_tops import RecordedTops
 from .session import Session, SessionError
-
-_SYSCALL_ON_LINE = re.compile(r"\bsym\.(\w+)\s*\(")
-
-
-def resolve_target(target: str, *, load: bool = True) -> tuple[str, str | None]:
-    """`FILE.py:FUNC` or `package.module:FUNC` → ("module:FUNC", the file or None).
-
-    The protocol's `launch` names a LIP as "module:function" (the same in-process and over
-    WebSocket). A file is imported here under a name of its own (`load_file`), so a LIP file
-    called `select.py` or `test.py` never shadows a real module; its directory is appended to
-    `sys.path` so it can import its neighbours. With `load=False` (a remote server) the file's
-    stem is the module name and nothing is imported here.
-    """
-    if ":" not in target:
-        raise SessionError(f"expected FILE:FUNC or module:FUNC, got {target!r}")
-    left, func = target.rsplit(":", 1)
-    if left.endswith(".py") or os.sep in left or os.path.exists(left):
-        path = os.path.abspath(left)
-        if not os.path.isfile(path):
-            raise SessionError(f"no such file: {left}")
-        stem = os.path.basename(path)[:-3] if path.endswith(".py") else ""
-        if not stem.isidentifier():
-            raise SessionError(f"{left}: the file name must be a Python module name (like my_lip.py)")
-        if not load:
-            return f"{stem}:{func}", path
-        mod = load_file(path)
-        if not callable(getattr(mod, func, None)):
-            raise SessionError(f"{left} has no function {func!r}")
-        return f"{mod.__name__}:{func}", path
-    return f"{left}:{func}", None
-
-
-def load_file(path: str, reload: bool = False):
-    """Import the Python file at `path` as module `_symlab_<stem>_<hash of the path>` (again with
-    `reload`, to pick up an edit)."""
-    import hashlib
-    import importlib.util
-
-    stem = os.path.basename(path)[:-3]
-    name = f"_symlab_{stem}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
-    if name in sys.modules and not reload:
-        return sys.modules[name]
-    d = os.path.dirname(path)
-    if d not in sys.path:
-        sys.path.append(d)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise SessionError(f"cannot import {path}")
-    mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:
-        raise SessionError(f"importing {path} failed: {type(e).__name__}: {e}") from e
-    sys.modules[name] = mod
-    return mod
-
-
-def _same_line(f1: str | None, l1: int, f2: str | None, l2: int | None) -> bool:
-    if l1 != l2:
-        return False
-    if not f1 or not f2:
-        return True
-    return os.path.realpath(f1) == os.path.realpath(f2)
 
 
 class DebuggerSession(Session):
@@ -138,10 +74,9 @@ class DebuggerSession(Session):
         self.pids: list[int] = []
         self.model = SessionState()
         self._stepping: set[tuple[int, int]] = set()
-        self._line_bps: dict[int, tuple[str | None, int, str]] = {}  # bp id -> (file, line, call)
+        self._line_bps = LineBreakpoints()
         self._unnamed: set[int] = set()  # token ids seen in events whose text is not known yet
-        self._rec_top: dict[int, dict[tuple[int, int], list]] = {}  # pid -> (tid, seq) -> top5
-        self._rec_seen: dict[int, tuple[int, float]] = {}
+        self._recorded = RecordedTops(self.request)
         self._tracebacks: dict[int, str] = {}
         self._results: dict[int, dict] = {}
         self._replaying: set[int] = set()  # step-back replays on their way to the target pred
@@ -311,11 +246,7 @@ class DebuggerSession(Session):
             ids = b["breakpoints"]
             line_ids = [i for i in ids if i in self._line_bps]
             if line_ids and len(line_ids) == len(ids):
-                hit = any(
-                    _same_line(f, ln, b.get("file"), b.get("line"))
-                    for f, ln, _ in (self._line_bps[i] for i in line_ids)
-                )
-                if not hit:
+                if not self._line_bps.hit(line_ids, b.get("file"), b.get("line")):
                     self._react(lambda: self._quiet_continue(pid, tid))
                     return
                 if key in self._stepping and b.get("where") == "before" and b.get("call") == "pred":
@@ -370,31 +301,15 @@ class DebuggerSession(Session):
                 self.model.texts[tok] = t
         return t if t is not None else f"⟨{tok}⟩"
 
-    def _recorded_top(self, pid: int, live: bool) -> dict[tuple[int, int], list]:
-        """(tid, seq) -> top-5 [[token, p], …] from the process's recording (re-read when it grew)."""
-        n = sum(len(v) for k, v in list(self.model.preds.items()) if k[0] == pid)
-        seen = self._rec_seen.get(pid)
-        if seen is not None and (seen[0] == n or (live and time.monotonic() - seen[1] < 1.0)):
-            return self._rec_top.get(pid, {})
-        try:
-            rec = self.request("recording", pid=pid, entries=True)
-        except (SessionError, TimeoutError):
-            self._rec_seen[pid] = (n, time.monotonic())
-            return self._rec_top.get(pid, {})
-        top = {}
-        for e in rec.get("entries", []):
-            if e.get("call") == "pred" and e.get("top5"):
-                top[(e["tid"], e["seq"])] = e["top5"]
-        self._rec_top[pid] = top
-        self._rec_seen[pid] = (n, time.monotonic())
-        return top
+    def _preds_of(self, pid: int) -> int:
+        return sum(len(v) for k, v in list(self.model.preds.items()) if k[0] == pid)
 
     def history(self, pid: int, tid: int, live: bool) -> dict:
         """What thread `tid` fed and generated (the shared model's lane), with the top-5 of the
         process's recording for the tokens no stop showed."""
         if not self.model.preds.get((pid, tid)):
             return {"prompt": "", "tokens": []}
-        for (t, seq), top in self._recorded_top(pid, live).items():
+        for (t, seq), top in self._recorded.tops(pid, self._preds_of(pid), live).items():
             if t == tid:
                 self.model.note_topk(pid, tid, seq, top)
         return self.model.lane(pid, tid, self.text_of)
@@ -485,39 +400,7 @@ class DebuggerSession(Session):
     def toggle_breakpoint(self, source: str | None, line: int | None) -> dict:
         """On a source line: add or remove a line breakpoint. With no line: toggle a `pred`
         breakpoint everywhere."""
-        if line is None:
-            plain = [
-                b
-                for b in self.request("breakpoints")["breakpoints"]
-                if b["id"] not in self._line_bps
-                and b["call"] == "pred"
-                and not b.get("temporary")
-                and b.get("pid") is None
-                and b.get("tid") is None
-            ]
-            if plain:
-                for b in plain:
-                    self.request("remove_breakpoint", id=b["id"])
-                return {"removed": [b["id"] for b in plain]}
-            return self.request("set_breakpoint", call="pred")
-        for bid, (f, ln, _) in list(self._line_bps.items()):
-            if ln == line and (f == source or f is None or source is None):
-                del self._line_bps[bid]
-                try:
-                    self.request("remove_breakpoint", id=bid)
-                except SessionError:
-                    pass
-                return {"removed": bid}
-        text = ""
-        if source:
-            import linecache
-
-            text = linecache.getline(source, line)
-        m = _SYSCALL_ON_LINE.search(text)
-        call = m.group(1) if m else "pred"
-        bp = self.request("set_breakpoint", call=call)
-        self._line_bps[bp["id"]] = (source, line, call)
-        return {"set": bp["id"], "call": call, "line": line}
+        return self._line_bps.toggle(self.request, source, line)
 
     def override(self, pid: int, tid: int, token: int | None, text: str | None) -> dict:
         """Force the token the stopped thread's pred gives it: now (a stop after the pred) or when
