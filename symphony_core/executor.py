@@ -255,7 +255,7 @@ class Executor:
             rows_by_call.append((i, c, lg))
         # One batched sampling call for every row that asked for an in-engine pick.
         flat, owners = [], []
-        for k, (i, c, lg) in enumerate(rows_by_call):
+        for k, (_, c, lg) in enumerate(rows_by_call):
             if c.sampler is not None:
                 flat.append(lg)
                 owners.extend([(k, c.sampler)] * lg.shape[0])

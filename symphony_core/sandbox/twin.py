@@ -11,6 +11,7 @@ trusted user's program inside the engine instead, with no worker.
 
 from __future__ import annotations
 
+import functools
 import json
 import linecache
 import queue
@@ -262,7 +263,7 @@ def _serve(sym, w: Worker, wtid: int) -> None:
             kind, h, payload = q.get(timeout=0.1)
         except queue.Empty:
             if proc.kill_reason is not None:
-                raise proc.kill_reason
+                raise proc.kill_reason from None
             continue
         if kind in ("exit", "thread_exit"):
             return
@@ -280,7 +281,7 @@ def _serve(sym, w: Worker, wtid: int) -> None:
                 raise SymphonyError(f"unknown system call {op!r}")
             if not isinstance(a, dict):
                 raise TypeError(f"{op}: arguments must be an object")
-            result, data = _at(h.get("loc"), lambda: fn(sym, w, a, payload))
+            result, data = _at(h.get("loc"), functools.partial(fn, sym, w, a, payload))
             reply = {"id": h.get("id"), "ok": result}
         except _SAFE_ERRORS as e:
             if proc.kill_reason is not None or isinstance(e, Cancelled):
