@@ -73,7 +73,7 @@ def _sampler(w: Worker, spec: Any) -> Sampler | str | None:
         return spec
     if not isinstance(spec, dict):
         raise TypeError("sampler must be a Sampler")
-    params = {}
+    params: dict[str, Any] = {}
     for k, typ in (("temperature", (int, float)), ("top_k", int), ("top_p", (int, float)), ("min_p", (int, float))):
         v = spec.get(k)
         if not isinstance(v, typ) or isinstance(v, bool):
