@@ -39,9 +39,9 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         xs = {k: torch.randn(t, k) for k in {w.shape[1] for w in dense}}
         padded = {k: F.pad(x, (0, 0, 0, matmul_rows(t) - t)) for k, x in xs.items()}
         fns = {
-            "fp32": lambda: [torch.mm(w, padded[w.shape[1]].t()) for w in dense],
-            "int8": lambda: [lin(xs[lin.shape[1]]) for lin in int8],
-            "int4": lambda: [lin(xs[lin.shape[1]]) for lin in int4],
+            "fp32": lambda padded=padded: [torch.mm(w, padded[w.shape[1]].t()) for w in dense],
+            "int8": lambda xs=xs: [lin(xs[lin.shape[1]]) for lin in int8],
+            "int4": lambda xs=xs: [lin(xs[lin.shape[1]]) for lin in int4],
         }
         times = {k: [] for k in fns}
         with torch.inference_mode():

@@ -44,15 +44,15 @@ def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict
         xs = {k: torch.randn(t, k) for k in inputs[t]}
         padded = {k: F.pad(x, (0, 0, 0, matmul_rows(t) - t)) for k, x in xs.items()}
 
-        def linear():
+        def linear(xs=xs):
             for w in weights:
                 F.linear(xs[w.shape[1]], w)
 
-        def transposed():
+        def transposed(xs=xs):
             for w in weights:
                 torch.mm(w, xs[w.shape[1]].t())
 
-        def padded_transposed():
+        def padded_transposed(padded=padded):
             for w in weights:
                 torch.mm(w, padded[w.shape[1]].t())
 

@@ -57,7 +57,7 @@ def _raise_for(status: int, body: Any) -> None:
     raise ServerError(f"HTTP {status}: {msg}", status, typ)
 
 
-def program_of(fn: Callable | str) -> tuple[str, str]:
+def program_of(fn: Callable | str | None) -> tuple[str, str]:
     """(source, entry) for a LIP function, or for "path/to/file.py:func".
 
     For a function, the source is its whole module's (so its helpers travel with it), or the

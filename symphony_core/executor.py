@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -185,7 +186,8 @@ class Executor:
         # Two calls on one file cannot share a pass: the second must see the first's K/V.
         while ready:
             seen: set[int] = set()
-            now, later = [], []
+            now: list[int] = []
+            later: list[int] = []
             for i in ready:
                 fid = calls[i].kv.file.fid
                 (later if fid in seen else now).append(i)
@@ -238,7 +240,7 @@ class Executor:
             # The common decode batch: one row per call, nothing to mask or sample.
             row_of = Dist.row_of
             if argmax:
-                best, version = fast_argmax(logits), version_of(logits)
+                best, version = cast("list[int]", fast_argmax(logits)), version_of(logits)  # [B, V]: a list
                 for k, (i, _, _) in enumerate(reserved):
                     results[i] = row_of(logits, k, (best[k], logits, version))
             else:
@@ -255,7 +257,7 @@ class Executor:
             rows_by_call.append((i, c, lg))
         # One batched sampling call for every row that asked for an in-engine pick.
         flat, owners = [], []
-        for k, (i, c, lg) in enumerate(rows_by_call):
+        for k, (_, c, lg) in enumerate(rows_by_call):
             if c.sampler is not None:
                 flat.append(lg)
                 owners.extend([(k, c.sampler)] * lg.shape[0])

@@ -18,7 +18,9 @@ def answer(sym, kv, question: str, max_tokens: int, seed: int) -> str:
     return sym.detokenize(out)
 
 
-def spawn_and_sample(sym, questions: list[str] = ["Q: 2+2? A:", "Q: the sky is? A:"], max_tokens: int = 3) -> dict:
+def spawn_and_sample(
+    sym, questions: tuple[str, ...] = ("Q: 2+2? A:", "Q: the sky is? A:"), max_tokens: int = 3
+) -> dict:
     kv = sym.kv_create()
     sym.pred(kv, sym.tokenize("Answer briefly."))
     threads = [sym.spawn(answer, kv, q, max_tokens, 7 + i) for i, q in enumerate(questions)]
@@ -53,7 +55,7 @@ def one_answer(sym, kv, question: str, max_tokens: int, seed: int) -> list[int]:
     return out
 
 
-def threads_in_turn(sym, questions: list[str] = ["Q: 2+2? A:", "Q: the sky is? A:"], max_tokens: int = 2) -> list:
+def threads_in_turn(sym, questions: tuple[str, ...] = ("Q: 2+2? A:", "Q: the sky is? A:"), max_tokens: int = 2) -> list:
     """Spawns a sampling thread per question, one after another (spawn, join): its stops come in
     one order, whatever the machine's timing — the scenario every front-end must step alike."""
     kv = sym.kv_create()

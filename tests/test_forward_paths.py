@@ -273,7 +273,7 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
                 groups_seen.clear()
                 plain, plain_other, plain_chunk = step(twins, other_twin, tokens)
                 assert not groups_seen
-            for (kv, toks), t, r, p in zip(files, tokens, got, plain):
+            for (_, toks), t, r, p in zip(files, tokens, got, plain):
                 toks.append(t)
                 want = _reference(hf_model, toks)[-1]
                 what = f"shared-prefix decode, doc {doc_len}, context {len(toks)}, step {s}"

@@ -20,13 +20,13 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from symphony_core.client import Client, RemoteLIPError, ServerError
-from symphony_core.scaleout.pids import decode_pid
-from symphony_core.scaleout.serve import NAMESPACE, ray_env
+from symphony_core.client import Client, RemoteLIPError, ServerError  # noqa: E402 (after the importorskip / sys.path setup above)
+from symphony_core.scaleout.pids import decode_pid  # noqa: E402 (after the importorskip / sys.path setup above)
+from symphony_core.scaleout.serve import NAMESPACE, ray_env  # noqa: E402 (after the importorskip / sys.path setup above)
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ray_lips
-from server_harness import ROOT, free_port, symphony_cmd
+import ray_lips  # noqa: E402 (after the importorskip / sys.path setup above)
+from server_harness import ROOT, free_port, symphony_cmd  # noqa: E402 (after the importorskip / sys.path setup above)
 
 pytestmark = pytest.mark.slow
 

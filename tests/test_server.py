@@ -434,7 +434,7 @@ def test_websocket_protocol_errors(server):
     assert reply["error"]["code"] == 413 and "over the limit" in reply["error"]["message"]
     with connect(ws_url, additional_headers=hdr, max_size=None) as ws:  # 3 MiB: refused by the server outright
         ws.send("x" * (3 << 20))
-        with pytest.raises(Exception):
+        with pytest.raises(ConnectionClosed):
             ws.recv(timeout=30)
         assert ws.close_code == 1009
     # a bad message mid-run is answered, and the run goes on

@@ -176,7 +176,7 @@ def record_state(engine) -> dict:
                 await pilot.press("s")
                 await until(
                     pilot,
-                    lambda: (
+                    lambda before=before: (
                         app.busy is None
                         and app.focused_stop() is not None
                         and app.focused_stop()["stop_id"] not in before

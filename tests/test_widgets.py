@@ -108,7 +108,7 @@ def test_widget_steps_overrides_and_updates_live(lab):
         before = w.view["stops"][0]["stop_id"]
         assert spy.request("step", pid=pid, tid=1)["success"]
         wait_for(
-            lambda: (
+            lambda before=before: (
                 w.view.get("stops")
                 and w.view["stops"][0]["stop_id"] != before
                 and w.view["stops"][0]["where"] == "after"
@@ -158,7 +158,7 @@ def test_widget_records_and_steps_back_to_the_recorded_topk(lab):
         before = w.view["stops"][0]["stop_id"]
         assert spy.request("step", pid=pid, tid=1)["success"]
         wait_for(
-            lambda: (
+            lambda before=before: (
                 w.view.get("stops")
                 and w.view["stops"][0]["stop_id"] != before
                 and w.view["stops"][0]["where"] == "after"

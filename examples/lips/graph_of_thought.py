@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     for i, b in enumerate(res["branches"]):
         mark = "keep " if b["kept"] else "prune"
         print(f"  b{i} [{mark}] score {b['score']:+.2f}  {b['text'].strip()!r}")
-    print(f"merge of {['b%d' % i for i in res['kept']]} -> {res['answer'].strip()!r}")
+    print(f"merge of {[f'b{i}' for i in res['kept']]} -> {res['answer'].strip()!r}")
     eng.shutdown()
 
 

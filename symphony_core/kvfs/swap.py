@@ -47,6 +47,7 @@ def swap_in(fs: KVFS, files: list[KVFile]) -> None:
         todo = [f for f in files if f.swapped is not None]
         fresh = pool.alloc(pages_to_swap_in(todo))
         for f in todo:
+            assert f.swapped is not None  # `todo` holds only swapped files
             for i, (k, v) in f.swapped.items():
                 p = fresh.pop()
                 rows = slice(p * ps, (p + 1) * ps)

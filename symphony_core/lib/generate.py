@@ -156,6 +156,7 @@ def generate(
     out: list[int] = []
     logprobs: list[float] = []
     text, shown, checked = "", 0, 0
+    match: str | int | None
     reason, match = "max_tokens", None
     n_preds = 0
     pending = toks

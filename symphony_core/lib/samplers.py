@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -28,7 +29,7 @@ LogitsProcessor = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
 
 def greedy(dist: Dist) -> int:
     """The most likely token of a one-position Dist."""
-    return dist.argmax() if dist.logits.dim() == 1 else dist[-1].argmax()
+    return cast(int, dist.argmax() if dist.logits.dim() == 1 else dist[-1].argmax())  # one position
 
 
 def log_softmax(dist_or_logits) -> torch.Tensor:
@@ -90,6 +91,7 @@ class Sampling:
 
     @property
     def is_greedy(self) -> bool:
+        assert self._sampler is not None  # built in __post_init__
         return self._sampler.is_greedy
 
     @property
@@ -115,7 +117,8 @@ class Sampling:
         logits = dist.logits if dist.logits.dim() == 1 else dist[-1].logits
         logits = self.process(logits, history)
         if self.is_greedy:
-            return fast_argmax(logits)
+            return cast(int, fast_argmax(logits))  # one row: an int
+        assert self._sampler is not None  # built in __post_init__
         return sample_rows(logits[None].float().cpu(), [self._sampler])[0]
 
 

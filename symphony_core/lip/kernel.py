@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, Protocol
 
 from ..events import Event, EventBus, now
@@ -31,7 +32,7 @@ class DebugHook(Protocol):
 
 def caller_location() -> tuple[str | None, int | None]:
     """File and line of the innermost frame outside symphony_core: the LIP's own code."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     inside = _inside
     while f is not None:
         name = f.f_code.co_filename

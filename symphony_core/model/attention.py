@@ -46,6 +46,7 @@ def _cascade_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     b, p, s = g.n_seqs, g.prefix_len, g.context_len
     qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, kvh, grp, d)
     qp = qg.transpose(0, 1).reshape(kvh, b * grp, d)  # [KVH, B*G, D]
+    assert g.prefix_slots is not None  # only shared-prefix groups come here
     kp = k_cache.index_select(0, g.prefix_slots)  # [P, KVH, D]
     vp = v_cache.index_select(0, g.prefix_slots)
     ks = k_cache.index_select(0, g.context_slots).view(b, s, kvh, d)

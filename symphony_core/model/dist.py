@@ -56,7 +56,7 @@ class Dist:
     __slots__ = ("_logits", "_batch", "_row", "token", "_probs", "_argmax")
 
     def __init__(self, logits: torch.Tensor, token: int | list[int] | None = None) -> None:
-        self._logits = logits
+        self._logits: torch.Tensor | None = logits
         self._batch: torch.Tensor | None = None  # set by `row_of` until the row view is taken
         self._row = 0
         self.token = token  # the engine's pick when `pred(..., sampler=)` was used
@@ -86,6 +86,7 @@ class Dist:
         lg = self._logits
         if lg is None:  # a `row_of` Dist read for the first time
             b = self._batch
+            assert b is not None  # a Dist holds either its logits or the batch they are a row of
             lg = self._logits = b[self._row]  # a view: shares the batch's version counter
             self._batch = None
             memo = self._argmax

@@ -129,7 +129,7 @@ class PagedLlama:
         x = pad_rows(self.embed.index_select(0, fb.token_ids), rows)  # residual stream [rows, hidden]
         cos = self.cos.index_select(0, fb.positions)[:, None, :]
         sin = self.sin.index_select(0, fb.positions)[:, None, :]
-        plan = self.attention.plan(fb.groups)
+        plan: list = self.attention.plan(fb.groups)  # each backend reads back its own plan
         for li, layer in enumerate(self.layers):
             # The real rows, row-major again (a small copy): attention wants D contiguous.
             qkv = project(rms_norm(x, layer.attn_norm, cfg.rms_eps), layer.wqkv)[:, :t].t().contiguous()

@@ -97,11 +97,14 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return q.view(out_f, in_f), scale, lo
 
 
+TierLinear = Int8Linear | Int4Linear | DenseLinear  # one form a RowsSwitchLinear may run
+
+
 class RowsSwitchLinear:
     """One weight held in several forms: `tiers` [(max_rows, linear), ...] in increasing max_rows;
     a call runs the first tier whose max_rows covers its rows (the last tier takes the rest)."""
 
-    def __init__(self, tiers: list[tuple[int, object]]) -> None:
+    def __init__(self, tiers: list[tuple[int, TierLinear]]) -> None:
         self.tiers = tiers
         self.shape = tiers[0][1].shape
 

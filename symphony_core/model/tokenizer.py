@@ -6,6 +6,11 @@ renders chat templates) so that loading a model never imports transformers (2 s)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+
 import json
 from pathlib import Path
 
@@ -35,11 +40,12 @@ class Tokenizer:
         self.bos_token = _special(tcfg.get("bos_token"))
         self.eos_token = _special(tcfg.get("eos_token"))
         eos = set(config_eos)
-        if self.eos_token is not None and self.fast.token_to_id(self.eos_token) is not None:
-            eos.add(self.fast.token_to_id(self.eos_token))
+        eos_id = self.fast.token_to_id(self.eos_token) if self.eos_token is not None else None
+        if eos_id is not None:
+            eos.add(eos_id)
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         self.vocab_size = self.fast.get_vocab_size(with_added_tokens=True)
-        self._template = None
+        self._template: Template | None = None
 
     def tokenize(self, text: str) -> list[int]:
         if not isinstance(text, str):

@@ -23,7 +23,15 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError
-from .quant import DenseLinear, Int4Linear, Int8Linear, RowsSwitchLinear, quantize_int4, quantize_int8
+from .quant import (
+    DenseLinear,
+    Int4Linear,
+    Int8Linear,
+    RowsSwitchLinear,
+    TierLinear,
+    quantize_int4,
+    quantize_int8,
+)
 
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
@@ -123,7 +131,7 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             key = f"{i}.{attr}"
-            tiers = [(INT8_MAX_ROWS, Int8Linear(t[key + ".q8"], t[key + ".q8_scale"]))]
+            tiers: list[tuple[int, TierLinear]] = [(INT8_MAX_ROWS, Int8Linear(t[key + ".q8"], t[key + ".q8_scale"]))]
             if fmt == "q4":
                 int4 = Int4Linear(_unpack_nibbles(t[key + ".q4"]), t[key + ".q4_scale"], t[key + ".q4_min"])
                 tiers.insert(0, (INT4_MAX_ROWS, int4))

@@ -125,7 +125,7 @@ def runtime_paths(package_dir: str) -> list[str]:
         ):
             cand.add(rp)
     cand.add(os.path.realpath(package_dir))
-    out = []
+    out: list[str] = []
     for p in sorted(cand, key=len):
         if not os.path.lexists(p):
             continue

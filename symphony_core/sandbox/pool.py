@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import cast
 
 from ..errors import SymphonyError
 from ..sched.process import LIPError
@@ -117,10 +118,12 @@ class SandboxManager:
         """The zygote died under a running server: start another, unless it keeps dying."""
         now = time.monotonic()
         self._restart_times = [t for t in self._restart_times if now - t < 60] + [now]
+        zygote = self.zygote
+        assert zygote is not None  # only a started zygote can die
         try:
-            self.zygote.wait(5)
+            zygote.wait(5)
         except subprocess.TimeoutExpired:
-            self.zygote.kill()
+            zygote.kill()
         if len(self._restart_times) > MAX_RESTARTS_PER_MINUTE:
             self.failed = f"its zygote died {len(self._restart_times)} times within a minute"
             log.error("sandbox: not restarting the zygote again (%s)", self.failed)
@@ -331,13 +334,13 @@ class SandboxManager:
                 log.error("sandbox zygote exited")
             self._sel.unregister(self._ctl)
             self._ready.clear()
-            for w in list(self._by_id.values()):
-                w.death = {"note": "zygote gone"}
-                w.dead.set()
-                w.spawned.set()
-                w.push_all(("dead", {}, b""))
-                if w.released:
-                    self._forget(w)
+            for gone in list(self._by_id.values()):
+                gone.death = {"note": "zygote gone"}
+                gone.dead.set()
+                gone.spawned.set()
+                gone.push_all(("dead", {}, b""))
+                if gone.released:
+                    self._forget(gone)
             self._ctl.close()
             if not self._stop:
                 self._restart_zygote()
@@ -423,7 +426,7 @@ class SandboxManager:
         q = w.queues.get(t) if isinstance(t, int) and not isinstance(t, bool) else None
         if op == "thread_exit":
             if q is not None and t != 0:
-                w.ended.add(t)
+                w.ended.add(cast(int, t))  # a queue was found: `t` is an int
                 q.put(("thread_exit", h, p))
             return
         if t in w.ended:

@@ -11,6 +11,7 @@ trusted user's program inside the engine instead, with no worker.
 
 from __future__ import annotations
 
+import functools
 import json
 import linecache
 import queue
@@ -72,7 +73,7 @@ def _sampler(w: Worker, spec: Any) -> Sampler | str | None:
         return spec
     if not isinstance(spec, dict):
         raise TypeError("sampler must be a Sampler")
-    params = {}
+    params: dict[str, Any] = {}
     for k, typ in (("temperature", (int, float)), ("top_k", int), ("top_p", (int, float)), ("min_p", (int, float))):
         v = spec.get(k)
         if not isinstance(v, typ) or isinstance(v, bool):
@@ -262,7 +263,7 @@ def _serve(sym, w: Worker, wtid: int) -> None:
             kind, h, payload = q.get(timeout=0.1)
         except queue.Empty:
             if proc.kill_reason is not None:
-                raise proc.kill_reason
+                raise proc.kill_reason from None
             continue
         if kind in ("exit", "thread_exit"):
             return
@@ -280,7 +281,7 @@ def _serve(sym, w: Worker, wtid: int) -> None:
                 raise SymphonyError(f"unknown system call {op!r}")
             if not isinstance(a, dict):
                 raise TypeError(f"{op}: arguments must be an object")
-            result, data = _at(h.get("loc"), lambda: fn(sym, w, a, payload))
+            result, data = _at(h.get("loc"), functools.partial(fn, sym, w, a, payload))
             reply = {"id": h.get("id"), "ok": result}
         except _SAFE_ERRORS as e:
             if proc.kill_reason is not None or isinstance(e, Cancelled):

@@ -82,7 +82,7 @@ class Channel:
         self._wlock = threading.Lock()
         self._cv = threading.Condition()
         self._reading = False
-        self._replies: dict[int, tuple[dict, bytearray]] = {}
+        self._replies: dict[int | None, tuple[dict, bytearray]] = {}  # a reply with no id: under None
         self._slots = list(range(n_slots))
         self._slot_lock = threading.Lock()
 
@@ -219,7 +219,7 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _caller_loc() -> list | None:
     """File and line of the innermost frame outside symphony_core (as the kernel reports it
     for an in-process LIP): the LIP's own code, even when it calls through symphony_core.lib."""
-    f = sys._getframe(2)
+    f: types.FrameType | None = sys._getframe(2)
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
         f = f.f_back
     return None if f is None else [f.f_code.co_filename, f.f_lineno]

@@ -57,8 +57,9 @@ from symphony_core.model import dist as _dist  # noqa: E402,F401
 from symphony_core.model import sampling as _sampling  # noqa: E402
 from symphony_core.sandbox import confine, worker  # noqa: E402
 
-sys.modules["symphony_core.model"].Dist = _dist.Dist  # what `from symphony_core.model import …` needs
-sys.modules["symphony_core.model"].Sampler = _sampling.Sampler
+# what `from symphony_core.model import …` needs (set on the module object: mypy sees no such attributes)
+sys.modules["symphony_core.model"].Dist = _dist.Dist  # type: ignore[attr-defined]
+sys.modules["symphony_core.model"].Sampler = _sampling.Sampler  # type: ignore[attr-defined]
 
 try:  # loaded now: after the pivot into the sandbox's root, libseccomp could not be found
     import pyseccomp  # noqa: F401
@@ -114,7 +115,8 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
     pkg = sys.modules["symphony_core"]
     for n in ("SymphonyError", "KVError", "KVPermissionError", "KVNotFound", "OutOfPages", "PredError", "ModelError"):
         setattr(pkg, n, getattr(_errors, n))
-    pkg.Dist, pkg.Sampler, pkg.KV = _dist.Dist, _sampling.Sampler, worker.RemoteKV
+    # stand-ins set on the module objects (attributes mypy cannot see)
+    pkg.Dist, pkg.Sampler, pkg.KV = _dist.Dist, _sampling.Sampler, worker.RemoteKV  # type: ignore[attr-defined]
 
     def _missing(name: str):
         raise ImportError(
@@ -122,8 +124,9 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
             "another process, outside the sandbox — use the `sym` handle"
         )
 
-    pkg.__getattr__ = _missing
-    sys.modules["symphony_core.model"].__getattr__ = lambda name: _missing(f"model.{name}")
+    # a module-level __getattr__ (PEP 562) installed on the module objects
+    pkg.__getattr__ = _missing  # type: ignore[method-assign]
+    sys.modules["symphony_core.model"].__getattr__ = lambda name: _missing(f"model.{name}")  # type: ignore[method-assign]
     for name in list(sys.modules):
         if name.startswith("symphony_core.") and name not in _ALLOWED and name != "symphony_core.sandbox.confine":
             sys.modules.pop(name, None)
@@ -264,7 +267,8 @@ def main() -> None:
     shutting_down = False
     try:
         while True:
-            r, _, _ = select.select([ctl, status_r, wake_r], [], [], 0.5)
+            watched: list[socket.socket | int] = [ctl, status_r, wake_r]
+            r, _, _ = select.select(watched, [], [], 0.5)
             if wake_r in r:
                 os.read(wake_r, 4096)
             if status_r in r:

@@ -75,10 +75,10 @@ class Front:
         if hit is not None and time.monotonic() - hit[1] < self.auth_ttl:
             return hit[0]
         r = self._any_live()
+        url = self.pool.url(r)
+        assert url is not None  # _any_live returns a replica that is up, with its info
         try:
-            resp = await self.http.get(
-                self.pool.url(r) + "/v1/whoami", headers={"authorization": f"Bearer {tok}"} if tok else {}
-            )
+            resp = await self.http.get(url + "/v1/whoami", headers={"authorization": f"Bearer {tok}"} if tok else {})
         except httpx.HTTPError:
             await self._check_alive(r)
             raise FrontError(
@@ -179,7 +179,9 @@ class Front:
             try:
                 return await self._send(r, request)
             except FrontError:
-                death = self.pool.faults.death_of(r, decode_pid(pid).generation)
+                rp = decode_pid(pid)
+                assert rp is not None  # _death_for_pid refused a pid that does not decode
+                death = self.pool.faults.death_of(r, rp.generation)
                 if death is None or self.owners.get(pid) != user:
                     raise
         return self._lost_answer(pid, death, tail, request)
@@ -205,7 +207,7 @@ class Front:
         resp = await self._send(self.home(user, request.headers), request)
         if resp.status_code == 201:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                self._own(json.loads(resp.body)["pid"], user)
+                self._own(json.loads(bytes(resp.body))["pid"], user)
         return resp
 
     async def list_processes(self, request: Request) -> Response:
@@ -223,7 +225,7 @@ class Front:
                 resp = await self._send(r, request, b"")
             except FrontError:
                 return None
-            return {**json.loads(resp.body), "_replica": r} if resp.status_code == 200 else None
+            return {**json.loads(bytes(resp.body)), "_replica": r} if resp.status_code == 200 else None
 
         return [b for b in await asyncio.gather(*(one(r) for r in self.pool.live())) if b is not None]
 
@@ -301,7 +303,7 @@ class Front:
             except FrontError:
                 continue
             if resp.status_code == 200:
-                out = json.loads(resp.body)
+                out = json.loads(bytes(resp.body))
                 break
         out["replicas"] = [
             {
@@ -321,7 +323,7 @@ class Front:
         families: dict[str, list[str]] = {}
         for r in self.pool.live():
             try:
-                text = (await self._send(r, request, b"")).body.decode()
+                text = bytes((await self._send(r, request, b"")).body).decode()
             except FrontError:
                 continue
             family = ""
@@ -347,7 +349,7 @@ class Front:
         try:
             user = await self.user_of(ws.headers, ws.query_params)
             if isinstance(user, Response):
-                err = json.loads(user.body).get("error", {})
+                err = json.loads(bytes(user.body)).get("error", {})
                 return await _ws_close(ws, {"type": "error", "error": err}, 4401)
             first = await asyncio.wait_for(ws.receive_text(), 60)
             try:
@@ -458,7 +460,8 @@ def create_front_app(pool: ReplicaPool) -> Starlette:
     """The front's ASGI app; its lifespan runs the pool's monitor."""
     front = Front(pool)
 
-    async def on_front_error(request, exc: FrontError) -> Response:
+    async def on_front_error(request, exc: Exception) -> Response:
+        assert isinstance(exc, FrontError)  # registered for FrontError only
         return exc.response()
 
     @contextlib.asynccontextmanager

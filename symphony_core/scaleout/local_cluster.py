@@ -11,6 +11,7 @@ import glob
 import os
 import signal
 import time
+from typing import Any
 
 
 def _kill_session(session_dirs: set[str]) -> None:
@@ -34,7 +35,7 @@ def start_local_cluster(
     """`ray.cluster_utils.Cluster` with `nodes` nodes of `num_cpus` CPUs each; call `.shutdown()` when done."""
     from ray.cluster_utils import Cluster
 
-    node_args = {"num_cpus": num_cpus, "object_store_memory": object_store_mb << 20}
+    node_args: dict[str, Any] = {"num_cpus": num_cpus, "object_store_memory": object_store_mb << 20}
     last: Exception | None = None
     for attempt in range(attempts):
         before = set(glob.glob(os.path.join(temp_dir, "session_2*")))

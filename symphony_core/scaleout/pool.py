@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -30,7 +31,7 @@ _RUNNING = re.compile(r'^symphony_processes\{status="running"\}\s+([0-9.]+)', re
 @dataclass
 class ReplicaState:
     index: int
-    actor: object
+    actor: Any  # a Ray ActorHandle: its remote methods are looked up dynamically
     info: ReplicaInfo | None = None
     up: bool = False
     files: dict[str, list[str]] = field(default_factory=dict)  # user -> named files, as last polled

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 
 class BatchMember(NamedTuple):
@@ -82,7 +82,7 @@ class BatchRecord:
         ms = self._members
         if ms and type(ms[0]) is not BatchMember:
             ms = self._members = [BatchMember._make(m) for m in ms]
-        return ms
+        return cast("list[BatchMember]", ms)  # wrapped just above when they were bare tuples
 
     @property
     def size(self) -> int:

@@ -92,9 +92,11 @@ class BatchScheduler:
             with proc.lock:
                 th.state = "in_syscall" if not p.waiting_pages else "waiting_pages"
         fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
-        if isinstance(p.result, BaseException):
-            raise p.result
-        return p.result
+        result = p.result
+        if isinstance(result, BaseException):
+            raise result
+        assert result is not None  # set before the thread is woken
+        return result
 
     def submit(self, p: PendingPred) -> None:
         with self._cv:
@@ -223,7 +225,7 @@ class BatchScheduler:
         self.idle_since = t1
         progressed = False
         members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
-        finished: list[tuple[PendingPred, object]] = []
+        finished: list[tuple[PendingPred, Dist | BaseException]] = []
         errors = 0
         for p, (a, b), r in zip(chosen, spans, results):
             if isinstance(r, OutOfPages):
@@ -296,7 +298,7 @@ class BatchScheduler:
             if not p.call.kv.closed and p.call.kv.file.length > p.start_len:
                 self.kvfs.rollback(Reservation(p.call.kv, p.start_len, []))
 
-    def _finish_many(self, done: list[tuple[PendingPred, object]]) -> None:
+    def _finish_many(self, done: list[tuple[PendingPred, Dist | BaseException]]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,
         one after the other (see `Signal`)."""
         gone = {p for p, _ in done}

@@ -22,6 +22,8 @@ _pids = itertools.count(int(os.environ.get("SYMPHONY_PID_BASE", "0")) + 1)
 class LIPError(SymphonyError):
     """A LIP ended with an exception; `.traceback_text` holds its traceback."""
 
+    error_type: str | None = None  # the failing exception's type name, when set by the sandbox
+
     def __init__(self, message: str, traceback_text: str = "") -> None:
         super().__init__(message)
         self.traceback_text = traceback_text

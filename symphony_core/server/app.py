@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -264,23 +265,26 @@ def create_app(
     users: Users | None = None,
     config: ServerConfig | None = None,
     sandbox: SandboxManager | None = None,
-    plugins: list[str] = (),
+    plugins: Sequence[str] = (),
 ) -> Starlette:
     """The ASGI app. `sandbox` must already be started (see `serve`) unless config.sandbox is False.
     `plugins` names server plugins (plugins.py) whose routes are mounted beside the built-in ones."""
     state = State(engine, users or Users({}), config or ServerConfig(), sandbox)
 
-    async def on_bad_request(request, exc: BadRequest) -> Response:
+    async def on_bad_request(request, exc: Exception) -> Response:
+        assert isinstance(exc, BadRequest)  # registered for BadRequest only
         return JSONResponse(exc.body(), status_code=exc.status)
 
-    async def on_http(request, exc: HTTPException) -> Response:
+    async def on_http(request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = {
             404: f"no route {request.method} {request.url.path}",
             405: f"method {request.method} not allowed on {request.url.path}",
         }.get(exc.status_code, str(exc.detail))
         return error_response(exc.status_code, msg, "not_found" if exc.status_code == 404 else "invalid_request_error")
 
-    async def on_symphony(request, exc: SymphonyError) -> Response:
+    async def on_symphony(request, exc: Exception) -> Response:
+        assert isinstance(exc, SymphonyError)  # registered for SymphonyError only
         return error_response(symphony_status(exc), str(exc), type(exc).__name__)
 
     async def on_error(request, exc: Exception) -> Response:

@@ -56,6 +56,8 @@ def _load_function(spec: str):
     if not os.path.exists(path):
         raise SystemExit(f"symphony run: no such file {path!r}")
     mspec = importlib.util.spec_from_file_location(f"_lip_{os.path.splitext(os.path.basename(path))[0]}", path)
+    if mspec is None or mspec.loader is None:
+        raise SystemExit(f"symphony run: cannot load {path!r} as a Python module")
     mod = importlib.util.module_from_spec(mspec)
     sys.modules[mspec.name] = mod
     mspec.loader.exec_module(mod)

@@ -21,13 +21,16 @@ _tasks: set[asyncio.Task] = set()  # the loop keeps only weak references to task
 def start_drain(state: State) -> None:
     """Begin draining from a signal handler (any thread)."""
 
+    loop = state.loop
+    if loop is None or state.draining:
+        return
+
     def start() -> None:
-        t = state.loop.create_task(drain(state))
+        t = loop.create_task(drain(state))
         _tasks.add(t)
         t.add_done_callback(_tasks.discard)
 
-    if state.loop is not None and not state.draining:
-        state.loop.call_soon_threadsafe(start)
+    loop.call_soon_threadsafe(start)
 
 
 async def drain(state: State) -> None:

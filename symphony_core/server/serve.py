@@ -131,7 +131,7 @@ def serve(
         log_level="warning",
         ws_max_size=2 * max_body,
         ws_ping_interval=None,
-        timeout_graceful_shutdown=drain_s + 3,
+        timeout_graceful_shutdown=drain_s + 3,  # type: ignore[arg-type]  # uvicorn waits on it as a float; its annotation says int
         lifespan="on",
         access_log=False,
         backlog=4096,

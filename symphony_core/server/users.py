@@ -11,6 +11,11 @@ A user's programs run as that user inside the engine, so the KV namespaces keep 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
 import hmac
 import json
 import re
@@ -122,7 +127,7 @@ class TokenBucket:
 class QuotaKeeper:
     """Enforces per-user quotas where the engine has no per-user notion of its own."""
 
-    engine: object
+    engine: Engine
     users: Users
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
     _pages_cache: dict[str, tuple[float, int]] = field(default_factory=dict)
