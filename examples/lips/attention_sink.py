@@ -18,9 +18,8 @@ from __future__ import annotations
 import argparse
 
 
-def sink_generate(
-    sym, prompt: str, max_tokens: int = 128, sink: int = 4, window: int = 32, keep: int | None = None
-) -> dict:
+def sink_generate(sym, prompt: str, max_tokens: int = 128, sink: int = 4, window: int = 32,
+                  keep: int | None = None) -> dict:
     """Greedy decoding in a window of `sink + window` cache slots; returns the text and the
     page and position bookkeeping that shows it stayed bounded."""
     keep = window // 2 if keep is None else keep
@@ -47,7 +46,7 @@ def sink_generate(
         history.append(t)
         if kv.len + 1 > sink + window:
             # Slide: sinks + the last `keep` tokens before t, re-fed at positions sink.., then t.
-            recent = history[-1 - keep : -1]
+            recent = history[-1 - keep:-1]
             new = sym.kv_fork(sinks)
             pos = list(range(sink, sink + keep + 1))
             d = sym.pred(new, recent + [t], positions=pos)
@@ -62,15 +61,8 @@ def sink_generate(
         max_position = max(max_position, kv.positions[-1])
     sym.kv_close(kv)
     sym.kv_close(sinks)
-    return {
-        "tokens": out,
-        "text": sym.detokenize(out),
-        "slides": slides,
-        "max_pages": max_pages,
-        "max_position": max_position,
-        "positions_contiguous": positions_ok,
-        "prompt_tokens": len(toks),
-    }
+    return {"tokens": out, "text": sym.detokenize(out), "slides": slides, "max_pages": max_pages,
+            "max_position": max_position, "positions_contiguous": positions_ok, "prompt_tokens": len(toks)}
 
 
 def page_bound(sink: int, window: int, page_size: int) -> int:
@@ -92,11 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     ps = eng.pool.page_size
     print(args.prompt + res["text"])
     full = -(-(res["prompt_tokens"] + args.tokens) // ps)
-    print(
-        f"--- {len(res['tokens'])} tokens, {res['slides']} slides; at most {res['max_pages']} pages held "
-        f"(bound {page_bound(args.sink, args.window, ps)}; the full context would need {full}); "
-        f"highest position {res['max_position']}"
-    )
+    print(f"--- {len(res['tokens'])} tokens, {res['slides']} slides; at most {res['max_pages']} pages held "
+          f"(bound {page_bound(args.sink, args.window, ps)}; the full context would need {full}); "
+          f"highest position {res['max_position']}")
     eng.shutdown()
 
 

@@ -49,9 +49,7 @@ def beam_search(sym, prompt: str, beam_width: int = 3, max_tokens: int = 16, len
     def rank(score: float, n: int) -> float:
         return score / (max(n, 1) ** length_penalty) if length_penalty else score
 
-    steps = 0
-    for _ in range(max_tokens):
-        steps += 1
+    for step in range(max_tokens):  # noqa: B007 (the step count is read after the loop)
         dists = pred_parallel(sym, [(b.kv, b.pending) for b in beams])
         cands = []
         for bi, (b, d) in enumerate(zip(beams, dists)):
@@ -96,7 +94,7 @@ def beam_search(sym, prompt: str, beam_width: int = 3, max_tokens: int = 16, len
     best = max(every, key=lambda h: rank(h["score"], len(h["tokens"]) + int(h["finished"])))
     for h in every:
         h["text"] = sym.detokenize(h["tokens"])
-    return {"best": best, "hypotheses": sorted(every, key=lambda h: -h["score"]), "forks": forks, "steps": steps}
+    return {"best": best, "hypotheses": sorted(every, key=lambda h: -h["score"]), "forks": forks, "steps": step + 1}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -30,22 +30,15 @@ def verdict_suffix(sym, question: str, thought: str) -> str:
     """The text that follows a branch's thought to ask for a verdict: the template's end of
     the assistant turn, a user turn with the verdict question, and the next assistant header."""
     head = chat_prompt(sym, [{"role": "user", "content": question}]) + thought
-    full = chat_prompt(
-        sym,
-        [
-            {"role": "user", "content": question},
-            {"role": "assistant", "content": thought},
-            {"role": "user", "content": VERDICT},
-        ],
-    )
+    full = chat_prompt(sym, [{"role": "user", "content": question}, {"role": "assistant", "content": thought},
+                             {"role": "user", "content": VERDICT}])
     if not full.startswith(head):
         raise ValueError("this chat template rewrites the assistant turn; cannot extend the branch in place")
-    return full[len(head) :]
+    return full[len(head):]
 
 
-def graph_of_thought(
-    sym, question: str, branches: int = 4, keep: int = 2, thought_tokens: int = 24, answer_tokens: int = 40
-) -> dict:
+def graph_of_thought(sym, question: str, branches: int = 4, keep: int = 2, thought_tokens: int = 24,
+                     answer_tokens: int = 40) -> dict:
     yes, no = verdict_tokens(sym)
     prompt = sym.tokenize(chat_prompt(sym, [{"role": "user", "content": question}]))
     root = sym.kv_create()
@@ -62,21 +55,14 @@ def graph_of_thought(
         suffix = verdict_suffix(s, question, text)
         if g.stop_reason == "eos":  # the end-of-turn token is already the pending one
             end = s.detokenize(g.pending)
-            suffix = suffix[len(end) :] if suffix.startswith(end) else suffix
+            suffix = suffix[len(end):] if suffix.startswith(end) else suffix
         judge = s.kv_fork(kv)
         dv = s.pred(judge, g.pending + s.tokenize(suffix))
         score = dv.logprob(yes) - dv.logprob(no)
         judge_tokens = judge.tokens
         s.kv_close(judge)
-        return {
-            "first": first,
-            "tokens": toks,
-            "text": text,
-            "score": score,
-            "kv": kv,
-            "judge_tokens": judge_tokens,
-            "shares_root": kv.pages[: len(root_pages) - 1] == root_pages[: len(root_pages) - 1],
-        }
+        return {"first": first, "tokens": toks, "text": text, "score": score, "kv": kv, "judge_tokens": judge_tokens,
+                "shares_root": kv.pages[: len(root_pages) - 1] == root_pages[: len(root_pages) - 1]}
 
     nodes = parallel_map(sym, branch, firsts)
     ranked = sorted(range(len(nodes)), key=lambda i: -nodes[i]["score"])
@@ -89,21 +75,16 @@ def graph_of_thought(
     ideas = "\n".join(f"{j + 1}. {nodes[i]['text'].strip()}" for j, i in enumerate(kept))
     merge_msg = f"{question}\nHere are some ideas:\n{ideas}\nCombine the ideas into one short answer."
     merge_kv = sym.kv_create()
-    g = generate(sym, merge_kv, sym.tokenize(chat_prompt(sym, [{"role": "user", "content": merge_msg}])), answer_tokens)
+    g = generate(sym, merge_kv, sym.tokenize(chat_prompt(sym, [{"role": "user", "content": merge_msg}])),
+                 answer_tokens)
     merge_tokens = merge_kv.tokens
     for i in kept:
         sym.kv_close(nodes[i].pop("kv"))
     sym.kv_close(merge_kv)
     sym.kv_close(root)
-    return {
-        "question": question,
-        "branches": nodes,
-        "kept": kept,
-        "merge_prompt": merge_msg,
-        "merge_tokens": merge_tokens,
-        "answer": g.text,
-        "edges": [("root", f"b{i}") for i in range(len(nodes))] + [(f"b{i}", "merge") for i in kept],
-    }
+    return {"question": question, "branches": nodes, "kept": kept, "merge_prompt": merge_msg,
+            "merge_tokens": merge_tokens, "answer": g.text,
+            "edges": [("root", f"b{i}") for i in range(len(nodes))] + [(f"b{i}", "merge") for i in kept]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,16 +34,9 @@ PERSON = {
 def extract(sym, text: str, tokenizer_path, schema: dict = PERSON, max_tokens: int = 200) -> dict:
     """Describe `text` as JSON under `schema`; returns the parsed value and the raw output."""
     grammar = Grammar.json_schema(schema, tokenizer_for(sym, tokenizer_path))
-    prompt = chat_prompt(
-        sym,
-        [
-            {
-                "role": "user",
-                "content": f"Describe the person in this text as JSON with the fields "
-                f"{', '.join(schema.get('properties', {}))}.\n\nText: {text}",
-            }
-        ],
-    )
+    prompt = chat_prompt(sym, [{"role": "user", "content":
+                                f"Describe the person in this text as JSON with the fields "
+                                f"{', '.join(schema.get('properties', {}))}.\n\nText: {text}"}])
     kv = sym.kv_create()
     g = generate_constrained(sym, kv, sym.tokenize(prompt), grammar, max_tokens)
     sym.kv_close(kv)
@@ -54,12 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     from symphony_core import Engine
 
     ap = argparse.ArgumentParser(description="JSON constrained to a schema")
-    ap.add_argument(
-        "text",
-        nargs="?",
-        default="Marie Curie was a 66-year-old physicist and chemist living in "
-        "Paris, skilled in radiochemistry and teaching.",
-    )
+    ap.add_argument("text", nargs="?", default="Marie Curie was a 66-year-old physicist and chemist living in "
+                                                "Paris, skilled in radiochemistry and teaching.")
     args = ap.parse_args(argv)
     eng = Engine()
     res = eng.run(extract, args.text, Path(eng.model_dir) / "tokenizer.json").result()

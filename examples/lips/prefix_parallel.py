@@ -65,7 +65,7 @@ def question_tokens(sym, system_prompt: str, question: str) -> list[int]:
     sys_msg = {"role": "system", "content": system_prompt}
     prefix = chat_prompt(sym, [sys_msg], add_generation_prompt=False)
     full = chat_prompt(sym, [sys_msg, {"role": "user", "content": question}], add_generation_prompt=True)
-    return sym.tokenize(full[len(prefix) :])
+    return sym.tokenize(full[len(prefix):])
 
 
 def answer(sym, sys_kv, tokens: list[int], max_tokens: int) -> dict:
@@ -76,13 +76,8 @@ def answer(sym, sys_kv, tokens: list[int], max_tokens: int) -> dict:
     return {"text": g.text, "tokens": g.tokens, "kv": kv}
 
 
-def prefix_parallel(
-    sym,
-    system_prompt: str = SYSTEM_PROMPT,
-    questions: list[str] = QUESTIONS,
-    max_tokens: int = 24,
-    path: str | None = None,
-) -> dict:
+def prefix_parallel(sym, system_prompt: str = SYSTEM_PROMPT, questions: list[str] = QUESTIONS,
+                    max_tokens: int = 24, path: str | None = None) -> dict:
     sys_kv, cached = open_system_prompt(sym, system_prompt, path)
     threads = [sym.spawn(answer, sys_kv, question_tokens(sym, system_prompt, q), max_tokens) for q in questions]
     results = [t.join() for t in threads]
@@ -95,15 +90,8 @@ def prefix_parallel(
     for r in results:
         sym.kv_close(r.pop("kv"))
     sym.kv_close(sys_kv)
-    return {
-        "answers": results,
-        "cached": cached,
-        "path": path or system_file(system_prompt),
-        "prefix_tokens": sys_kv.len,
-        "pages_held": len(shared),
-        "pages_if_copied": copies,
-        "lengths": lens,
-    }
+    return {"answers": results, "cached": cached, "path": path or system_file(system_prompt),
+            "prefix_tokens": sys_kv.len, "pages_held": len(shared), "pages_if_copied": copies, "lengths": lens}
 
 
 def main() -> None:
@@ -112,17 +100,13 @@ def main() -> None:
     eng = Engine()
     for run in (1, 2):
         res = eng.run(prefix_parallel).result()
-        print(
-            f"run {run}: system prompt {'found in' if res['cached'] else 'prefilled into'} {res['path']} "
-            f"({res['prefix_tokens']} tokens)"
-        )
+        print(f"run {run}: system prompt {'found in' if res['cached'] else 'prefilled into'} {res['path']} "
+              f"({res['prefix_tokens']} tokens)")
         if run == 1:
             for q, a in zip(QUESTIONS, res["answers"]):
                 print(f"  Q: {q}\n  A: {a['text'].strip()}")
-        print(
-            f"  pages held by {len(QUESTIONS)} forks: {res['pages_held']} "
-            f"(private copies would need {res['pages_if_copied']})"
-        )
+        print(f"  pages held by {len(QUESTIONS)} forks: {res['pages_held']} "
+              f"(private copies would need {res['pages_if_copied']})")
     eng.kv_remove(res["path"])
     eng.shutdown()
 

@@ -35,12 +35,9 @@ DOCUMENTS = {
     "mount everest": "Mount Everest is 8,849 metres high, the highest mountain above sea level.",
 }
 
-SYSTEM = (
-    """You answer questions step by step using tools. Each turn, write one Thought and one Action.
+SYSTEM = """You answer questions step by step using tools. Each turn, write one Thought and one Action.
 Actions: calc[expression] computes arithmetic; lookup[topic] reads a document about a topic; finish[answer] gives the final answer.
-Topics: """
-    + ", ".join(DOCUMENTS)
-    + """.
+Topics: """ + ", ".join(DOCUMENTS) + """.
 Example 1:
 Question: When was the Moon landing?
 Thought: I should read the document about the moon.
@@ -55,20 +52,11 @@ Action: calc[6*7]
 Observation: 42
 Thought: The calculator gives the answer.
 Action: finish[42]"""
-)
 
 
 # --- tools -------------------------------------------------------------------------------------
-_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-}
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
 class ToolError(ValueError):
@@ -146,8 +134,7 @@ def action_grammar(tokenizer, *, tools=("calc", "lookup"), finish: bool = True) 
     if finish:
         actions.append('"finish[" ANSWER "]"')
     keys = " | ".join(f'"{k}"' for k in DOCUMENTS)
-    return Grammar.lark(
-        f"""
+    return Grammar.lark(f"""
 start: "Thought: " THOUGHT "\\nAction: " action
 action: {" | ".join(actions)}
 expr: term (SP? ADDOP SP? term)*
@@ -160,9 +147,7 @@ NUMBER: /[0-9]{{1,9}}(\\.[0-9]{{1,4}})?/
 KEY: {keys}
 THOUGHT: /[^\\n\\[\\]]{{1,80}}/
 ANSWER: /[^\\n\\[\\]]{{1,40}}/
-""",
-        tokenizer,
-    )
+""", tokenizer)
 
 
 ACTION = re.compile(r"Action: (\w+)\[(.*)\]\s*$", re.S)
@@ -198,13 +183,8 @@ def react(sym, question: str, tokenizer_path, max_steps: int = 3, turn_tokens: i
     transcript = chat.text()
     rebuilt = chat.rebuilt_tokens
     chat.close()
-    return {
-        "answer": answer,
-        "steps": steps,
-        "transcript": transcript,
-        "kv_history": kv_history,
-        "rebuilt_tokens": rebuilt,
-    }
+    return {"answer": answer, "steps": steps, "transcript": transcript, "kv_history": kv_history,
+            "rebuilt_tokens": rebuilt}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -222,11 +202,8 @@ def main(argv: list[str] | None = None) -> None:
         if "observation" in s:
             print(f"Observation: {s['observation']}")
     print(f"\nanswer: {res['answer']!r}")
-    print(
-        "KV cache per turn (tokens):",
-        [h["len"] for h in res["kv_history"]],
-        f"— extended in place, {res['rebuilt_tokens']} tokens recomputed",
-    )
+    print("KV cache per turn (tokens):", [h["len"] for h in res["kv_history"]],
+          f"— extended in place, {res['rebuilt_tokens']} tokens recomputed")
     eng.shutdown()
 
 

@@ -43,14 +43,8 @@ def select(sym, prompt: str, options: list[str], normalize: str = "sum") -> dict
     sym.kv_close(prefix)
     scores = [sum(lp) if normalize == "sum" else sum(lp) / len(lp) for lp in per_token]
     best = max(range(len(options)), key=lambda i: scores[i])
-    return {
-        "choice": options[best],
-        "index": best,
-        "scores": scores,
-        "token_logprobs": per_token,
-        "option_tokens": opt_toks,
-        "prompt_tokens": toks,
-    }
+    return {"choice": options[best], "index": best, "scores": scores, "token_logprobs": per_token,
+            "option_tokens": opt_toks, "prompt_tokens": toks}
 
 
 def main(argv: list[str] | None = None) -> None:

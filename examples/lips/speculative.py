@@ -22,10 +22,10 @@ def ngram_draft(context: Sequence[int], k: int = 4, max_n: int = 3, min_n: int =
     (longest n first); [] when no n-gram of the tail occurs earlier."""
     L = len(context)
     for n in range(min(max_n, L - 1), min_n - 1, -1):
-        tail = list(context[L - n :])
+        tail = list(context[L - n:])
         for start in range(L - n - 1, -1, -1):  # latest earlier occurrence first
-            if list(context[start : start + n]) == tail:
-                follow = list(context[start + n : start + n + k])
+            if list(context[start:start + n]) == tail:
+                follow = list(context[start + n:start + n + k])
                 if follow:
                     return follow
     return []
@@ -62,7 +62,8 @@ def speculative(sym, prompt: str, max_tokens: int = 64, k: int = 4, max_n: int =
             break
         t = choices[accepted]  # the model's own token after the accepted drafts (or a bonus one)
     sym.kv_close(kv)
-    return {"tokens": out, "text": sym.detokenize(out), "preds": preds, "drafted": drafted, "accepted": accepted_total}
+    return {"tokens": out, "text": sym.detokenize(out), "preds": preds, "drafted": drafted,
+            "accepted": accepted_total}
 
 
 def greedy(sym, prompt: str, max_tokens: int = 64) -> dict:
@@ -75,11 +76,9 @@ def greedy(sym, prompt: str, max_tokens: int = 64) -> dict:
     return {"tokens": g.tokens, "text": g.text, "preds": g.n_preds}
 
 
-PROMPT = (
-    "Repeat the text exactly.\n"
-    "Text: The quick brown fox jumps over the lazy dog. The dog sleeps in the sun all day long.\n"
-    "Repeated text: The quick brown fox"
-)
+PROMPT = ("Repeat the text exactly.\n"
+          "Text: The quick brown fox jumps over the lazy dog. The dog sleeps in the sun all day long.\n"
+          "Repeated text: The quick brown fox")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,10 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     t2 = time.perf_counter()
     print(PROMPT + res["text"])
     print(f"--- identical to greedy: {res['tokens'] == ref['tokens']}")
-    print(
-        f"greedy: {ref['preds']} preds in {t1 - t0:.2f}s; speculative: {res['preds']} preds in {t2 - t1:.2f}s "
-        f"for {len(res['tokens'])} tokens ({res['accepted']}/{res['drafted']} drafts accepted)"
-    )
+    print(f"greedy: {ref['preds']} preds in {t1 - t0:.2f}s; speculative: {res['preds']} preds in {t2 - t1:.2f}s "
+          f"for {len(res['tokens'])} tokens ({res['accepted']}/{res['drafted']} drafts accepted)")
     eng.shutdown()
 
 

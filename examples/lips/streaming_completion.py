@@ -15,20 +15,14 @@ import argparse
 from symphony_core.lib import generate
 
 
-def complete(
-    sym,
-    prompt: str,
-    max_tokens: int = 64,
-    stop=None,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    chat: bool = False,
-) -> dict:
+def complete(sym, prompt: str, max_tokens: int = 64, stop=None, temperature: float = 0.0,
+             seed: int | None = None, chat: bool = False) -> dict:
     """Stream a completion of `prompt`; return the text, its tokens and why it stopped."""
     if chat:
         prompt = sym.chat_template([{"role": "user", "content": prompt}])
     kv = sym.kv_create()
-    g = generate(sym, kv, sym.tokenize(prompt), max_tokens, stop=stop, stream=True, temperature=temperature, seed=seed)
+    g = generate(sym, kv, sym.tokenize(prompt), max_tokens, stop=stop, stream=True,
+                 temperature=temperature, seed=seed)
     sym.kv_close(kv)
     return {"text": g.text, "tokens": g.tokens, "stop_reason": g.stop_reason}
 
@@ -45,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     eng = Engine()
-    proc = eng.run(complete, args.prompt, args.max_tokens, stop=args.stop, temperature=args.temperature, chat=args.chat)
+    proc = eng.run(complete, args.prompt, args.max_tokens, stop=args.stop, temperature=args.temperature,
+                   chat=args.chat)
     print(args.prompt, end="", flush=True)
     for chunk in proc.messages():
         print(chunk, end="", flush=True)

@@ -57,9 +57,7 @@ def restore(sym, st: State) -> tuple[State, bool]:
     return State(kv, st.pending), True
 
 
-def editor(
-    sym, text: str, script: list[dict] | None = None, keep_for: float = 300.0, suggest_tokens: int = 6
-) -> list[dict]:
+def editor(sym, text: str, script: list[dict] | None = None, keep_for: float = 300.0, suggest_tokens: int = 6) -> list[dict]:
     """Run the editor on `text`; commands come from `script`, else from `sym.recv()`.
 
     Returns (and sends) one record per state: the document, a suggestion and the logits."""
@@ -74,15 +72,8 @@ def editor(
     def record(op: str, recomputed: bool = False) -> None:
         logits, sug = suggest(sym, cur, suggest_tokens)
         doc = sym.detokenize(cur.kv.tokens + cur.pending)
-        entry = {
-            "op": op,
-            "doc": doc,
-            "suggestion": sym.detokenize(sug),
-            "logits": logits,
-            "kv_len": cur.kv.len,
-            "undo_depth": len(undo),
-            "recomputed": recomputed,
-        }
+        entry = {"op": op, "doc": doc, "suggestion": sym.detokenize(sug), "logits": logits,
+                 "kv_len": cur.kv.len, "undo_depth": len(undo), "recomputed": recomputed}
         log.append(entry)
         sym.send({k: v for k, v in entry.items() if k != "logits"})
 
@@ -118,7 +109,7 @@ def editor(
             n = min(n, len(doc) - 1)
             keep = len(doc) - n
             sym.kv_truncate(new, keep - 1)
-            cur = State(new, doc[keep - 1 : keep])
+            cur = State(new, doc[keep - 1:keep])
         else:
             undo.pop()
             sym.kv_close(new)

@@ -58,9 +58,8 @@ def watermark_processor(vocab_size: int, key: int = KEY, gamma: float = GAMMA, d
     return process
 
 
-def detect(
-    tokens: Sequence[int], prev: int, vocab_size: int, key: int = KEY, gamma: float = GAMMA, ignore_repeats: bool = True
-) -> dict:
+def detect(tokens: Sequence[int], prev: int, vocab_size: int, key: int = KEY, gamma: float = GAMMA,
+           ignore_repeats: bool = True) -> dict:
     """z-score of `tokens` (preceded by token `prev`) against the green lists of `key`."""
     seen = set()
     green = total = 0
@@ -75,35 +74,21 @@ def detect(
     return {"z": z, "green": green, "scored": total, "length": len(tokens)}
 
 
-def write(
-    sym,
-    prompt: str,
-    max_tokens: int,
-    watermark: bool,
-    temperature: float,
-    seed: int,
-    key: int = KEY,
-    delta: float = DELTA,
-) -> dict:
+def write(sym, prompt: str, max_tokens: int, watermark: bool, temperature: float, seed: int,
+          key: int = KEY, delta: float = DELTA) -> dict:
     """One text, with or without the watermark (all else equal); never stops early at EOS."""
     toks = sym.tokenize(prompt)
     processors = [watermark_processor(sym.vocab_size, key, GAMMA, delta)] if watermark else []
     kv = sym.kv_create()
-    g = generate(
-        sym,
-        kv,
-        toks,
-        max_tokens,
-        stop_tokens=[],
-        sampling=Sampling(temperature=temperature, seed=seed, processors=processors),
-    )
+    g = generate(sym, kv, toks, max_tokens, stop_tokens=[],
+                 sampling=Sampling(temperature=temperature, seed=seed, processors=processors))
     sym.kv_close(kv)
-    return {"tokens": g.tokens, "text": g.text, "prev": toks[-1], "watermarked": watermark, "temperature": temperature}
+    return {"tokens": g.tokens, "text": g.text, "prev": toks[-1], "watermarked": watermark,
+            "temperature": temperature}
 
 
-def watermark_demo(
-    sym, prompt: str, max_tokens: int = 200, seed: int = 0, key: int = KEY, temperature: float = 0.7
-) -> list[dict]:
+def watermark_demo(sym, prompt: str, max_tokens: int = 200, seed: int = 0, key: int = KEY,
+                   temperature: float = 0.7) -> list[dict]:
     """Three texts side by side (one thread each, batched): watermarked (sampled), plain
     sampled with the same seed, and plain greedy; each with its detector score."""
     runs = [(True, temperature), (False, temperature), (False, 0.0)]
