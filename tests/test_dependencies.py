@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Needed at run time though no module imports them by name.
 NOT_IMPORTED = {
     "gguf": "transformers reads the GGUF file through it when a built-in model is converted",
+    # transformers refuses to load a GGUF without it ("accelerate is required when loading a GGUF
+    # file"): a fresh clone's `make setup` converts the shipped model through that path.
+    "accelerate": "transformers' GGUF loading requires it when a built-in model is converted",
 }
 
 
@@ -60,7 +63,6 @@ def test_core_imports_are_declared_and_declared_deps_are_used():
     assert missing == set(), f"imported by symphony_core but not declared: {missing}"
     unused = declared - imported - set(NOT_IMPORTED)
     assert unused == set(), f"declared but never imported: {unused}"
-    assert "accelerate" not in declared
 
 
 def test_version_flags_report_the_package_metadata(capsys):
