@@ -220,9 +220,11 @@ class Engine:
         """Run many calls in one forward pass; each result is a Dist or that call's error.
 
         A bad call gets its own error in its slot (it is returned, not raised) and the others
-        still run.
+        still run. While someone watches the event stream, each row's argmax is taken once for
+        the whole batch (the pred summaries name it), as the batch scheduler does.
         """
-        return self.executor.run(calls)
+        watched = self._runtime is not None and self._runtime.bus.active
+        return self.executor.run(calls, argmax=watched)
 
     def stats(self) -> dict:
         """The model, device, dtype, weight format and the page pool's counts (`pages_total`, `pages_used`, …)."""
