@@ -78,7 +78,7 @@ def main(argv=None) -> None:
         print(f"[{i}/{len(names)}] {name}", flush=True)
         modname, _, fname = WORKLOADS[name].partition(":")
         module = importlib.import_module(modname)
-        sections[name] = getattr(module, fname or "main")(["--quick"] if args.quick else []) + extra.get(name, [])
+        sections[name] = getattr(module, fname or "main")((["--quick"] if args.quick else []) + extra.get(name, []))
         published = take_published(module.__name__)
         if published:
             numbers[name] = published
