@@ -77,7 +77,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
 
     # the plots (matplotlib is in the [dev] extra)
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
-    assert pngs == ["decode_tokens_per_s.png", "kv_pages.png", "programs_vs_prompts.png"], pngs
+    assert pngs == ["decode_tokens_per_s.png", "kv_pages.png", "programs_vs_prompts.png", "weights_vs_llama_cpp.png"], (
+        pngs
+    )
     assert all((tmp_path / "plots" / p).stat().st_size > 5000 for p in pngs)
     assert "![programs_vs_prompts](plots/programs_vs_prompts.png)" in text
 

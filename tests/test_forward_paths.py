@@ -214,7 +214,7 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
     """Forks of one document (and forks of a fork) decoded in one batch beside an unrelated decode
     and a prefill chunk: the shared-prefix path against transformers' full recompute, and against
     the same step with the shared-prefix path turned off (run on twins: forks of every file)."""
-    from symphony_core.model import attention, batch
+    from symphony_core.model import attention, forward_batch
 
     groups_seen = []
     real = attention._cascade_group
@@ -269,7 +269,7 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
             got, got_other, got_chunk = step([kv for kv, _ in files], other, tokens)
             assert set(groups_seen) == {len(files)}, "the forks did not take the shared-prefix path"
             with monkeypatch.context() as m:
-                m.setattr(batch, "CASCADE_MIN_PREFIX", 1 << 30)
+                m.setattr(forward_batch, "CASCADE_MIN_PREFIX", 1 << 30)
                 groups_seen.clear()
                 plain, plain_other, plain_chunk = step(twins, other_twin, tokens)
                 assert not groups_seen
