@@ -384,6 +384,7 @@ class Front:
         async def started(pid: int) -> None:
             self._own(pid, user)
 
+        generation = self.pool.generation(r)
         self.pool.placement.begin(r)
         try:
             end = await relay_ws(ws, url, request_headers(ws), first, started)
@@ -400,7 +401,7 @@ class Front:
         if end.client_left:
             return
         if end.upstream_broke and not end.got_result:
-            death = await self._check_alive(r)
+            death = await self._check_alive(r, generation)
             if death is not None and end.pid is not None:
                 return await _ws_close(ws, {"type": "result", **lost_outcome(end.pid, death)}, 1000)
             return await _ws_close(
@@ -418,19 +419,9 @@ class Front:
         with contextlib.suppress(RuntimeError):
             await ws.close(code=end.close_code or 1000, reason=end.close_reason[:120])
 
-    async def _check_alive(self, r: int) -> ReplicaDeath | None:
-        """None when the replica's server answers /health on a fresh connection; else its recorded death."""
-        url = self.pool.url(r)
-        if url is not None:
-            try:
-                async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0)) as fresh:
-                    await fresh.get(url + "/health")
-                return None
-            except httpx.ConnectError as e:
-                return self.pool.mark_down(r, f"its server stopped answering ({type(e).__name__})")
-            except httpx.HTTPError:
-                return None  # slow, not dead: the monitor decides later
-        return self.pool.faults.death_of(r, self.pool.generation(r) or 0)
+    async def _check_alive(self, r: int, generation: int | None = None) -> ReplicaDeath | None:
+        """None when replica r (that generation; default: the current one) still lives; else its death."""
+        return await self.pool.confirm_death(r, generation)
 
     # --- anything else (plugins such as the debugger at /v1/debug): the user's home ----------------
     async def fallback_http(self, request: Request) -> Response:

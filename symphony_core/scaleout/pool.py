@@ -116,6 +116,50 @@ class ReplicaPool:
         r.up, r.down_reason, r.files = False, reason, {}
         return death
 
+    def _generation_died(self, index: int, generation: int, reason: str) -> ReplicaDeath:
+        """A generation older than the current one died (Ray already restarted the replica)."""
+        death = self.faults.death_of(index, generation)
+        if death is None:
+            death = ReplicaDeath(index, generation, time.time(), reason)
+            self.faults.record_death(death, {})
+            log.warning("%s", death.describe())
+        return death
+
+    async def confirm_death(self, index: int, generation: int | None) -> ReplicaDeath | None:
+        """After a broken connection to a replica: its death if that generation died, None if it lives.
+
+        Asks, in order: the fault book (the monitor may know already), the current generation (Ray may
+        have restarted it), the replica's server on a fresh connection, and Ray itself — so a slow
+        server or a monitor that has already seen the restart does not hide a death."""
+        import ray
+
+        r = self.replicas.get(index)
+        if r is None or r.info is None:
+            return None
+        gen = r.info.generation if generation is None else generation
+        death = self.faults.death_of(index, gen)
+        if death is not None:
+            return death
+        if r.info.generation != gen:
+            return self._generation_died(index, gen, "its actor was restarted by Ray")
+        try:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=3.0)) as fresh:
+                await fresh.get(r.info.url + "/health")
+            return None
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as e:
+            return self.mark_down(index, f"its server stopped answering ({type(e).__name__})")
+        except httpx.HTTPError:
+            pass  # slow: let Ray say whether the actor lives
+        try:
+            info: ReplicaInfo = await asyncio.wait_for(r.actor.info.remote(), 10.0)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+            return self.mark_down(index, f"Ray reports its actor unavailable: {type(e).__name__}")
+        except TimeoutError:
+            return None
+        if info.generation != gen:
+            return self._generation_died(index, gen, "its actor was restarted by Ray")
+        return None
+
     # --- the monitor ------------------------------------------------------------------------------
     async def monitor(self) -> None:
         while True:
