@@ -508,9 +508,9 @@ def test_starlette_route_speaks_the_protocol(dbg, engine):
 
 def lip_side_sampler(sym, prompt: str, n: int, seed: int | None) -> list[int]:
     """Samples in the LIP (not in the engine), hot, with or without a seed."""
-    from symphony_core.lib.samplers import Sampling
+    from symphony_core.lib.samplers import SamplingParams
 
-    s = Sampling(temperature=5.0, seed=seed)
+    s = SamplingParams(temperature=5.0, seed=seed)
     kv = sym.kv_create()
     toks, out = sym.tokenize(prompt), []
     for _ in range(n):

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from symphony_core.lib import Chat, Generation, Sampling, StopStrings, apply_repetition_penalty, generate, pred_parallel
+from symphony_core.lib import Chat, Generation, SamplingParams, StopStrings, apply_repetition_penalty, generate, pred_parallel
 from symphony_core.lib.grammar import Grammar, GrammarError, generate_constrained, load_tokenizer, tokenizer_for
 
 
@@ -57,11 +57,11 @@ def test_repetition_penalty_math():
     assert out.tolist() == [1.0, -4.0, 1.0, 0.5]
     assert apply_repetition_penalty(logits, [0], 1.0) is logits
     with pytest.raises(ValueError):
-        Sampling(repetition_penalty=0)
+        SamplingParams(repetition_penalty=0)
 
 
 def test_seeded_sampling_is_reproducible_and_same_on_either_side(engine):
-    """A seeded Sampling picks the same tokens whether the engine samples in the batch or the
+    """A seeded SamplingParams picks the same tokens whether the engine samples in the batch or the
     LIP samples from the logits (forced by a no-op processor)."""
 
     def lip(sym, in_engine: bool, seed: int):
@@ -72,7 +72,7 @@ def test_seeded_sampling_is_reproducible_and_same_on_either_side(engine):
             kv,
             sym.tokenize("Once upon a time"),
             12,
-            sampling=Sampling(temperature=1.0, top_p=0.9, seed=seed, processors=procs),
+            sampling=SamplingParams(temperature=1.0, top_p=0.9, seed=seed, processors=procs),
         )
         return g.tokens
 

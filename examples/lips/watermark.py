@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import torch
 
-from symphony_core.lib import Sampling, generate
+from symphony_core.lib import SamplingParams, generate
 
 GAMMA = 0.25
 DELTA = 2.0
@@ -81,7 +81,7 @@ def write(sym, prompt: str, max_tokens: int, watermark: bool, temperature: float
     processors = [watermark_processor(sym.vocab_size, key, GAMMA, delta)] if watermark else []
     kv = sym.kv_create()
     g = generate(sym, kv, toks, max_tokens, stop_tokens=[],
-                 sampling=Sampling(temperature=temperature, seed=seed, processors=processors))
+                 sampling=SamplingParams(temperature=temperature, seed=seed, processors=processors))
     sym.kv_close(kv)
     return {"tokens": g.tokens, "text": g.text, "prev": toks[-1], "watermarked": watermark,
             "temperature": temperature}

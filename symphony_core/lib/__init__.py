@@ -6,12 +6,12 @@ the same in a notebook, under the debugger, or on a server.
 
 from .chat import Chat, chat_prompt, chat_tokens
 from .generate import Generation, StopStrings, generate, parallel_map, pred_parallel
-from .samplers import Sampling, apply_mask, apply_repetition_penalty, greedy, log_softmax, sample
+from .samplers import SamplingParams, apply_mask, apply_repetition_penalty, greedy, log_softmax, sample
 
 __all__ = [
     "Chat",
     "Generation",
-    "Sampling",
+    "SamplingParams",
     "StopStrings",
     "apply_mask",
     "apply_repetition_penalty",

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from ..model import Dist
-from .samplers import Sampling
+from .samplers import SamplingParams
 
 
 class Constraint(Protocol):
@@ -100,7 +100,7 @@ def generate(
     prompt_tokens: Sequence[int],
     max_tokens: int = 64,
     *,
-    sampling: Sampling | None = None,
+    sampling: SamplingParams | None = None,
     temperature: float = 0.0,
     top_k: int = 0,
     top_p: float = 1.0,
@@ -137,7 +137,7 @@ def generate(
             "generate needs at least one prompt token to feed (pred returns the next-token "
             "distribution after the tokens it is given)"
         )
-    sampling = sampling or Sampling(
+    sampling = sampling or SamplingParams(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,

@@ -2,12 +2,12 @@
 
 Two ways to pick a token, both built on what `pred` returns:
 
-* in the engine — pass `Sampling(...).engine_sampler()` as `pred(..., sampler=)`; the pick is
+* in the engine — pass `SamplingParams(...).engine_sampler()` as `pred(..., sampler=)`; the pick is
   made inside the batch and arrives as `Dist.token` (no logits cross into the LIP);
-* in the LIP — `Sampling.pick(dist, history)` works on `dist.logits`, which is what you need
+* in the LIP — `SamplingParams.pick(dist, history)` works on `dist.logits`, which is what you need
   as soon as the logits are changed first (repetition penalty, a watermark, any processor).
 
-Both use the engine's `Sampler` (same filtering, one seeded generator per `Sampling`), so a
+Both use the engine's `Sampler` (same filtering, one seeded generator per `SamplingParams`), so a
 seeded run picks the same tokens whichever side samples when no processor changes the logits.
 """
 
@@ -65,8 +65,13 @@ def apply_mask(logits: torch.Tensor, allowed) -> torch.Tensor:
 
 
 @dataclass
-class Sampling:
-    """How to pick tokens. `temperature=0` is greedy; `seed` makes a run reproducible.
+class SamplingParams:
+    """How a LIP picks tokens (vLLM's name for the same recipe). `temperature=0` is greedy;
+    `seed` makes a run reproducible.
+
+    Not to be confused with the engine's `Sampler` (`symphony_core.model.sampling`), the object
+    `pred(sampler=)` takes to pick inside the batch: `engine_sampler()` hands one over when no
+    logits processor is set.
 
     `repetition_penalty` and `processors` change the logits before the pick, which then
     happens in the LIP (`needs_logits` is True); otherwise the engine can sample in the batch.
@@ -130,8 +135,8 @@ def sample(
     min_p: float = 0.0,
     seed: int | None = None,
 ) -> int:
-    """One pick from a one-position Dist (a fresh generator each call; keep a `Sampling` for a stream)."""
-    return Sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).pick(dist)
+    """One pick from a one-position Dist (a fresh generator each call; keep a `SamplingParams` for a stream)."""
+    return SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).pick(dist)
 
 
-__all__ = ["LogitsProcessor", "Sampling", "apply_mask", "apply_repetition_penalty", "greedy", "log_softmax", "sample"]
+__all__ = ["LogitsProcessor", "SamplingParams", "apply_mask", "apply_repetition_penalty", "greedy", "log_softmax", "sample"]

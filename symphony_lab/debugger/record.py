@@ -13,11 +13,11 @@ its exact tokens, and the LIP's own decisions see bit-identical logits. Messages
 received with `recv` are queued for the replayed process before it starts.
 
 What replay cannot substitute — randomness drawn inside the LIP outside any syscall
-(`Dist.sample(seed=None)` and `Sampling(seed=None).pick` on the LIP side seed a fresh
+(`Dist.sample(seed=None)` and `SamplingParams(seed=None).pick` on the LIP side seed a fresh
 generator from the operating system; Python's `random`; torch's global generator) — is
 *detected*: before every call the replay compares the call and its inputs with the recording,
 and at the first difference stops the thread with reason `"diverged"` and goes live. Seeded
-samplers (`Sampling(seed=…)`, `Sampler(seed=…)`) replay exactly.
+samplers (`SamplingParams(seed=…)`, `Sampler(seed=…)`) replay exactly.
 
 Thread ids are given in spawn order and syscall numbers per thread, so a multi-threaded LIP
 replays as long as its spawns happen in the same order — which they do when every thread

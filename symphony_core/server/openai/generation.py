@@ -21,7 +21,7 @@ import torch
 
 from ...lib.generate import Generation, generate
 from ...lib.grammar import Grammar
-from ...lib.samplers import Sampling
+from ...lib.samplers import SamplingParams
 from .logprobs import TokenLogprob, token_logprob
 from .params import GenerationParams
 from .tools import read_tool_call
@@ -124,7 +124,7 @@ def _one_choice(
     sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: Grammar | None, stream: bool, timer: Timer | None
 ) -> tuple[ChoiceOut, Generation]:
     procs = [penalties(p.presence_penalty, p.frequency_penalty)] if p.presence_penalty or p.frequency_penalty else []
-    sampling = Sampling(
+    sampling = SamplingParams(
         temperature=p.temperature, top_p=p.top_p, seed=None if p.seed is None else p.seed + i, processors=procs
     )
     eos = sym.eos_token_ids
