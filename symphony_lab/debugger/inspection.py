@@ -1,6 +1,9 @@
 """Inspection at a stop: processes and threads, the stopped call's source and stack, its input
 tokens, its KV file in full, the distribution a stepped `pred` returned, and a check of a KV
 file against a fresh recompute (`verify_kv`). The views' JSON shapes are built in viewdata.py.
+
+`Inspector` is a part of the debugger composed through an explicit interface: given the engine,
+the stop table (it only reads stops) and the KV files the views have seen (`known_files`).
 """
 
 from __future__ import annotations
@@ -12,10 +15,18 @@ from symphony_core.model.dist import Dist
 
 from . import viewdata as ins
 from .errors import DebuggerError
+from .stop_table import StopTable
 
 
-class Inspection:
-    """The inspection commands of `Debugger` (reads its stops, `_known_files` and the engine)."""
+class Inspector:
+    """The inspection commands of `Debugger`."""
+
+    def __init__(self, engine, stop_table: StopTable, known_files: dict[int, dict]) -> None:
+        self.engine = engine
+        self.runtime = engine.runtime
+        self.tokenizer = engine.tokenizer
+        self.stop_table = stop_table
+        self.known_files = known_files
 
     def process(self, pid: int):
         """The `Process` object (in-process use only)."""
@@ -26,16 +37,13 @@ class Inspection:
 
     def threads(self, include_done: bool = False) -> dict:
         """`{"processes": [...]}`: every process with its threads' states and which are stopped."""
-        with self._lock:
-            stops = dict(self._stops)
+        stops = self.stop_table.by_thread()
         procs = [p for p in list(self.runtime.processes.values()) if include_done or not p.done]
         return {"processes": [ins.process_view(p, stops) for p in procs]}
 
     def stops(self) -> dict:
         """`{"stops": [...]}`: every stopped thread's stop (call, where, location, arguments, result)."""
-        with self._lock:
-            stops = sorted(self._stops.values(), key=lambda s: s.id)
-        return {"stops": [self.stop_info(s) for s in stops]}
+        return {"stops": [self.stop_table.info(s) for s in self.stop_table.matching()]}
 
     def stack(self, pid: int | None = None, tid: int | None = None) -> dict:
         """The stopped thread's Python stack, innermost first, with each frame's locals.
@@ -43,7 +51,7 @@ class Inspection:
         Raises:
             DebuggerError: no (or more than one) matching stopped thread.
         """
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         return {"pid": s.pid, "tid": s.tid, "frames": s.frames, "file": s.file, "line": s.line}
 
     def token_texts(self, ids: list) -> dict:
@@ -63,7 +71,7 @@ class Inspection:
             DebuggerError: `the stop of <pid>.<tid> at <call> has no input tokens`; no (or more
                 than one) matching stopped thread.
         """
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         toks = s.tokens if s.tokens is not None else s.args.get("tokens")
         if toks is None:
             raise DebuggerError(f"the stop of {s.pid}.{s.tid} at {s.call or 'entry'} has no input tokens")
@@ -72,17 +80,17 @@ class Inspection:
     def kv(self, fid: int | None = None, pid: int | None = None, tid: int | None = None) -> dict:
         """A KV file in full (by id, or the one the stopped call works on)."""
         if fid is None:
-            fid = self._find_stop(pid, tid).kv_file
+            fid = self.stop_table.find(pid, tid).kv_file
             if fid is None:
                 raise DebuggerError("this stop's call has no KV file; pass fid")
-        v = ins.kv_file(self.runtime, fid, self.tokenizer, self._known_files)
+        v = ins.kv_file(self.runtime, fid, self.tokenizer, self.known_files)
         if v is None:
             raise DebuggerError(f"no live KV file {fid}")
         return v
 
     def dist(self, pid: int | None = None, tid: int | None = None, k: int | None = None, position: int = -1) -> dict:
         """The top-k of the distribution a stopped thread's `pred` returned (after a step)."""
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         if not isinstance(s.result, Dist):
             raise DebuggerError(
                 f"{s.pid}.{s.tid} is stopped {s.where} {s.call or 'entry'}: no distribution yet "
@@ -91,7 +99,7 @@ class Inspection:
         return {
             "pid": s.pid,
             "tid": s.tid,
-            **ins.dist_view(s.result, self.tokenizer, k or self.topk, position, chosen=s.overridden),
+            **ins.dist_view(s.result, self.tokenizer, k or self.stop_table.topk, position, chosen=s.overridden),
         }
 
     def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:
@@ -146,4 +154,4 @@ class Inspection:
         }
 
 
-__all__ = ["Inspection"]
+__all__ = ["Inspector"]
