@@ -15,7 +15,7 @@ are put together. Each part is given what it needs in its constructor and none r
 private state: stop_table.py (`StopTable`: the stopped threads, pause requests, waiting),
 kernel_hook.py (`KernelHook`: whether a thread stops at a stop point, and holding it there),
 stepping.py (what step into / over / out mean), inspection.py (`Inspector`: threads, stack,
-tokens, KV file, distribution, verify_kv), replaying.py (`Replayer`: record, replay, step back),
+tokens, KV file, distribution, verify_kv, waiting), replaying.py (`Replayer`: record, replay, step back),
 breakpoints.py (`BreakpointTable`), overrides.py (force / ban / bias), launching.py (`Launcher`),
 event_stream.py (subscribers), views.py (KV tree, timeline, trace, watch) and scheduler_step.py
 (one batch per command). A part's commands are the Debugger's own methods through `Delegated`.
@@ -29,7 +29,6 @@ from typing import Any
 
 from symphony_core.events import Event
 
-from . import viewdata as ins
 from .breakpoints import BreakpointTable
 from .delegation import Delegated
 from .errors import DebuggerError
@@ -99,27 +98,38 @@ class Debugger:
         self.stop_on_entry = stop_on_entry
         self.stop_scope = stop_scope
         self._attached = False
-        attached = lambda: self._attached  # noqa: E731
+
+        def attached() -> bool:
+            return self._attached
+
         summarize = rt.kernel.summarize_result
         self.stop_table = StopTable(self.tokenizer, topk, summarize)
         self.bp_table = BreakpointTable()
         self.stepping = Stepping()
         self.launcher = Launcher(rt)
-        self._trace: deque = deque(maxlen=trace_events)
+        trace: deque = deque(maxlen=trace_events)  # the bus events and stops since attach, for `trace()`
         known_files: dict[int, dict] = {}
         self.events = EventStream()
         emit = self.events.emit
         self.overrides = Overrides(self.stop_table, emit)
         self.batch_steps = SchedulerStepMode(rt, emit, attached)
-        self.views = Views(rt, self.tokenizer, known_files, self._trace, emit, attached)
+        self.views = Views(rt, self.tokenizer, known_files, trace, emit, attached)
         self.inspector = Inspector(engine, self.stop_table, known_files)
         self.replayer = Replayer(
             self.launcher, self.bp_table, self.stop_table, self.inspector.process, summarize, record, max_recordings
         )
         self.hook = KernelHook(
-            rt, self.stop_table, self.stepping, self.bp_table, self.replayer, self.overrides, emit,
-            self._trace.append, attached, stop_scope,
-        )  # fmt: skip
+            rt,
+            self.stop_table,
+            self.stepping,
+            self.bp_table,
+            self.replayer,
+            self.overrides,
+            emit=emit,
+            trace=trace.append,
+            attached=attached,
+            stop_scope=stop_scope,
+        )
         self.attach()
 
     @property
@@ -276,17 +286,7 @@ class Debugger:
             self.bp_table.rebind(pid, new.pid)
             self.replayer.restarted(pid, new)
 
-        new = self.launcher.launch(
-            proc.fn,
-            proc.args,
-            proc.kwargs,
-            user=proc.user,
-            name=proc.name,
-            priority=proc.priority,
-            limits=proc.limits,
-            stop_on_entry=stop_on_entry,
-            setup=setup,
-        )
+        new = self.launcher.launch_again(proc, stop_on_entry=stop_on_entry, setup=setup)
         return {"pid": new.pid, "restarted": pid}
 
     def launch(
@@ -362,43 +362,8 @@ class Debugger:
         self.stop_on_entry = bool(enabled)
         return {"stop_on_entry": self.stop_on_entry}
 
-    # ============================================================================ waiting
-    def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
-        """Block until a thread (matching pid/tid) is stopped; returns its stop, or
-        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError.
-
-        Raises:
-            TimeoutError: `no stop of process <pid> within <timeout>s`.
-        """
-
-        def ended(p: int) -> dict | None:
-            proc = self.runtime.processes.get(p)
-            return {"exited": True, "pid": p, "status": proc.status} if proc is not None and proc.done else None
-
-        found = self.stop_table.wait(pid, tid, timeout, ended)
-        return self.stop_info(found) if isinstance(found, Stop) else found
-
-    def wait_process(self, pid: int, timeout: float = 60.0) -> dict:
-        """Wait for process `pid` to end; its status, result (as JSON) and error.
-
-        Returns:
-            `{"pid", "status", "result", "error"}` (`error` is the `LIPError`'s text, or None).
-
-        Raises:
-            DebuggerError: `no process <pid>`.
-            TimeoutError: `process <pid> still running after <timeout>s`.
-        """
-        proc = self.process(pid)
-        if not proc.wait(timeout):
-            raise TimeoutError(f"process {pid} still running after {timeout}s")
-        try:
-            result, error = proc.result(timeout=0), None
-        except Exception as e:
-            result, error = None, str(e)
-        return {"pid": pid, "status": proc.status, "result": ins.jsonable(result), "error": error}
-
     # ============================================================================ the parts' commands
-    # the inspector (inspection.py)
+    # the inspector (inspection.py), waiting included
     process = Delegated("inspector", Inspector.process)
     threads = Delegated("inspector", Inspector.threads)
     stops = Delegated("inspector", Inspector.stops)
@@ -408,6 +373,8 @@ class Debugger:
     kv = Delegated("inspector", Inspector.kv)
     dist = Delegated("inspector", Inspector.dist)
     verify_kv = Delegated("inspector", Inspector.verify_kv)
+    wait_stopped = Delegated("inspector", Inspector.wait_stopped)
+    wait_process = Delegated("inspector", Inspector.wait_process)
     # record, replay, step back (replaying.py)
     record = Delegated("replayer", Replayer.record)
     recording = Delegated("replayer", Replayer.recording)

@@ -1,6 +1,7 @@
 """Inspection at a stop: processes and threads, the stopped call's source and stack, its input
 tokens, its KV file in full, the distribution a stepped `pred` returned, and a check of a KV
-file against a fresh recompute (`verify_kv`). The views' JSON shapes are built in viewdata.py.
+file against a fresh recompute (`verify_kv`); and waiting for a stop (`wait_stopped`) or for a
+process's end (`wait_process`). The views' JSON shapes are built in viewdata.py.
 
 `Inspector` is a part of the debugger composed through an explicit interface: given the engine,
 the stop table (it only reads stops) and the KV files the views have seen (`known_files`).
@@ -16,6 +17,7 @@ from symphony_core.model.dist import Dist
 from . import viewdata as ins
 from .errors import DebuggerError
 from .stop_table import StopTable
+from .stops import Stop
 
 
 class Inspector:
@@ -34,6 +36,40 @@ class Inspector:
         if proc is None:
             raise DebuggerError(f"no process {pid}")
         return proc
+
+    def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
+        """Block until a thread (matching pid/tid) is stopped; returns its stop, or
+        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError.
+
+        Raises:
+            TimeoutError: `no stop of process <pid> within <timeout>s`.
+        """
+
+        def ended(p: int) -> dict | None:
+            proc = self.runtime.processes.get(p)
+            return {"exited": True, "pid": p, "status": proc.status} if proc is not None and proc.done else None
+
+        found = self.stop_table.wait(pid, tid, timeout, ended)
+        return self.stop_table.info(found) if isinstance(found, Stop) else found
+
+    def wait_process(self, pid: int, timeout: float = 60.0) -> dict:
+        """Wait for process `pid` to end; its status, result (as JSON) and error.
+
+        Returns:
+            `{"pid", "status", "result", "error"}` (`error` is the `LIPError`'s text, or None).
+
+        Raises:
+            DebuggerError: `no process <pid>`.
+            TimeoutError: `process <pid> still running after <timeout>s`.
+        """
+        proc = self.process(pid)
+        if not proc.wait(timeout):
+            raise TimeoutError(f"process {pid} still running after {timeout}s")
+        try:
+            result, error = proc.result(timeout=0), None
+        except Exception as e:
+            result, error = None, str(e)
+        return {"pid": pid, "status": proc.status, "result": ins.jsonable(result), "error": error}
 
     def threads(self, include_done: bool = False) -> dict:
         """`{"processes": [...]}`: every process with its threads' states and which are stopped."""

@@ -183,9 +183,24 @@ class KernelHook:
         frames = ins.capture_frames(sys._getframe(1))
         depth = max(1, ins.lip_depth(sys._getframe(1)))
         stop = Stop(
-            self.stop_table.next_id(), th, reasons[0], reasons, where, ev.call, ev.seq, dict(ev.args),
-            ev.file, ev.line, bp_ids, now(), frames, tokens, depth, result, overridden,
-        )  # fmt: skip
+            id=self.stop_table.next_id(),
+            thread=th,
+            reason=reasons[0],
+            reasons=reasons,
+            where=where,
+            call=ev.call,
+            seq=ev.seq,
+            args=dict(ev.args),
+            file=ev.file,
+            line=ev.line,
+            breakpoints=bp_ids,
+            ts=now(),
+            frames=frames,
+            tokens=tokens,
+            depth=depth,
+            result=result,
+            overridden=overridden,
+        )
         with proc.lock:
             prev_state = th.state
             th.state = "stopped"  # not runnable: the batch policy must not wait for it

@@ -245,17 +245,7 @@ class Replayer:
             if record:
                 self._new_recording(proc, complete=True)
 
-        proc = self.launcher.launch(
-            rec.fn,
-            rec.args,
-            rec.kwargs,
-            user=rec.user,
-            name=rec.name,
-            priority=rec.priority,
-            limits=rec.limits,
-            stop_on_entry=bool(stop_on_entry) or stop_at == 0,
-            setup=setup,
-        )
+        proc = self.launcher.launch_again(rec, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
         return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
 
     def replay_status(self, pid: int) -> dict:
