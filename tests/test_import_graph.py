@@ -168,10 +168,6 @@ LONG_BUT_WHOLE = {
         "the worker pool: spawn, hand out, reap and restart workers around one lock",
     ),
     "symphony_core/scaleout/front.py": (520, "the scale-out front: one route table mirroring the single server's API"),
-    # The debugger's hub: attach, the kernel hook, the stop machinery and one thin delegating method
-    # (with its docstring, for the reference) per command of its composed parts. The stop machinery
-    # is still shared with the Inspection and RecordReplay mixins; it moves out once they are composed.
-    "symphony_lab/debugger/core.py": (830, "the debugger's hub (see the comment above)"),
 }
 
 

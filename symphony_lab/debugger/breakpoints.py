@@ -136,20 +136,42 @@ class BreakpointTable:
     def __len__(self) -> int:
         return len(self._bps)
 
-    def add(self, call: str, **conditions: Any) -> dict:
+    def set_breakpoint(self, call: str = "pred", **conditions: Any) -> dict:
+        """Add a breakpoint; conditions: pid, tid, hit_count, hit_mode, file, tokens_contain,
+        text_contains, where (a Python predicate, in-process only), when ("before"/"after").
+
+        Returns:
+            The breakpoint as a dict: `{id, call, …conditions, enabled, hits}`.
+
+        Raises:
+            ValueError: `breakpoint call must be a syscall name (or '*'), got <x>`; `breakpoint
+                hit_mode must be one of …`; `breakpoint 'when' must be one of …`; `breakpoint
+                hit_count must be an int >= 1, got <x>`; `breakpoint 'where' must be a callable
+                taking the input token ids`.
+        """
         bp = Breakpoint(call=call, **conditions)
         with self._lock:
             self._bps[bp.id] = bp
         return bp.to_dict()
 
-    def remove(self, id: int) -> dict:
+    def remove_breakpoint(self, id: int) -> dict:
+        """Remove breakpoint `id`; `{"removed": id}`.
+
+        Raises:
+            DebuggerError: `no breakpoint <id>`.
+        """
         with self._lock:
             bp = self._bps.pop(id, None)
         if bp is None:
             raise DebuggerError(f"no breakpoint {id}")
         return {"removed": id}
 
-    def enable(self, id: int, enabled: bool) -> dict:
+    def enable_breakpoint(self, id: int, enabled: bool = True) -> dict:
+        """Enable or disable breakpoint `id`; returns the breakpoint.
+
+        Raises:
+            DebuggerError: `no breakpoint <id>`.
+        """
         with self._lock:
             bp = self._bps.get(id)
             if bp is None:
@@ -157,13 +179,15 @@ class BreakpointTable:
             bp.enabled = bool(enabled)
             return bp.to_dict()
 
-    def clear(self) -> dict:
+    def clear_breakpoints(self) -> dict:
+        """Remove every breakpoint; `{"removed": n}`."""
         with self._lock:
             n = len(self._bps)
             self._bps.clear()
         return {"removed": n}
 
-    def listing(self) -> dict:
+    def breakpoints(self) -> dict:
+        """`{"breakpoints": [...]}`: every breakpoint with its hit count."""
         with self._lock:
             return {"breakpoints": [b.to_dict() for b in self._bps.values()]}
 

@@ -42,6 +42,7 @@ class EventStream:
     def event_queue(
         self, kinds: list[str] | None = None, maxsize: int = 100_000
     ) -> tuple[queue.Queue, Callable[[], None]]:
+        """`subscribe` into a queue: returns `(queue, unsubscribe)`; events past `maxsize` are dropped."""
         q: queue.Queue = queue.Queue(maxsize)
 
         def put(m: dict) -> None:

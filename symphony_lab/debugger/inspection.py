@@ -1,6 +1,10 @@
 """Inspection at a stop: processes and threads, the stopped call's source and stack, its input
 tokens, its KV file in full, the distribution a stepped `pred` returned, and a check of a KV
-file against a fresh recompute (`verify_kv`). The views' JSON shapes are built in viewdata.py.
+file against a fresh recompute (`verify_kv`); and waiting for a stop (`wait_stopped`) or for a
+process's end (`wait_process`). The views' JSON shapes are built in viewdata.py.
+
+`Inspector` is a part of the debugger composed through an explicit interface: given the engine,
+the stop table (it only reads stops) and the KV files the views have seen (`known_files`).
 """
 
 from __future__ import annotations
@@ -12,10 +16,19 @@ from symphony_core.model.dist import Dist
 
 from . import viewdata as ins
 from .errors import DebuggerError
+from .stop_table import StopTable
+from .stops import Stop
 
 
-class Inspection:
-    """The inspection commands of `Debugger` (reads its stops, `_known_files` and the engine)."""
+class Inspector:
+    """The inspection commands of `Debugger`."""
+
+    def __init__(self, engine, stop_table: StopTable, known_files: dict[int, dict]) -> None:
+        self.engine = engine
+        self.runtime = engine.runtime
+        self.tokenizer = engine.tokenizer
+        self.stop_table = stop_table
+        self.known_files = known_files
 
     def process(self, pid: int):
         """The `Process` object (in-process use only)."""
@@ -24,18 +37,49 @@ class Inspection:
             raise DebuggerError(f"no process {pid}")
         return proc
 
+    def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
+        """Block until a thread (matching pid/tid) is stopped; returns its stop, or
+        `{"exited": ...}` when the process ends without stopping. Raises TimeoutError.
+
+        Raises:
+            TimeoutError: `no stop of process <pid> within <timeout>s`.
+        """
+
+        def ended(p: int) -> dict | None:
+            proc = self.runtime.processes.get(p)
+            return {"exited": True, "pid": p, "status": proc.status} if proc is not None and proc.done else None
+
+        found = self.stop_table.wait(pid, tid, timeout, ended)
+        return self.stop_table.info(found) if isinstance(found, Stop) else found
+
+    def wait_process(self, pid: int, timeout: float = 60.0) -> dict:
+        """Wait for process `pid` to end; its status, result (as JSON) and error.
+
+        Returns:
+            `{"pid", "status", "result", "error"}` (`error` is the `LIPError`'s text, or None).
+
+        Raises:
+            DebuggerError: `no process <pid>`.
+            TimeoutError: `process <pid> still running after <timeout>s`.
+        """
+        proc = self.process(pid)
+        if not proc.wait(timeout):
+            raise TimeoutError(f"process {pid} still running after {timeout}s")
+        try:
+            result, error = proc.result(timeout=0), None
+        except Exception as e:
+            result, error = None, str(e)
+        return {"pid": pid, "status": proc.status, "result": ins.jsonable(result), "error": error}
+
     def threads(self, include_done: bool = False) -> dict:
         """`{"processes": [...]}`: every process with its threads' states and which are stopped."""
-        with self._lock:
-            stops = dict(self._stops)
+        stops = self.stop_table.by_thread()
         procs = [p for p in list(self.runtime.processes.values()) if include_done or not p.done]
         return {"processes": [ins.process_view(p, stops) for p in procs]}
 
     def stops(self) -> dict:
         """`{"stops": [...]}`: every stopped thread's stop (call, where, location, arguments, result)."""
-        with self._lock:
-            stops = sorted(self._stops.values(), key=lambda s: s.id)
-        return {"stops": [self.stop_info(s) for s in stops]}
+        return {"stops": [self.stop_table.info(s) for s in self.stop_table.matching()]}
 
     def stack(self, pid: int | None = None, tid: int | None = None) -> dict:
         """The stopped thread's Python stack, innermost first, with each frame's locals.
@@ -43,7 +87,7 @@ class Inspection:
         Raises:
             DebuggerError: no (or more than one) matching stopped thread.
         """
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         return {"pid": s.pid, "tid": s.tid, "frames": s.frames, "file": s.file, "line": s.line}
 
     def token_texts(self, ids: list) -> dict:
@@ -63,7 +107,7 @@ class Inspection:
             DebuggerError: `the stop of <pid>.<tid> at <call> has no input tokens`; no (or more
                 than one) matching stopped thread.
         """
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         toks = s.tokens if s.tokens is not None else s.args.get("tokens")
         if toks is None:
             raise DebuggerError(f"the stop of {s.pid}.{s.tid} at {s.call or 'entry'} has no input tokens")
@@ -72,17 +116,17 @@ class Inspection:
     def kv(self, fid: int | None = None, pid: int | None = None, tid: int | None = None) -> dict:
         """A KV file in full (by id, or the one the stopped call works on)."""
         if fid is None:
-            fid = self._find_stop(pid, tid).kv_file
+            fid = self.stop_table.find(pid, tid).kv_file
             if fid is None:
                 raise DebuggerError("this stop's call has no KV file; pass fid")
-        v = ins.kv_file(self.runtime, fid, self.tokenizer, self._known_files)
+        v = ins.kv_file(self.runtime, fid, self.tokenizer, self.known_files)
         if v is None:
             raise DebuggerError(f"no live KV file {fid}")
         return v
 
     def dist(self, pid: int | None = None, tid: int | None = None, k: int | None = None, position: int = -1) -> dict:
         """The top-k of the distribution a stopped thread's `pred` returned (after a step)."""
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         if not isinstance(s.result, Dist):
             raise DebuggerError(
                 f"{s.pid}.{s.tid} is stopped {s.where} {s.call or 'entry'}: no distribution yet "
@@ -91,7 +135,7 @@ class Inspection:
         return {
             "pid": s.pid,
             "tid": s.tid,
-            **ins.dist_view(s.result, self.tokenizer, k or self.topk, position, chosen=s.overridden),
+            **ins.dist_view(s.result, self.tokenizer, k or self.stop_table.topk, position, chosen=s.overridden),
         }
 
     def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:
@@ -146,4 +190,4 @@ class Inspection:
         }
 
 
-__all__ = ["Inspection"]
+__all__ = ["Inspector"]

@@ -30,6 +30,21 @@ class Launcher:
                 setup(proc)
         return proc
 
+    def launch_again(self, like, *, stop_on_entry, setup=None):
+        """Launch the function of `like` (a Process, or a Recording of one) with its arguments,
+        user, name, priority and limits."""
+        return self.launch(
+            like.fn,
+            like.args,
+            like.kwargs,
+            user=like.user,
+            name=like.name,
+            priority=like.priority,
+            limits=like.limits,
+            stop_on_entry=stop_on_entry,
+            setup=setup,
+        )
+
     def launch_with(self, start: Callable[[], Any], *, stop_on_entry: bool, setup: Callable[[Any], None]) -> Any:
         """`start()` launches a process some other way and returns it (or an object whose `.proc` it is)."""
         with self._lock:

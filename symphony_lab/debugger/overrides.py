@@ -2,7 +2,7 @@
 
 `edit_dist` makes the edited `Dist`; the `Overrides` part of `Debugger` applies it to a stop
 (at once after a pred, or when the pred returns for a stop before it). It is composed through
-an explicit interface: given the tokenizer, how to find a stop and describe it, and where to
+an explicit interface: given the stop table (to find a stop and describe it) and where to
 emit events; it keeps the edits waiting for a pred to return, which the kernel hook takes
 (`take_pending`). The Debugger's `override` / `edit_dist` commands hand on to it. The LIP continues from
 the edited distribution, and its KV cache holds only what the LIP then feeds it.
@@ -19,6 +19,7 @@ import torch
 from symphony_core.model.dist import Dist
 
 from .errors import DebuggerError
+from .stop_table import StopTable
 
 
 def edit_dist(
@@ -85,12 +86,9 @@ def edit_dist(
 
 
 class Overrides:
-    def __init__(
-        self, tokenizer, find_stop: Callable, stop_info: Callable[[Any], dict], emit: Callable[[str, dict], None]
-    ) -> None:
-        self.tokenizer = tokenizer
-        self._find_stop = find_stop
-        self.stop_info = stop_info
+    def __init__(self, stop_table: StopTable, emit: Callable[[str, dict], None]) -> None:
+        self.tokenizer = stop_table.tokenizer
+        self.stop_table = stop_table
         self._emit = emit
         self._lock = threading.Lock()
         self._pending: dict[Any, tuple[int, dict]] = {}  # LIPThread -> (seq, edit) from a before-stop
@@ -162,16 +160,12 @@ class Overrides:
         )
 
     def _edit(self, pid, tid, edit: dict) -> dict:
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         if s.where == "after":
             if not isinstance(s.result, Dist):
                 raise DebuggerError(f"{s.call} returned no distribution to edit")
-            s.result = edit_dist(s.result, **edit)
-            if edit.get("force") is not None:
-                s.overridden = edit["force"]
-            s.edits.append(edit)
-            s._info = None
-            info = self.stop_info(s)
+            s.edited(edit_dist(s.result, **edit), edit)
+            info = self.stop_table.info(s)
             self._emit(
                 "overridden", {"pid": s.pid, "tid": s.tid, "stop_id": s.id, "edit": edit, "result": info["result"]}
             )

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -155,20 +155,13 @@ class Recording:
             if self.entries[k].call == "recv" and self.entries[k].kind == "value"
         ]
 
+    def _empty_copy(self, complete: bool) -> Recording:
+        """The same process to run again, with no entries yet."""
+        return replace(self, complete=complete, entries={}, order=[])
+
     def upto(self, tid: int, seq: int) -> Recording:
         """A copy holding only thread `tid`'s calls up to `seq` (other threads: everything)."""
-        r = Recording(
-            self.fn,
-            self.fn_ref,
-            self.args,
-            self.kwargs,
-            self.user,
-            self.name,
-            self.priority,
-            self.limits,
-            self.source_pid,
-            self.complete,
-        )
+        r = self._empty_copy(self.complete)
         for k in self.order:
             if k[0] != tid or k[1] <= seq:
                 r.add(self.entries[k])
@@ -177,18 +170,7 @@ class Recording:
     def merged(self, newer: Recording) -> Recording:
         """This recording's entries, overridden by `newer`'s (a replay of it that went further or
         was edited): the basis for stepping back inside a replay."""
-        r = Recording(
-            self.fn,
-            self.fn_ref,
-            self.args,
-            self.kwargs,
-            self.user,
-            self.name,
-            self.priority,
-            self.limits,
-            self.source_pid,
-            self.complete and newer.complete,
-        )
+        r = self._empty_copy(self.complete and newer.complete)
         for k in self.order:
             r.add(self.entries[k])
         for k in newer.order:

@@ -2,13 +2,16 @@
 is handed them back (so a sampled run comes out the same) and may stop at any earlier `pred` —
 which is what a step back is.
 
-The `RecordReplay` part of `Debugger` holds the recordings and replays; the kernel hook
-(`Debugger.before` / `after`) records each result and, through `ReplayState.check` /
-`substitute`, hands a replayed thread the recorded ones.
+`Replayer` is the debugger's part that holds the recordings and the replays. It is composed
+through an explicit interface: given the launcher, the breakpoints (a replay's stop is a
+temporary breakpoint), the stop table (a step back starts from a stop) and how to find a
+process. The kernel hook (kernel_hook.py) asks it, at each stop point, to check a replayed call
+(`check`), to hand back a recorded result (`substitute`) and to record one (`keep`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +20,11 @@ import torch
 
 from symphony_core.model.dist import Dist
 
+from .breakpoints import BreakpointTable
 from .errors import DebuggerError
-from .record import SUBSTITUTED, Recording, same_inputs
+from .launching import Launcher
+from .record import SUBSTITUTED, Recording, entry_from, same_inputs
+from .stop_table import StopTable
 
 
 @dataclass
@@ -77,17 +83,79 @@ class ReplayState:
         }
 
 
-class RecordReplay:
-    """The record / replay commands of `Debugger` (state: `_recordings`, `_recording_pids`,
-    `_record_all`, `_replays`, `_replays_done`; set up in `_init_record_replay`)."""
+class Replayer:
+    """The record / replay commands of `Debugger` and the recordings and replays they keep."""
 
-    def _init_record_replay(self, record: bool, max_recordings: int) -> None:
-        self._record_all = record
+    def __init__(
+        self,
+        launcher: Launcher,
+        breakpoints: BreakpointTable,
+        stop_table: StopTable,
+        process: Callable[[int], Any],
+        summarize_result: Callable[[str, Any], Any],
+        record_all: bool,
+        max_recordings: int,
+    ) -> None:
+        self.launcher = launcher
+        self.breakpoints = breakpoints
+        self.stop_table = stop_table
+        self.process = process
+        self._summarize = summarize_result
+        self.record_all = record_all
         self.max_recordings = max_recordings
+        self._lock = threading.RLock()
         self._recordings: dict[int, Recording] = {}
         self._recording_pids: set[int] = set()
         self._replays: dict[int, ReplayState] = {}
         self._replays_done: dict[int, dict] = {}  # pid -> final replay status (no logits kept)
+
+    # ---------------------------------------------------------------- the kernel hook's side
+    @property
+    def active(self) -> bool:
+        return bool(self._replays or self._recording_pids)
+
+    def is_recording(self, pid: int) -> bool:
+        return pid in self._recording_pids
+
+    def check(self, pid: int, tid: int, seq: int, call: str, args: dict, tokens: Callable) -> dict | None:
+        """Before a call of a replay process: its divergence from the recording, if it diverges here."""
+        rs = self._replays.get(pid)
+        return rs.check(tid, seq, call, args, tokens) if rs is not None else None
+
+    def substitute(self, pid: int, tid: int, seq: int, call: str, result: Any) -> Any:
+        rs = self._replays.get(pid)
+        return rs.substitute(tid, seq, call, result) if rs is not None else result
+
+    def keep(self, pid: int, tid: int, seq: int, call: str, args: dict, tokens: list[int] | None, result: Any) -> None:
+        """Record a call's result, when process `pid` is recorded."""
+        rec = self._recordings.get(pid)
+        if rec is not None and pid in self._recording_pids:
+            rec.add(entry_from(tid, seq, call, args, tokens, result, self._summarize))
+
+    def process_started(self, proc, record: bool = False) -> None:
+        """A process starts: record it if asked (or if every process is recorded)."""
+        if (record or self.record_all) and proc.pid not in self._recordings:
+            self._new_recording(proc, complete=True)
+
+    def process_exited(self, pid: int) -> None:
+        with self._lock:
+            self._recording_pids.discard(pid)
+            rs = self._replays.pop(pid, None)
+            if rs is not None:
+                rs.done = True
+                self._replays_done[pid] = rs.status()
+                for old in list(self._replays_done)[: -self.max_recordings]:
+                    del self._replays_done[old]
+
+    def restarted(self, old_pid: int, proc) -> None:
+        """Process `old_pid` is launched again as `proc`: recorded again if it was."""
+        if old_pid in self._recording_pids or self.record_all:
+            self._new_recording(proc, complete=True)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._replays.clear()
+            self._recording_pids.clear()
 
     def _new_recording(self, proc, complete: bool) -> Recording:
         rec = Recording.of(proc, complete)
@@ -99,11 +167,12 @@ class RecordReplay:
                 del self._recordings[p]
         return rec
 
+    # ---------------------------------------------------------------- commands
     def record(self, pid: int | None = None, enabled: bool = True) -> dict:
         """Record syscall results: of every process launched from now on (pid None), or of `pid`."""
         if pid is None:
-            self._record_all = bool(enabled)
-            return {"record_all": self._record_all}
+            self.record_all = bool(enabled)
+            return {"record_all": self.record_all}
         proc = self.process(pid)
         if enabled:
             started = any(t.seq > 0 for t in proc.threads)
@@ -118,10 +187,7 @@ class RecordReplay:
         Raises:
             DebuggerError: `no recording of process <pid> (record it first)`.
         """
-        rec = self._recordings.get(pid)
-        if rec is None:
-            raise DebuggerError(f"no recording of process {pid} (record it first)")
-        return rec.summary(with_entries=entries)
+        return self.get_recording(pid).summary(with_entries=entries)
 
     def get_recording(self, pid: int) -> Recording:
         """The `Recording` object (in-process: save it, replay it later)."""
@@ -173,21 +239,13 @@ class RecordReplay:
             for m in rec.received():
                 proc.send(m)
             if stop_at:
-                self.set_breakpoint("pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True)
+                self.breakpoints.set_breakpoint(
+                    "pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True
+                )
             if record:
                 self._new_recording(proc, complete=True)
 
-        proc = self._launch(
-            rec.fn,
-            rec.args,
-            rec.kwargs,
-            user=rec.user,
-            name=rec.name,
-            priority=rec.priority,
-            limits=rec.limits,
-            stop_on_entry=bool(stop_on_entry) or stop_at == 0,
-            setup=setup,
-        )
+        proc = self.launcher.launch_again(rec, stop_on_entry=bool(stop_on_entry) or stop_at == 0, setup=setup)
         return {"pid": proc.pid, "source_pid": rec.source_pid, "stop_at": stop_at, "tid": tid}
 
     def replay_status(self, pid: int) -> dict:
@@ -205,7 +263,7 @@ class RecordReplay:
     def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
         """Go back `steps` preds: replay the recorded run into a new process that stops right after
         thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
-        s = self._find_stop(pid, tid)
+        s = self.stop_table.find(pid, tid)
         rec = self.get_recording(pid)
         rs = self._replays.get(pid)
         if rs is not None:  # a replay: what it has run so far, then the rest of its source
@@ -221,4 +279,4 @@ class RecordReplay:
         return {**r, "from_pid": pid, "target_pred": target}
 
 
-__all__ = ["RecordReplay", "ReplayState"]
+__all__ = ["ReplayState", "Replayer"]

@@ -51,6 +51,14 @@ class Stop:
         f = self.args.get("file")
         return f if isinstance(f, int) else None
 
+    def edited(self, result: Any, edit: dict) -> None:
+        """An override replaced the result the thread is about to receive."""
+        self.result = result
+        if edit.get("force") is not None:
+            self.overridden = edit["force"]
+        self.edits.append(edit)
+        self._info = None
+
 
 def stop_view(stop: Stop, tokenizer, topk: int, summarize_result: Callable[[str, Any], Any]) -> dict:
     """A stop as the protocol shows it (the `stopped` event's body, `stops`): where, why, the

@@ -41,6 +41,11 @@ def _literal(text: str) -> Any:
         return text
 
 
+def _lifecycle(kind: str, pid: int, tid: int, args: dict) -> dict:
+    """A process's or thread's start or exit: an instant event on its thread's track."""
+    return {"name": kind, "cat": "lifecycle", "ph": "i", "s": "t", "pid": pid, "tid": tid, "args": jsonable(args)}
+
+
 def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end_ts: float | None = None) -> dict:
     """Build the trace from kernel/scheduler events (`Event`) and the debugger's stop marks.
 
@@ -133,32 +138,10 @@ def chrome_trace(events: Iterable[Any], names: dict[int, str] | None = None, end
             threads[(ev.pid, ev.tid)] = (
                 "main" if kind == "process_start" else str(ev.args.get("name", f"thread {ev.tid}"))
             )
-            add(
-                ts,
-                {
-                    "name": kind,
-                    "cat": "lifecycle",
-                    "ph": "i",
-                    "s": "t",
-                    "pid": ev.pid,
-                    "tid": ev.tid,
-                    "args": jsonable(ev.args),
-                },
-            )
+            add(ts, _lifecycle(kind, ev.pid, ev.tid, ev.args))
         elif kind in ("process_exit", "thread_exit"):
             tid = ev.tid if ev.tid is not None else 1
-            add(
-                ts,
-                {
-                    "name": kind,
-                    "cat": "lifecycle",
-                    "ph": "i",
-                    "s": "t",
-                    "pid": ev.pid,
-                    "tid": tid,
-                    "args": jsonable({**ev.args, "error": ev.error}),
-                },
-            )
+            add(ts, _lifecycle(kind, ev.pid, tid, {**ev.args, "error": ev.error}))
         elif kind == "batch":
             r = ev.args
             t0, t1 = r["t_start"], r["t_end"]

@@ -101,6 +101,7 @@ class Views:
         return {"watching": sorted(self._watch)}
 
     def unwatch(self, view: str | None = None) -> dict:
+        """Stop streaming `view` (None: every view)."""
         with self._lock:
             if view is None:
                 self._watch.clear()
