@@ -56,7 +56,8 @@ class Debugger:
     stopped: say which (pid and tid): 3.1, 3.2`, `no process <pid>`, …
 
     Args:
-        engine: the `Engine` to attach to (or a `ws://` URL: see `__new__`).
+        engine: the `Engine` to attach to (for a debugger served over WebSocket, use
+            `connect(url, token=...)`, which returns a `RemoteDebugger`).
         stop_on_entry: stop every newly launched process before its first line.
         record: record every process launched from now on (for replay and step-back).
         stop_scope: `"thread"` (non-stop: a stop blocks only its thread) or `"process"` (a
@@ -67,17 +68,9 @@ class Debugger:
 
     Raises:
         ValueError: `stop_scope must be 'thread' (non-stop) or 'process', got <x>`.
+        TypeError: `Debugger attaches to an Engine in this process, got the string <url>; …`
+            (use `connect(url, token=...)` for a remote one).
     """
-
-    def __new__(cls, engine=None, **kwargs):
-        """`Debugger(engine)` attaches in-process; `Debugger("ws://host:port/v1/debug", token=...)`
-        attaches to a debugger served over WebSocket (a `RemoteDebugger`: the same command
-        methods, the same JSON bodies, failures raised as `DebuggerError`)."""
-        if isinstance(engine, str):
-            from .transport import RemoteDebugger
-
-            return RemoteDebugger(engine, **kwargs)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -92,6 +85,11 @@ class Debugger:
     ) -> None:
         if stop_scope not in ("thread", "process"):
             raise ValueError(f"stop_scope must be 'thread' (non-stop) or 'process', got {stop_scope!r}")
+        if isinstance(engine, str):
+            raise TypeError(
+                f"Debugger attaches to an Engine in this process, got the string {engine!r}; "
+                "to attach to a debugger served over WebSocket use connect(url, token=...)"
+            )
         self.engine = engine
         self.runtime = rt = engine.runtime
         self.tokenizer = engine.tokenizer
