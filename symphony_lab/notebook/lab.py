@@ -268,6 +268,15 @@ class Lab:
                 raise ValueError(f"set_view: kv_index must be a kept tree's index (>= 0) or null, got {idx!r}")
             run.scope, run.kv_index = scope, idx
             return {"scope": run.scope, "kv_index": run.kv_index, "kept": len(self.state.kv_trees)}
+        if cmd == "profile":
+            if run._collector is None:
+                raise ValueError(f"profile: pid {pid} was not profiled; launch it with lab.run(..., profile=True)")
+            top = args.get("top", 40)
+            if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+                raise ValueError(f"profile: top must be a positive integer, got {top!r}")
+            return run.profile_view(top=top, min_interval=0.0) or {}
+        if cmd == "what_if":
+            return run.what_if_request(args)
         if cmd == "cancel":
             p = run.process
             if p is not None and not p.done:

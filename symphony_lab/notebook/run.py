@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..profiler import Profile, ProfileCollector
+from ..profiler import Profile, ProfileCollector, profile_view
 from ..whatif import WhatIf, thread_tokens, what_if
 from .kernel import current_definition
 
@@ -54,6 +54,8 @@ class LabRun:
         self.kv_index: int | None = None  # a kept KV tree to show (scrubbing), None: the newest
         self.profiling = False  # set by `Lab.run(profile=True)`: a collector is attached at launch
         self._collector = None
+        self._profile_view: tuple[float, bool, int, dict] | None = None  # (when, final, top, view): a cache
+        self.what_if_view: dict | None = None  # the last what-if asked from a widget or the sidebar
 
     # --- the widget ---------------------------------------------------------------------------
     @property
@@ -83,6 +85,7 @@ class LabRun:
         self._replay_overrides = set()
         if self.profiling:
             self._collector = start_collector(self.lab.engine, self._collector)
+            self._profile_view = None
         r = dbg.launch(
             self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name, **self.kwargs
         )
@@ -242,15 +245,68 @@ class LabRun:
         self._collector.detach()
         return self._collector.profile()
 
+    def profile_view(self, top: int = 40, min_interval: float = 1.0) -> dict | None:
+        """The profile so far as the widget and the sidebar draw it (`profiler.profile_view`);
+        rebuilt at most every `min_interval` seconds while the run lives, once more when it ends."""
+        col = self._collector
+        if col is None:
+            return None
+        proc = self.process
+        done = proc is not None and proc.done
+        cached = self._profile_view
+        fresh = cached is not None and (cached[1] or (not done and time.monotonic() - cached[0] < min_interval))
+        if cached is not None and fresh and cached[2] == top:
+            return cached[3]
+        if done and self.pid is not None:
+            col.wait_ended(self.pid, timeout=0.5)
+        view = dict(profile_view(col.profile(), top))
+        self._profile_view = (time.monotonic(), done, top, view)
+        return view
+
+    def recorded_threads(self) -> list[dict]:
+        """The threads a what-if can start from: each recorded thread's token count (prompt included)."""
+        from symphony_lab.debugger import DebuggerError
+
+        if self.pid is None:
+            return []
+        try:
+            rec = self.lab.debugger.get_recording(self.pid)
+        except DebuggerError:
+            return []
+        out = []
+        for tid in sorted({tid for tid, _ in rec.order}):
+            preds = rec.preds(tid)
+            if preds:
+                out.append({"tid": tid, "tokens": len(thread_tokens(rec, tid)), "prompt": len(preds[0].tokens or [])})
+        return out
+
     def what_if(
         self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None, source: str | None = None
     ) -> WhatIf:
         """Feed `token` at `position` of thread `tid`'s recorded token stream and decode the
-        alternative in a KV fork beside the original (`lab.run(..., record=True)`)."""
+        alternative in a KV fork beside the original (`lab.run(..., record=True)`). The widget's
+        What-if tab shows the last one (`what_if_view`)."""
         if self.pid is None:
             raise RuntimeError("this run has not launched")
         rec = self.lab.debugger.get_recording(self.pid)
-        return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
+        w = what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
+        self.what_if_view = {"tid": tid, **w.view(self.lab.engine.tokenizer.token_text)}
+        self.lab.mark_dirty(self.pid)
+        return w
+
+    def what_if_request(self, args: dict) -> dict:
+        """`what_if` from a widget or the sidebar (the lab command's arguments, checked here)."""
+        tid, position, max_tokens = args.get("tid", 1), args.get("position"), args.get("max_tokens", 16)
+        for name, v in (("tid", tid), ("position", position), ("max_tokens", max_tokens)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"what_if: {name} must be an integer, got {v!r}")
+        if not 1 <= max_tokens <= 256:
+            raise ValueError(f"what_if: max_tokens must be in [1, 256], got {max_tokens}")
+        token = args.get("token") if args.get("token") is not None else args.get("text")
+        if token is None or token == "":
+            raise ValueError("what_if: give the replacement as `token` (an id) or `text` (one token)")
+        self.what_if(tid, position, token, max_tokens)
+        return self.what_if_view or {}
 
 
 def start_collector(engine: Any, old: ProfileCollector | None) -> ProfileCollector:

@@ -141,6 +141,9 @@ class RunViews:
             "kv_tree": self.kv_view(run, live_tree),
             "timeline": tl,
             "record": self.record_view(run, proc, stops),
+            "profile": run.profile_view(),
+            "what_if": run.what_if_view,
+            "what_if_threads": run.recorded_threads(),
             "mine": sorted(set(run.pids)),
             "ts": now(),
         }

@@ -1,8 +1,9 @@
 /**
  * The notebook widget (anywidget ESM, bundled into symphony_lab/widgets/static/widget.js).
  *
- * kind "run": one LIP run — controls (step back, step, continue, pause, override, relaunch,
- * cancel, record), the record / replay indicator, the stop (source line, input tokens, top-k
+ * kind "run": one LIP run — controls (step back, step into, step over, step out, continue, pause,
+ * override, relaunch, cancel, record; keys s/v/f/c/p/u while the widget has focus), the record /
+ * replay indicator, three tabs: Run ( the stop (source line, input tokens, top-k
  * with "use" buttons), the token stream coloured by probability, the LIP's output, the KV fork
  * tree and the scheduler timeline. Step back replays the recorded run into a new process
  * stopped after the previous pred; the widget follows the new pid.
@@ -10,7 +11,8 @@
  */
 
 import { renderFileDetails, renderTreeSvg } from '../kvtree';
-import { describeStop, primaryStop, statusBadge, stopDist, threadActions } from '../state';
+import { profileThreads, renderProfileTable, renderWhatIf } from '../profile';
+import { describeStop, primaryStop, statusBadge, STEP_KEYS, stopDist, threadActions } from '../state';
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
 import { escapeHtml, renderLanes, renderTokens, renderTopK, showText } from '../tokens';
 import { WidgetTransport } from '../transport';
@@ -69,11 +71,44 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const kvNote = h('span', 'sl-kv-note');
   const kvLive = button('newest', 'sl-kv-live', 'show the newest KV tree again');
   const tlBox = h('div', 'sl-tl');
+  // the tabs: the run itself, its profile, the what-if explorer
+  const tabs = h(
+    'div',
+    'sl-tabs',
+    [['run', 'Run'], ['profile', 'Profile'], ['whatif', 'What-if']].map(([k, l]) => `<button class="sl-tab" data-tab="${k}">${l}</button>`).join('')
+  );
+  const runPanel = h('div', 'sl-panel sl-panel-run');
+  const profPanel = h('div', 'sl-panel sl-panel-profile');
+  const wiPanel = h('div', 'sl-panel sl-panel-whatif');
+  const profThread = document.createElement('select');
+  profThread.className = 'sl-prof-thread-pick';
+  const profNote = h('span', 'sl-note');
+  const profBox = h('div', 'sl-prof');
+  const wiThread = document.createElement('select');
+  wiThread.className = 'sl-wi-thread';
+  const wiPos = document.createElement('input');
+  wiPos.type = 'number';
+  wiPos.min = '1';
+  wiPos.className = 'sl-wi-pos';
+  const wiText = document.createElement('input');
+  wiText.className = 'sl-wi-token';
+  wiText.placeholder = 'one token, e.g. " Rome"';
+  const wiMax = document.createElement('input');
+  wiMax.type = 'number';
+  wiMax.min = '1';
+  wiMax.max = '256';
+  wiMax.value = '12';
+  wiMax.className = 'sl-wi-max';
+  const bWhatIf = button('Run what-if', 'sl-wi-run', 'decode the alternative in a KV fork beside the original (the prefix pages are shared)');
+  const wiNote = h('span', 'sl-note sl-wi-note');
+  const wiBox = h('div', 'sl-wi-result');
 
-  const bBack = button('◀ Step back', 'sl-step-back', 'replay the recorded run to the previous pred (a new process)');
-  const bStep = button('Step', 'sl-step', 'run the stopped thread until its next pred returns');
-  const bCont = button('Continue', 'sl-continue', 'resume the stopped thread');
-  const bPause = button('Pause', 'sl-pause', 'stop every thread at its next system call');
+  const bBack = button('◀ Step back', 'sl-step-back', `replay the recorded run to the previous pred (a new process) (${STEP_KEYS.step_back})`);
+  const bStep = button('Step', 'sl-step', `step into: run the stopped thread until its next pred returns, or the first pred of a thread it spawns (${STEP_KEYS.step})`);
+  const bOver = button('Step over', 'sl-step-over', `step over: run to this thread's next pred in this function or a caller (calls and spawned threads run through) (${STEP_KEYS.step_over})`);
+  const bOut = button('Step out', 'sl-step-out', `step out: run until the thread leaves the function it is stopped in (a spawned thread that ends: the main thread's next stop) (${STEP_KEYS.step_out})`);
+  const bCont = button('Continue', 'sl-continue', `resume the stopped thread (${STEP_KEYS.continue})`);
+  const bPause = button('Pause', 'sl-pause', `stop every thread at its next system call (${STEP_KEYS.pause})`);
   const bRelaunch = button('Relaunch', 'sl-relaunch', "run again with the cell's current definition");
   const bCancel = button('Cancel', 'sl-cancel', 'cancel the process');
   const overrideInput = document.createElement('input');
@@ -94,7 +129,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   if (kind === 'run') {
-    [bBack, bStep, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
+    [bBack, bStep, bOver, bOut, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
     controls.appendChild(h('span', 'sl-sep', '│'));
     controls.appendChild(overrideInput);
     controls.appendChild(bOverride);
@@ -102,17 +137,44 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     controls.appendChild(bRecord);
     controls.appendChild(recTag);
     controls.appendChild(transportTag);
-    root.append(head, controls, errorBox, stopBox);
-    root.appendChild(section('Tokens', [tokensBox]));
+    root.append(head, controls, errorBox, tabs, runPanel, profPanel, wiPanel);
+    runPanel.append(stopBox);
+    runPanel.appendChild(section('Tokens', [tokensBox]));
     const scopeLabel = h('label', 'sl-kv-scope-label');
     scopeLabel.append(kvScope, document.createTextNode(' whole engine '));
     kvControls.append(scopeLabel, kvScrub, kvLive, kvNote);
-    root.appendChild(section('Output', [outputBox]));
+    runPanel.appendChild(section('Output', [outputBox]));
+    const profBar = h('div', 'sl-prof-controls');
+    profBar.append(document.createTextNode('thread '), profThread, profNote);
+    profPanel.append(profBar, profBox);
+    const wiForm = h('div', 'sl-wi-form');
+    const label = (text: string, input: HTMLElement) => {
+      const l = h('label', '');
+      l.append(document.createTextNode(text), input);
+      return l;
+    };
+    wiForm.append(label('thread ', wiThread), label(' position ', wiPos), label(' token ', wiText), label(' max ', wiMax), bWhatIf, wiNote);
+    wiPanel.append(wiForm, wiBox);
   } else {
-    root.append(head, errorBox);
+    root.append(head, errorBox, runPanel);
   }
-  root.appendChild(section('KV fork tree', kind === 'run' ? [kvControls, kvBox, kvDetails] : [kvBox, kvDetails]));
-  root.appendChild(section('Scheduler timeline', [tlBox]));
+  runPanel.appendChild(section('KV fork tree', kind === 'run' ? [kvControls, kvBox, kvDetails] : [kvBox, kvDetails]));
+  runPanel.appendChild(section('Scheduler timeline', [tlBox]));
+  const showTab = (name: string) => {
+    root.dataset.tab = name;
+    runPanel.style.display = name === 'run' ? '' : 'none';
+    profPanel.style.display = name === 'profile' ? '' : 'none';
+    wiPanel.style.display = name === 'whatif' ? '' : 'none';
+    tabs.querySelectorAll('.sl-tab').forEach(t => t.classList.toggle('sl-tab-on', (t as HTMLElement).dataset.tab === name));
+  };
+  tabs.addEventListener('click', e => {
+    const t = (e.target as HTMLElement).closest('.sl-tab') as HTMLElement | null;
+    if (t && t.dataset.tab) {
+      showTab(t.dataset.tab);
+      update();
+    }
+  });
+  showTab('run');
 
   const showError = (text: string) => {
     errorBox.textContent = text;
@@ -158,6 +220,50 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   bStep.onclick = () => act('step', stopArgs());
+  bOver.onclick = () => act('step_over', stopArgs());
+  bOut.onclick = () => act('step_out', stopArgs());
+  // the stepping keys while the widget has focus (not while typing in one of its inputs); kept
+  // from JupyterLab's own shortcuts (a notebook's command mode binds c, v, f...)
+  root.tabIndex = 0;
+  root.dataset.lmSuppressShortcuts = 'true';
+  const keyButtons: Record<string, HTMLButtonElement> = {
+    [STEP_KEYS.step]: bStep,
+    [STEP_KEYS.step_over]: bOver,
+    [STEP_KEYS.step_out]: bOut,
+    [STEP_KEYS.continue]: bCont,
+    [STEP_KEYS.pause]: bPause,
+    [STEP_KEYS.step_back]: bBack
+  };
+  root.addEventListener('keydown', e => {
+    const tag = (e.target as HTMLElement).tagName;
+    if (kind !== 'run' || e.ctrlKey || e.metaKey || e.altKey || tag === 'INPUT' || tag === 'SELECT' || tag === 'TEXTAREA') {
+      return;
+    }
+    const b = keyButtons[e.key];
+    if (b) {
+      e.preventDefault();
+      e.stopPropagation();
+      if (!b.disabled) {
+        b.click();
+      }
+    }
+  });
+  profThread.onchange = () => update();
+  bWhatIf.onclick = async () => {
+    const text = wiText.value;
+    const position = Number(wiPos.value);
+    if (!text) {
+      showError('what-if: type the replacement token first (one token, e.g. " Rome")');
+      return;
+    }
+    if (!Number.isInteger(position) || position < 1) {
+      showError('what-if: the position must be a whole number >= 1');
+      return;
+    }
+    wiNote.textContent = 'running both continuations…';
+    await act('what_if', { pid: view().pid, tid: Number(wiThread.value || 1), position, text, max_tokens: Number(wiMax.value) || 12 });
+    wiNote.textContent = '';
+  };
   bBack.onclick = () => act('step_back', { ...stopArgs(), steps: 1 });
   bRecord.onclick = () => act('record', { pid: view().pid, enabled: true });
   bCont.onclick = () => act('continue', stopArgs());
@@ -207,6 +313,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       const thread = stop ? (v.threads ?? []).find((t: any) => t.tid === stop.tid) : (v.threads ?? [])[0];
       const a = threadActions(thread ?? (stop ? { tid: stop.tid, name: '', state: 'stopped', call: stop.call, preds: 0, stopped: stop } : undefined), stop);
       bStep.disabled = busy || !a.step;
+      bOver.disabled = busy || !a.step;
+      bOut.disabled = busy || !a.step;
       bCont.disabled = busy || !a.continue;
       bPause.disabled = busy || !a.pause;
       bOverride.disabled = busy || !stop;
@@ -277,6 +385,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       const out = (v.messages ?? []).join('');
       const res = v.result === null || v.result === undefined ? '' : `\n── result ──\n${typeof v.result === 'string' ? v.result : JSON.stringify(v.result)}`;
       outputBox.textContent = out + res + (v.error ? `\n── error ──\n${v.error}` : '');
+      updateProfile(v);
+      updateWhatIf(v);
     } else {
       head.innerHTML = `<b>Symphony engine</b> ${eng.model ? escapeHtml(eng.model) : ''} ${eng.loading ? '(loading…)' : ''}`;
     }
@@ -286,6 +396,53 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     }
     if (v.timeline) {
       tlBox.innerHTML = renderTimelineSvg(v.timeline, 560, 150) + renderTimelineLegend(v.timeline);
+    }
+  }
+
+  function fillSelect(sel: HTMLSelectElement, options: Array<[string, string]>): void {
+    const html = options.map(([value, label]) => `<option value="${escapeHtml(value)}">${escapeHtml(label)}</option>`).join('');
+    if (sel.dataset.options !== html) {
+      const keep = sel.value;
+      sel.innerHTML = html;
+      sel.dataset.options = html;
+      if (options.some(([value]) => value === keep)) {
+        sel.value = keep;
+      }
+    }
+  }
+
+  function updateProfile(v: any): void {
+    const p = v.profile ?? null;
+    root.dataset.profiled = p ? '1' : '';
+    if (root.dataset.tab !== 'profile') {
+      return;
+    }
+    fillSelect(profThread, [['', 'all'], ...profileThreads(p).map(t => [String(t), `t${t}`] as [string, string])]);
+    const tid = profThread.value === '' ? null : Number(profThread.value);
+    profNote.textContent = p ? (['finished', 'failed', 'cancelled'].includes(v.status) ? ' the whole run' : ' so far (refreshed every second)') : '';
+    profBox.innerHTML = renderProfileTable(p, tid);
+  }
+
+  function updateWhatIf(v: any): void {
+    const threads: Array<{ tid: number; tokens: number; prompt: number }> = v.what_if_threads ?? [];
+    fillSelect(wiThread, threads.map(t => [String(t.tid), `t${t.tid} (${t.tokens} tokens)`] as [string, string]));
+    const t = threads.find(x => String(x.tid) === wiThread.value) ?? threads[0];
+    if (t) {
+      wiPos.max = String(t.tokens - 1);
+      if (!wiPos.value) {
+        wiPos.value = String(Math.min(t.prompt, t.tokens - 1));
+      }
+      wiPos.title = `a position in [1, ${t.tokens - 1}]: the prompt is tokens 0..${t.prompt - 1}, the first generated token is ${t.prompt}`;
+    }
+    bWhatIf.disabled = busy || !threads.length;
+    if (!threads.length && !wiNote.textContent) {
+      wiNote.textContent = ' needs a recorded run: lab.run(..., record=True)';
+    } else if (threads.length && (wiNote.textContent ?? '').startsWith(' needs')) {
+      wiNote.textContent = '';
+    }
+    root.dataset.whatIf = v.what_if ? String(v.what_if.diverge_at ?? 'same') : '';
+    if (root.dataset.tab === 'whatif') {
+      wiBox.innerHTML = renderWhatIf(v.what_if);
     }
   }
 
