@@ -361,6 +361,8 @@ class Lab:
             "overridden",
             "process_start",
             "process_exit",
+            "thread_start",
+            "thread_exit",
             "replay_diverged",
         ):
             self.bridge.broadcast(msg)
