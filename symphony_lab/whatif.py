@@ -17,6 +17,8 @@ from typing import Any
 
 from symphony_core.model.sampling import Sampler
 
+WHATIF_PROCESS = "what-if"  # the name of the LIP a what-if runs as
+
 
 @dataclass
 class WhatIf:
@@ -201,7 +203,7 @@ def what_if(
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     r = engine.launch(
-        explore, tokens[:position], tokens[position], int(token), max_tokens, sampler, source, name="what-if"
+        explore, tokens[:position], tokens[position], int(token), max_tokens, sampler, source, name=WHATIF_PROCESS
     ).result(timeout=timeout)
     o, a = r["tokens"]["original"], r["tokens"]["alternative"]
     diverge = next((i for i, (x, y) in enumerate(zip(o, a)) if x != y), None)

@@ -65,3 +65,18 @@ def threads_in_turn(sym, questions: tuple[str, ...] = ("Q: 2+2? A:", "Q: the sky
         answers.append(sym.spawn(one_answer, kv, q, max_tokens, 11 + i).join())
     sym.kv_close(kv)
     return answers
+
+
+def two_tokens(sym, kv, toks: list[int]) -> list[int]:
+    a = sym.pred(kv, toks).argmax()
+    b = sym.pred(kv, [a]).argmax()
+    return [a, b]
+
+
+def calls_a_helper(sym, prompt: str = "The capital of France is") -> list[int]:
+    """Two preds in a called function, then one of its own: step into, out and over tell apart."""
+    kv = sym.kv_create()
+    first = two_tokens(sym, kv, sym.tokenize(prompt))
+    last = sym.pred(kv, [first[-1]]).argmax()
+    sym.kv_close(kv)
+    return first + [last]

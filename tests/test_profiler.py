@@ -99,6 +99,7 @@ def test_tui_profile_screen(engine):
     line table with the program's pred line."""
     import asyncio
 
+    from symphony_lab.debugger.profiling import profiling_of
     from symphony_lab.tui.app import SymphonyLab
     from symphony_lab.tui.embedded import EmbeddedSession
     from symphony_lab.tui.profile_screen import ProfileScreen
@@ -116,25 +117,29 @@ def test_tui_profile_screen(engine):
             assert time.monotonic() - t0 < 90, f"timed out waiting for {what}:\n{shown()}"
             await pilot.pause(0.1)
 
-    async def drive() -> str:
+    async def drive() -> tuple[str, int]:
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
             await pilot.press("f3")
             await until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen")
-            assert "Profiling from now on" in shown()
+            await until(pilot, lambda: "Profiling from now on" in shown(), "profiling to start")
             await pilot.press("escape")
             await pilot.press("c")
             pid = session.pids[-1]
             await until(pilot, lambda: engine.runtime.processes[pid].done, "the program's end")
-            session.profile_collector.wait_ended(pid)
+            t0 = time.monotonic()
+            while not session.request("profile", pid=pid)["done"]:  # the end of every thread seen
+                assert time.monotonic() - t0 < 30
+                await pilot.pause(0.1)
             await pilot.press("f3")
             await until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen again")
-            return shown()
+            await until(pilot, lambda: "flame" in shown(), "the line table")
+            return shown(), pid
 
     try:
-        text = asyncio.run(drive())
+        text, pid = asyncio.run(drive())
     finally:
         session.close()
     pred_line = line_of(Path(lips), "t = sym.pred(kv, toks).argmax()")
     assert f"lips_for_tests.py:{pred_line}" in text and "thread" in text and "flame" in text
-    assert session.profile_collector is None  # closing the session detached the collector
+    assert not session.profiled_pids and pid not in profiling_of(session.dbg).entries  # closing stopped it

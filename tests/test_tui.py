@@ -522,3 +522,88 @@ def test_keys_while_busy_are_queued_follow_label_return_value_and_help(engine):
         run(drive())
     finally:
         session.close()
+
+
+def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session(engine):
+    """Against the debugger's WebSocket server: F11 / `s` step into a called function, shift+F11
+    steps out of it, F10 steps over the caller's own `pred`, `f` steps out of the program; F3
+    profiles the process through the protocol (line table after the run), F4 runs a what-if."""
+    pytest.importorskip("websockets")
+    from symphony_lab.debugger import Debugger, DebugServer, RemoteDebugger
+    from symphony_lab.debugger.profiling import profiling_of
+    from symphony_lab.tui.debug_session import resolve_target
+    from symphony_lab.tui.profile_screen import ProfileScreen
+    from symphony_lab.tui.whatif_screen import WhatIfScreen
+
+    keys = {b.key: b.action for b in SymphonyLab.BINDINGS}
+    assert keys["v"] == keys["f10"] == "step_over" and keys["f"] == keys["shift+f11"] == "step_out"
+    assert keys["s"] == keys["f11"] == "step" and keys["n"] == "step_batch" and keys["o"] == "override"
+    lips = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab_lips.py")
+    src = open(lips).read().splitlines()
+    line = {
+        text: src.index(next(s for s in src if text in s)) + 1 for text in ("a = sym.pred", "b = sym.pred", "last =")
+    }
+    dbg = Debugger(engine)
+    server = DebugServer(dbg, allow_launch=True)
+    remote = RemoteDebugger(server.url)
+    fn, _ = resolve_target(f"{lips}:calls_a_helper")
+    session = DebuggerSession(remote, fn, (), {}, title="remote", on_close=remote.close)
+    app = SymphonyLab(session)
+
+    async def step(pilot, key: str) -> dict:
+        before = stop_ids(app)
+        await pilot.press(key)
+        await wait_until(
+            pilot,
+            lambda: app.busy is None and (app.focused_stop() or {}).get("stop_id") not in (None, *before),
+            f"the stop after {key}",
+        )
+        return app.focused_stop()
+
+    async def drive() -> tuple[str, str]:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
+            pid = session.pid
+            await pilot.press("f3")
+            await wait_until(pilot, lambda: "Profiling from now on" in screen_text(app), "profiling to start")
+            await pilot.press("escape")
+            where = []
+            for key in ("f11", "s", "shift+f11", "f10"):
+                s = await step(pilot, key)
+                where.append((s["line"], s["where"]))
+            assert where == [
+                (line["a = sym.pred"], "after"),  # into the helper
+                (line["b = sym.pred"], "after"),
+                (line["last ="], "before"),  # out of it: the caller's next stop point
+                (line["last ="], "after"),  # over the caller's own pred
+            ], where
+            await pilot.press("f")  # out of the program: it returns
+            await wait_until(
+                pilot,
+                lambda: any(p["pid"] == pid and p.get("done") for p in app.state.get("processes", [])),
+                "the end of the run",
+            )
+            await pilot.press("f3")
+            await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen")
+            await wait_until(pilot, lambda: "flame" in screen_text(app), "the line table")
+            profile = screen_text(app)
+            assert pid in profiling_of(dbg).entries  # the server-side collector the F3 screen started
+            await pilot.press("escape")
+            await pilot.press("f4")
+            await wait_until(pilot, lambda: isinstance(app.screen, WhatIfScreen), "the what-if screen")
+            n = len(engine.tokenize("The capital of France is"))
+            await pilot.press(*f"{n + 1} Rome 3", "enter")
+            await wait_until(pilot, lambda: "alternative:" in screen_text(app) or "Error" in screen_text(app), "it")
+            return profile, screen_text(app)
+
+    try:
+        profile, whatif = run(drive())
+        pid = session.pid
+    finally:
+        session.close()
+        server.close()
+        dbg.detach()
+    assert f"Profile of process {pid}, final" in profile and f"lab_lips.py:{line['last =']}" in profile, profile
+    assert re.search(r"alternative: [\"'] Rome", whatif) and "diverge at +0" in whatif, whatif
+    assert "first difference, token +0" in whatif
+    assert pid not in profiling_of(dbg).entries  # closing the session stopped its profile

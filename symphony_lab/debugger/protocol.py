@@ -15,11 +15,24 @@ its arguments and its body, and every event.
 
 from __future__ import annotations
 
+import functools
 import inspect as _pyinspect
 import json
+from collections.abc import Callable
 from typing import Any
 
+from .profiling import profile, profile_start, profile_stop
+from .protocol_bodies import (
+    ProfileBody,
+    ProfileLineBody,
+    ProfileStackBody,
+    ProfileThreadBody,
+    ProfilingBody,
+    SamplerSettings,
+    WhatIfBody,
+)
 from .viewdata import jsonable
+from .whatif_command import what_if_command
 
 PROTOCOL_VERSION = 1
 
@@ -67,6 +80,19 @@ COMMANDS: dict[str, str] = {
     "step_batch": "step_batch",
     "wait_stopped": "wait_stopped",
     "wait_process": "wait_process",
+    # answered by functions beside the Debugger (ANALYSIS), not by its methods
+    "profile_start": "profile_start",
+    "profile": "profile",
+    "profile_stop": "profile_stop",
+    "what_if": "what_if",
+}
+
+# command name -> function(debugger, **arguments): the profiler and the what-if explorer
+ANALYSIS: dict[str, Callable[..., Any]] = {
+    "profile_start": profile_start,
+    "profile": profile,
+    "profile_stop": profile_stop,
+    "what_if": what_if_command,
 }
 
 EVENTS = [
@@ -116,9 +142,12 @@ def _call(dbg, command: str, args: dict) -> Any:
                 "step_back": True,
                 "overrides": ["token", "ban", "force", "bias"],
                 "trace_format": "chrome-trace-event",
+                "profile": True,
+                "what_if": True,
             },
         }
-    method = getattr(dbg, COMMANDS[command])
+    fn = ANALYSIS.get(command)
+    method = functools.partial(fn, dbg) if fn is not None else getattr(dbg, COMMANDS[command])
     if command == "launch":
         a = dict(args)
         fn = a.pop("fn", None)
@@ -171,4 +200,19 @@ def handle_command(dbg, msg: dict, *, allow_launch: bool = True, allow_files: bo
     return resp
 
 
-__all__ = ["COMMANDS", "EVENTS", "PROTOCOL_VERSION", "ProtocolError", "encode_message", "handle_command"]
+__all__ = [
+    "ANALYSIS",
+    "COMMANDS",
+    "EVENTS",
+    "PROTOCOL_VERSION",
+    "ProfileBody",
+    "ProfileLineBody",
+    "ProfileStackBody",
+    "ProfileThreadBody",
+    "ProfilingBody",
+    "ProtocolError",
+    "SamplerSettings",
+    "WhatIfBody",
+    "encode_message",
+    "handle_command",
+]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import DebuggerError
-from .protocol import COMMANDS
+from .protocol import ANALYSIS, COMMANDS
 from .protocol import encode_message as _dumps
 
 
@@ -165,18 +165,20 @@ class RemoteDebugger:
             raise AttributeError(name)
         from .core import Debugger
 
-        sig = _pyinspect.signature(getattr(Debugger, COMMANDS[cmd]))
+        target = ANALYSIS.get(cmd) or getattr(Debugger, COMMANDS[cmd])
+        sig = _pyinspect.signature(target)
+        first = next(iter(sig.parameters))  # `self`, or the debugger an analysis command takes
 
         def call(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(None, *args, **kwargs)
-            arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+            arguments = {k: v for k, v in bound.arguments.items() if k != first}
             for k, p in sig.parameters.items():  # **conditions of set_breakpoint
                 if p.kind == p.VAR_KEYWORD and k in arguments:
                     arguments.update(arguments.pop(k))
             return self.request(cmd, **arguments)
 
         call.__name__ = name
-        call.__doc__ = getattr(Debugger, COMMANDS[cmd]).__doc__
+        call.__doc__ = target.__doc__
         return call
 
     def initialize(self) -> Any:

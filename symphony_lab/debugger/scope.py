@@ -58,6 +58,10 @@ NEEDS_PID = {
     "step_back",
     "wait_stopped",
     "wait_process",
+    "profile_start",
+    "profile",
+    "profile_stop",
+    "what_if",
 }
 
 
@@ -129,6 +133,11 @@ class UserScope:
             )
         if command in NEEDS_PID and args.get("pid") is None:
             raise ScopeError(f"{command} needs a pid here ({self.user!r} may act only on their own processes)")
+        if command == "what_if" and args.get("source") is not None:
+            raise ScopeError(
+                "what_if: source (a KV file path) needs an admin connection; leave it out and the "
+                "prefix is computed from the recording"
+            )
         if command == "replay" and not isinstance(args.get("source"), int):
             raise ScopeError("replay needs source: the pid of one of your recorded processes")
         pid = args.get("source") if command == "replay" else args.get("pid")

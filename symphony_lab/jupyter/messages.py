@@ -60,6 +60,10 @@ COMMANDS = frozenset(
         "step_batch",
         "wait_stopped",
         "wait_process",
+        "profile_start",
+        "profile",
+        "profile_stop",
+        "what_if",
     }
 )
 PRIVILEGED = frozenset({"launch", "save_recording"})

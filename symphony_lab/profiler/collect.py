@@ -186,6 +186,8 @@ class ProfileCollector:
             )
             with self._lock:
                 self.threads[key] = t
+                if ev.tid == 1:  # the main thread, met mid-run: its process's exit ends it
+                    self._main.setdefault(ev.pid, key)
         return t
 
     def _close_gap(self, t: ThreadLog, ts: float, end_stack: Stack) -> None:

@@ -63,7 +63,11 @@ class SymphonyLab(App):
 
     BINDINGS = [
         Binding("s", "step", "Step"),
-        Binding("f10", "step", "Step", show=False),
+        Binding("f11", "step", "Step into", show=False),
+        Binding("v", "step_over", "Over"),
+        Binding("f10", "step_over", "Step over", show=False),
+        Binding("f", "step_out", "Out"),
+        Binding("shift+f11", "step_out", "Step out", show=False),
         Binding("c", "continue", "Cont"),
         Binding("f5", "continue", "Continue", show=False),
         Binding("p", "pause", "Pause"),
@@ -259,6 +263,12 @@ class SymphonyLab(App):
     def action_step(self) -> None:
         self._act("step")
 
+    def action_step_over(self) -> None:
+        self._act("step_over")
+
+    def action_step_out(self) -> None:
+        self._act("step_out")
+
     def action_continue(self) -> None:
         self._act("continue")
 
@@ -320,11 +330,18 @@ class SymphonyLab(App):
             return None
         return pid, tid
 
-    def _do_step(self) -> None:
-        pt = self._need_thread("step")
+    def _do_step(self, command: str = "step") -> None:
+        label = command.replace("_", " ")
+        pt = self._need_thread(label)
         if pt:
             self.commands.step_began(pt[0], self.state)
-            self.run_command("step", self.session.step, *pt, lands=True)
+            self.run_command(label, self.session.step, *pt, command, lands=True)
+
+    def _do_step_over(self) -> None:
+        self._do_step("step_over")
+
+    def _do_step_out(self) -> None:
+        self._do_step("step_out")
 
     def _do_continue(self) -> None:
         self.run_command("continue", self.session.cont, self.focus_pt[0])
@@ -388,7 +405,7 @@ class SymphonyLab(App):
         self.push_screen(HelpScreen())
 
     def action_profile(self) -> None:
-        self.push_screen(ProfileScreen(self.session))
+        self.push_screen(ProfileScreen(self.session, self.focus_pt[0]))
 
     def action_what_if(self) -> None:
         self.push_screen(WhatIfScreen(self.session, *self.focus_pt))

@@ -9,8 +9,13 @@ when it began: the step is over when a new one shows, or the process ends). The 
 from __future__ import annotations
 
 # actions that queue (the app has a `_do_<action>` method for each)
-QUEUED_ACTIONS = ("step", "continue", "pause", "step_back", "step_batch", "relaunch")
-NEEDS_STOP = ("step", "step_back")  # they act on a stopped thread: wait for one (entry, a breakpoint)
+QUEUED_ACTIONS = ("step", "step_over", "step_out", "continue", "pause", "step_back", "step_batch", "relaunch")
+NEEDS_STOP = (
+    "step",
+    "step_over",
+    "step_out",
+    "step_back",
+)  # they act on a stopped thread: wait for one (entry, a breakpoint)
 
 
 class CommandQueue:

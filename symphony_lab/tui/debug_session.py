@@ -28,6 +28,7 @@ from .line_breakpoints import LineBreakpoints
 from .lip_files import load_file, resolve_target  # noqa: F401 (cli, embedded and tests import them from here)
 from .recorded_tops import RecordedTops
 from .session import Session, SessionError
+from .session_profile import stop_session_profiles
 
 
 class DebuggerSession(Session):
@@ -72,8 +73,9 @@ class DebuggerSession(Session):
         self._lock = threading.RLock()
         self.pid: int | None = None
         self.pids: list[int] = []
+        self.profiled_pids: set[int] = set()  # processes the Profile screen started profiling
         self.model = SessionState()
-        self._stepping: set[tuple[int, int]] = set()
+        self._stepping: dict[tuple[int, int], str] = {}  # thread -> the step command in flight
         self._line_bps = LineBreakpoints()
         self._unnamed: set[int] = set()  # token ids seen in events whose text is not known yet
         self._recorded = RecordedTops(self.request)
@@ -158,6 +160,7 @@ class DebuggerSession(Session):
             self._react_cv.notify_all()
         if self._unsub is not None:
             self._unsub()
+        stop_session_profiles(self)
         if self._on_close is not None:
             self._on_close()
 
@@ -251,10 +254,11 @@ class DebuggerSession(Session):
                     return
                 if key in self._stepping and b.get("where") == "before" and b.get("call") == "pred":
                     # Stepping to this very pred: go on to its result (one step = one token).
-                    self._react(lambda: self._quiet_step(pid, tid))
+                    command = self._stepping[key]
+                    self._react(lambda: self._quiet_step(pid, tid, command))
                     return
         if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
-            self._stepping = {k for k in self._stepping if k[0] != pid}
+            self._stepping = {k: c for k, c in self._stepping.items() if k[0] != pid}
         self._adopt_if_new(pid)
 
     def _adopt_if_new(self, pid: int | None) -> None:
@@ -268,9 +272,9 @@ class DebuggerSession(Session):
         except SessionError:
             pass
 
-    def _quiet_step(self, pid: int, tid: int) -> None:
+    def _quiet_step(self, pid: int, tid: int, command: str = "step") -> None:
         try:
-            self.request("step", pid=pid, tid=tid)
+            self.request(command, pid=pid, tid=tid)
         except SessionError:
             pass
 
@@ -383,12 +387,12 @@ class DebuggerSession(Session):
         }
 
     # --- verbs ----------------------------------------------------------------------------------
-    def step(self, pid: int, tid: int) -> dict:
-        self._stepping.add((pid, tid))
+    def step(self, pid: int, tid: int, command: str = "step") -> dict:
+        self._stepping[(pid, tid)] = command
         try:
-            return self.request("step", pid=pid, tid=tid)
+            return self.request(command, pid=pid, tid=tid)
         except Exception:
-            self._stepping.discard((pid, tid))
+            self._stepping.pop((pid, tid), None)
             raise
 
     def cont(self, pid: int | None) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from .debug_session import DebuggerSession, load_file, resolve_target
-from .profile_screen import stop_session_profile
 
 
 def _traceback_of(dbg):
@@ -97,7 +96,6 @@ class EmbeddedSession(DebuggerSession):
 
     def close(self) -> None:
         super().close()
-        stop_session_profile(self)
         if self.dbg is not None:
             try:
                 self.dbg.detach()

@@ -1,9 +1,7 @@
-"""The Profile screen (F3): the LIP profiler's line table and flame view for an embedded session.
-
-Profiling starts the first time the screen opens (a collector on the session's engine bus; it
-stays attached for the session, so later openings show everything since), and the screen shows
-the profile of the processes seen so far. A session against a server has no engine here to
-profile, and says so.
+"""The Profile screen (F3): the LIP profiler's line table and flame view of the focused process,
+for an embedded session and one against a server alike (session_profile.py: the protocol's
+`profile_*` commands). Profiling starts the first time the screen opens for a process, and
+the screen shows everything since; `r` reads it again.
 """
 
 from __future__ import annotations
@@ -16,40 +14,28 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..profiler import ProfileCollector
-
-
-def session_profile_text(session: Any) -> str:
-    """Start profiling the session's engine if needed; the profile so far as text."""
-    engine = getattr(session, "engine", None)
-    if engine is None:
-        return "Profiling needs an embedded session (an engine in this process); this one has none."
-    col = getattr(session, "profile_collector", None)
-    if col is None:
-        col = session.profile_collector = ProfileCollector().attach(engine.bus)
-    prof = col.profile()
-    if not prof.threads:
-        return "Profiling from now on: run or step the program, then open this screen again (F3)."
-    return f"{prof.table(25)}\n\nflame (inclusive time per frame)\n{prof.flame(40)}"
-
-
-def stop_session_profile(session: Any) -> None:
-    col = getattr(session, "profile_collector", None)
-    if col is not None:
-        col.detach()
-        session.profile_collector = None
+from .session_profile import session_profile_text
 
 
 class ProfileScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,f3", "dismiss", "close"), Binding("r", "refresh_profile", "refresh")]
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, pid: int | None = None) -> None:
         super().__init__()
-        self.session = session
+        self.session, self.pid = session, pid
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="profile-box"):
-            yield Static(session_profile_text(self.session), id="profile-text", markup=False)
+            yield Static("reading the profile…", id="profile-text", markup=False)
+
+    def on_mount(self) -> None:
+        self.action_refresh_profile()
 
     def action_refresh_profile(self) -> None:
-        self.query_one("#profile-text", Static).update(session_profile_text(self.session))
+        out = self.query_one("#profile-text", Static)
+
+        def work() -> None:  # a remote session answers over the network: off the UI thread
+            text = session_profile_text(self.session, self.pid)
+            self.app.call_from_thread(out.update, text)
+
+        self.run_worker(work, thread=True, exclusive=True)

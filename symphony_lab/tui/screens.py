@@ -14,7 +14,9 @@ HELP = """\
 
 | key | what it does |
 |---|---|
-| `s` / `F10` | **step**: run the focused thread until its next `pred` returns, then stop |
+| `s` / `F11` | **step** (into): run the focused thread until its next `pred` returns, then stop (into the threads it spawns) |
+| `v` / `F10` | **step over**: run until the next `pred` returns in the focused thread's function or a caller (preds in called functions such as `generate` run through) |
+| `f` / `shift+F11` | **step out**: run until the focused thread leaves the function it is stopped in |
 | `c` / `F5` | **continue** every stopped thread (of the focused process) |
 | `p` / `F6` | **pause** the focused process (all, if none is focused) |
 | `b` / `F9` | **toggle a breakpoint** on the cursor's line in the program pane (on every `pred` when no source is shown) |
@@ -23,10 +25,12 @@ HELP = """\
 | `n` | **step one batch** (in step mode) |
 | `u` / `F7` | **step back**: replay the run up to the previous `pred` of the focused thread |
 | `r` | **relaunch** the program (same function, same arguments) |
+| `F3` | **profile**: where the program's time goes, per line (queue, forward, own, blocking), and a flame view |
+| `F4` | **what if**: at a token position of the focused thread's recorded run, feed another token and see both continuations |
 | `t` | light / dark theme |
 | `1`…`5` | show a pane (tabs when the terminal is narrow) and focus it |
 | `tab` | move focus between panes |
-| `?` | this help |
+| `?` / `F1` | this help |
 | `q` / `ctrl+q` | quit |
 
 Colours in the token pane: green — the model was sure (p ≥ 0.7), yellow — a toss-up (p ≥ 0.3),

@@ -45,7 +45,8 @@ class Session:
     def state(self) -> dict:
         raise NotImplementedError
 
-    def step(self, pid: int, tid: int) -> dict:
+    def step(self, pid: int, tid: int, command: str = "step") -> dict:
+        """Step into (`command` "step"), over ("step_over") or out ("step_out") of the thread's function."""
         raise NotImplementedError
 
     def cont(self, pid: int | None) -> dict:

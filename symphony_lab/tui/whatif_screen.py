@@ -1,6 +1,7 @@
 """The What-if screen (F4): at a token position of the focused thread's recorded run, feed
-another token and show both continuations side by side (an embedded session: the what-if runs
-as a LIP on the session's engine, in KV forks of the prefix)."""
+another token and show both continuations side by side, with where they diverge. It sends the
+debugger protocol's `what_if` command, so it works for an embedded session and one against a
+server alike: the what-if runs as a LIP on the debugged engine, in KV forks of the prefix."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from symphony_core.errors import SymphonyError
-
-from ..whatif import thread_tokens, what_if
+from .session import SessionError
 
 
 def parse_request(text: str) -> tuple[int, str | int, int]:
@@ -32,20 +31,37 @@ def parse_request(text: str) -> tuple[int, str | int, int]:
 
 
 def run_what_if(session: Any, pid: int, tid: int, text: str) -> str:
-    engine, dbg = getattr(session, "engine", None), getattr(session, "dbg", None)
-    if engine is None or dbg is None:
-        return "What-if needs an embedded session (an engine in this process)."
+    request = getattr(session, "request", None)
+    if request is None or getattr(session, "dbg", None) is None:
+        return "What-if needs a live debugger session; this one has none (a recording, or still starting)."
     try:
         pos, token, n = parse_request(text)
-        tokens = thread_tokens(dbg.get_recording(pid), tid)
-        w = what_if(engine, tokens, pos, token, n)
-    except (ValueError, SymphonyError) as e:  # shown to the user, who can correct the request
-        return f"{type(e).__name__}: {e}"
-    mark = "identical" if w.diverge_at is None else f"diverge at +{w.diverge_at}"
-    return (
-        f"thread {pid}.{tid}, position {w.position} ({mark}; {len(w.shared_pages)} prefix pages shared)\n\n"
-        f"original:    {w.texts['original']!r}\nalternative: {w.texts['alternative']!r}"
-    )
+        which = {"token": token} if isinstance(token, int) else {"text": token}
+        w = request("what_if", pid=pid, tid=tid, position=pos, max_tokens=n, **which)
+    except (ValueError, SessionError, TimeoutError) as e:  # shown to the user, who can correct the request
+        return f"Error: {e}"
+    return what_if_text(w)
+
+
+def what_if_text(w: dict) -> str:
+    """A `what_if` body as the screen shows it."""
+    d = w["diverge_at"]
+    mark = "identical" if d is None else f"diverge at +{d}"
+    out = [
+        f"thread {w['pid']}.{w['tid']}, position {w['position']} ({mark}; "
+        f"{len(w['shared_pages'])} prefix pages shared)",
+        "",
+        f"original:    {w['texts']['original']!r}",
+        f"alternative: {w['texts']['alternative']!r}",
+    ]
+    if d is not None:
+        o, a = w["token_texts"]["original"], w["token_texts"]["alternative"]
+        first_o = repr(o[d]) if d < len(o) else "(ended)"
+        first_a = repr(a[d]) if d < len(a) else "(ended)"
+        out += ["", f"first difference, token +{d}: original {first_o}, alternative {first_a}"]
+    if w.get("reproduces_recording"):
+        out.append("the original continuation reproduces the recorded run")
+    return "\n".join(out)
 
 
 class WhatIfScreen(ModalScreen[None]):
