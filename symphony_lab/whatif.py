@@ -11,7 +11,7 @@ With the original token and greedy decoding the "original" branch reproduces the
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,26 +59,6 @@ class WhatIf:
             f"<div class='symphony-whatif'>position {self.position}: {head}; "
             f"{len(self.shared_pages)} prefix pages shared<table><tr>{''.join(cells)}</tr></table></div>"
         )
-
-    def view(self, token_text: Callable[[int], str]) -> dict:
-        """What the widget and the sidebar draw: both continuations token by token (the
-        divergence marked by index), the recorded one, and the pages the forks share."""
-
-        def toks(ids: list[int]) -> list[dict]:
-            return [{"id": t, "text": token_text(t)} for t in ids]
-
-        return {
-            "position": self.position,
-            "diverge_at": self.diverge_at,
-            "original": toks(self.original),
-            "alternative": toks(self.alternative),
-            "recorded": toks(self.recorded),
-            "reproduces": self.reproduces_recording(),
-            "shared_pages": len(self.shared_pages),
-            "prefix_pages": self.prefix_pages,
-            "recomputed_prefix": self.recomputed_prefix,
-            "texts": dict(self.texts),
-        }
 
     def to_dict(self) -> dict:
         return {

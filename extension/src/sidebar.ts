@@ -69,8 +69,8 @@ export class SymphonySidebar extends Widget {
       <h3>Processes</h3><div class="sl-procs"></div>
       <h3>Breakpoints</h3><div class="sl-bps"></div>
       <div class="sl-bp-form">syscall <input class="sl-bp-call" value="pred"/> pid <input class="sl-bp-pid"/> hit <input class="sl-bp-hit"/> <button class="sl-btn sl-bp-add">add</button></div>
-      <h3>Profile</h3><div class="sl-prof-form">run <select class="sl-prof-pid"></select> thread <select class="sl-prof-tid"><option value="">all</option></select> <button class="sl-btn sl-prof-refresh">Profile</button></div><div class="sl-prof"></div>
-      <h3>What-if</h3><div class="sl-wi-form">run <select class="sl-wi-pid"></select> thread <input class="sl-wi-tid" type="number" min="1" value="1"/> position <input class="sl-wi-pos" type="number" min="1"/> token <input class="sl-wi-token" placeholder='e.g. " Rome"'/> max <input class="sl-wi-max" type="number" min="1" max="256" value="8"/> <button class="sl-btn sl-wi-run">Run what-if</button></div><div class="sl-wi-result"></div>
+      <h3>Profile</h3><div class="sl-prof-form">pid <select class="sl-prof-pid"></select> thread <select class="sl-prof-tid"><option value="">all</option></select> <button class="sl-btn sl-prof-start" title="profile this process from now on (a run launched with profile=True is profiled from its start)">Start</button> <button class="sl-btn sl-prof-refresh" title="show its profile so far">Show</button></div><div class="sl-prof"></div>
+      <h3>What-if</h3><div class="sl-wi-form">pid <select class="sl-wi-pid"></select> thread <input class="sl-wi-tid" type="number" min="1" value="1"/> position <input class="sl-wi-pos" type="number" min="1"/> token <input class="sl-wi-token" placeholder='e.g. " Rome"'/> max <input class="sl-wi-max" type="number" min="1" max="256" value="8"/> <button class="sl-btn sl-wi-run">Run what-if</button></div><div class="sl-wi-result"></div>
       <h3>KV fork tree</h3><div class="sl-kv"></div><div class="sl-kv-details"></div>
       <h3>Scheduler</h3><div class="sl-tl"></div><div class="sl-queue"></div>
       <h3>Trace</h3><button class="sl-btn sl-export">Export Perfetto trace</button>
@@ -302,6 +302,10 @@ export class SymphonySidebar extends Widget {
         await this.requester.request('set_breakpoint', args);
       } else if (t.closest('.sl-bp-rm')) {
         await this.requester.request('remove_breakpoint', { id: Number((t.closest('.sl-bp-rm') as HTMLElement).dataset.id) });
+      } else if (t.closest('.sl-prof-start')) {
+        await this.requester.request('profile_start', { pid: Number((this.$('.sl-prof-pid') as HTMLSelectElement).value) });
+        await this.loadProfile();
+        return;
       } else if (t.closest('.sl-prof-refresh')) {
         await this.loadProfile();
         return;
@@ -326,26 +330,27 @@ export class SymphonySidebar extends Widget {
     }
   }
 
-  /** The notebook runs in the Profile and What-if pickers (profiled / recorded ones first). */
+  /** The processes in the Profile and What-if pickers: newest first, a notebook's profiled /
+   * recorded runs marked (a what-if LIP is left out). */
   private renderRuns(): void {
-    const runs = this.model.runs;
-    const fill = (sel: HTMLSelectElement, ok: (r: any) => boolean, why: string) => {
-      const html = runs
-        .slice()
-        .sort((a, b) => Number(ok(b)) - Number(ok(a)) || b.pid - a.pid)
-        .map(r => `<option value="${r.pid}">pid ${r.pid} ${escapeHtml(r.name)}${ok(r) ? '' : ` (${why})`}</option>`)
-        .join('');
+    const runs = new Map(this.model.runs.map(r => [r.pid, r]));
+    const procs = this.model
+      .processList()
+      .filter(p => p.name !== 'what-if')
+      .reverse();
+    const fill = (sel: HTMLSelectElement, mark: (pid: number) => string) => {
+      const html = procs.map(p => `<option value="${p.pid}">pid ${p.pid} ${escapeHtml(p.name)}${mark(p.pid)}</option>`).join('');
       if (sel.dataset.options !== html) {
         const keep = sel.value;
         sel.innerHTML = html;
         sel.dataset.options = html;
-        if (runs.some(r => String(r.pid) === keep)) {
+        if (procs.some(p => String(p.pid) === keep)) {
           sel.value = keep;
         }
       }
     };
-    fill(this.$('.sl-prof-pid') as HTMLSelectElement, r => r.profiled, 'not profiled');
-    fill(this.$('.sl-wi-pid') as HTMLSelectElement, r => r.recorded, 'not recorded');
+    fill(this.$('.sl-prof-pid') as HTMLSelectElement, pid => (runs.get(pid)?.profiled ? ' (profiled)' : ''));
+    fill(this.$('.sl-wi-pid') as HTMLSelectElement, pid => (runs.get(pid)?.recorded ? ' (recorded)' : ''));
   }
 
   private renderProfile(): void {
@@ -354,14 +359,14 @@ export class SymphonySidebar extends Widget {
     tidSel.innerHTML = '<option value="">all</option>' + profileThreads(this.profile).map(t => `<option value="${t}">t${t}</option>`).join('');
     tidSel.value = profileThreads(this.profile).some(t => String(t) === keep) ? keep : '';
     tidSel.onchange = () => this.renderProfile();
-    this.$('.sl-prof').innerHTML = renderProfileTable(this.profile, tidSel.value === '' ? null : Number(tidSel.value), 120);
+    this.$('.sl-prof').innerHTML = renderProfileTable(this.profile, tidSel.value === '' ? null : Number(tidSel.value), 90, true);
   }
 
   /** The picked run's line table (the lab's `profile` command). */
   async loadProfile(): Promise<void> {
     const pid = Number((this.$('.sl-prof-pid') as HTMLSelectElement).value);
     if (!pid) {
-      this.showError('profile: no notebook run yet (lab.run(fn, ..., profile=True))');
+      this.showError('profile: no process to profile yet');
       return;
     }
     try {
@@ -371,7 +376,7 @@ export class SymphonySidebar extends Widget {
       this.profile = null;
       this.showError((e as Error).message);
     }
-    this.node.dataset.profileRows = String(this.profile?.rows?.length ?? 0);
+    this.node.dataset.profileRows = String(this.profile?.lines?.length ?? 0);
     this.renderProfile();
   }
 
@@ -382,7 +387,7 @@ export class SymphonySidebar extends Widget {
     const text = val('.sl-wi-token');
     const position = Number(val('.sl-wi-pos'));
     if (!pid || !text || !Number.isInteger(position) || position < 1) {
-      this.showError('what-if: pick a recorded run, a position (>= 1) and a replacement token');
+      this.showError('what-if: pick a recorded process, a position (>= 1) and a replacement token');
       return;
     }
     const box = this.$('.sl-wi-result');

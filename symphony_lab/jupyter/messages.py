@@ -76,9 +76,6 @@ LAB_COMMANDS: dict[str, set[str]] = {
     "relaunch": {"pid", "stop_on_entry"},  # run a process again with the cell's *current* definition
     "cancel": {"pid"},  # cancel a running process
     "set_view": {"pid", "scope", "kv_index"},  # a run's widget: its process or the whole engine; a kept KV tree
-    "profile": {"pid", "top"},  # a profiled run's line table so far (lab.run(..., profile=True))
-    # a recorded run's alternative continuation: `token` (an id) or `text` (one token) at `position` of thread `tid`
-    "what_if": {"pid", "tid", "position", "token", "text", "max_tokens"},
 }
 
 # Debugger commands a browser may not send: they run arbitrary code by import path, touch the

@@ -3,12 +3,15 @@ commands for it (every one goes through the lab's single protocol entry point, `
 
 from __future__ import annotations
 
+import linecache
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..profiler import Profile, ProfileCollector, profile_view
+from ..debugger.profiling import profile as profile_body
+from ..debugger.profiling import profiling_of
+from ..profiler import Profile, ProfileCollector
 from ..whatif import WhatIf, thread_tokens, what_if
 from .kernel import current_definition
 
@@ -54,8 +57,8 @@ class LabRun:
         self.kv_index: int | None = None  # a kept KV tree to show (scrubbing), None: the newest
         self.profiling = False  # set by `Lab.run(profile=True)`: a collector is attached at launch
         self._collector = None
-        self._profile_view: tuple[float, bool, int, dict] | None = None  # (when, final, top, view): a cache
-        self.what_if_view: dict | None = None  # the last what-if asked from a widget or the sidebar
+        self._profile_view: tuple[float, bool, int, dict] | None = None  # (when, final, top, body): a cache
+        self.what_if_view: dict | None = None  # the last `what_if` body asked from a widget or the sidebar
 
     # --- the widget ---------------------------------------------------------------------------
     @property
@@ -92,6 +95,8 @@ class LabRun:
         pid = r["pid"]
         if self._collector is not None:
             self._collector.pids = {pid}
+            # the protocol's `profile` (the sidebar, a remote client) reads this same collector
+            profiling_of(dbg).adopt(pid, self._collector)
         self.lab.tap.watch.add(pid)
         self.pid = pid
         self.pids.append(pid)
@@ -246,10 +251,9 @@ class LabRun:
         return self._collector.profile()
 
     def profile_view(self, top: int = 40, min_interval: float = 1.0) -> dict | None:
-        """The profile so far as the widget and the sidebar draw it (`profiler.profile_view`);
-        rebuilt at most every `min_interval` seconds while the run lives, once more when it ends."""
-        col = self._collector
-        if col is None:
+        """The profile so far as the protocol's `profile` body (docs/protocol.md), each line with
+        its source text; rebuilt at most every `min_interval` seconds while the run lives."""
+        if self._collector is None or self.pid is None:
             return None
         proc = self.process
         done = proc is not None and proc.done
@@ -257,11 +261,9 @@ class LabRun:
         fresh = cached is not None and (cached[1] or (not done and time.monotonic() - cached[0] < min_interval))
         if cached is not None and fresh and cached[2] == top:
             return cached[3]
-        if done and self.pid is not None:
-            col.wait_ended(self.pid, timeout=0.5)
-        view = dict(profile_view(col.profile(), top))
-        self._profile_view = (time.monotonic(), done, top, view)
-        return view
+        body = with_source_texts(dict(profile_body(self.lab.debugger, self.pid, top)))
+        self._profile_view = (time.monotonic(), bool(body.get("done")), top, body)
+        return body
 
     def recorded_threads(self) -> list[dict]:
         """The threads a what-if can start from: each recorded thread's token count (prompt included)."""
@@ -284,29 +286,18 @@ class LabRun:
         self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None, source: str | None = None
     ) -> WhatIf:
         """Feed `token` at `position` of thread `tid`'s recorded token stream and decode the
-        alternative in a KV fork beside the original (`lab.run(..., record=True)`). The widget's
-        What-if tab shows the last one (`what_if_view`)."""
+        alternative in a KV fork beside the original (`lab.run(..., record=True)`)."""
         if self.pid is None:
             raise RuntimeError("this run has not launched")
         rec = self.lab.debugger.get_recording(self.pid)
-        w = what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
-        self.what_if_view = {"tid": tid, **w.view(self.lab.engine.tokenizer.token_text)}
-        self.lab.mark_dirty(self.pid)
-        return w
+        return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
 
-    def what_if_request(self, args: dict) -> dict:
-        """`what_if` from a widget or the sidebar (the lab command's arguments, checked here)."""
-        tid, position, max_tokens = args.get("tid", 1), args.get("position"), args.get("max_tokens", 16)
-        for name, v in (("tid", tid), ("position", position), ("max_tokens", max_tokens)):
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise ValueError(f"what_if: {name} must be an integer, got {v!r}")
-        if not 1 <= max_tokens <= 256:
-            raise ValueError(f"what_if: max_tokens must be in [1, 256], got {max_tokens}")
-        token = args.get("token") if args.get("token") is not None else args.get("text")
-        if token is None or token == "":
-            raise ValueError("what_if: give the replacement as `token` (an id) or `text` (one token)")
-        self.what_if(tid, position, token, max_tokens)
-        return self.what_if_view or {}
+
+def with_source_texts(body: dict) -> dict:
+    """A `profile` body with each line's source text (`text`), read where the source is (a
+    notebook cell's lines are in the kernel's linecache)."""
+    body["lines"] = [{**r, "text": linecache.getline(r["file"], r["line"]).strip()} for r in body.get("lines", [])]
+    return body
 
 
 def start_collector(engine: Any, old: ProfileCollector | None) -> ProfileCollector:
@@ -315,4 +306,4 @@ def start_collector(engine: Any, old: ProfileCollector | None) -> ProfileCollect
     return ProfileCollector().attach(engine.bus)
 
 
-__all__ = ["LabRun"]
+__all__ = ["LabRun", "with_source_texts"]

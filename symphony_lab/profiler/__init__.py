@@ -4,17 +4,14 @@ Python, blocking, kernel), from the engine's syscall and batch events."""
 from .collect import ProfileCollector
 from .profile import BUCKETS, LineRow, Profile, ThreadProfile, Times
 from .session import profile_engine, profile_run
-from .view import ProfileView, profile_view
 
 __all__ = [
     "BUCKETS",
     "LineRow",
     "Profile",
     "ProfileCollector",
-    "ProfileView",
     "ThreadProfile",
     "Times",
     "profile_engine",
     "profile_run",
-    "profile_view",
 ]

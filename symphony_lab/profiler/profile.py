@@ -24,7 +24,6 @@ Frame = tuple[str, int, str]  # file, line, function
 Stack = tuple[Frame, ...]  # outermost first
 
 BUCKETS = ("queue", "forward", "own", "blocking", "kernel")
-BUCKET_COLOURS = {"queue": "#f2b134", "forward": "#4a90d9", "own": "#5cb85c", "blocking": "#d9534f", "kernel": "#999"}
 WAITING_CALLS = ("recv", "join")
 PROFILE_PID_OFFSET = 1_000_000  # trace processes of the profile tracks
 _STDLIB = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
@@ -182,7 +181,7 @@ class Profile:
 
     def _repr_html_(self, top: int = 30) -> str:
         """The notebook's profile view: the line table with each row's buckets as a stacked bar."""
-        colours = BUCKET_COLOURS
+        colours = {"queue": "#f2b134", "forward": "#4a90d9", "own": "#5cb85c", "blocking": "#d9534f", "kernel": "#999"}
         rows = sorted(self.lines, key=lambda r: -r.times.total)[:top]
         most = max((r.times.total for r in rows), default=0.0) or 1.0
         out = [

@@ -419,7 +419,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     }
     fillSelect(profThread, [['', 'all'], ...profileThreads(p).map(t => [String(t), `t${t}`] as [string, string])]);
     const tid = profThread.value === '' ? null : Number(profThread.value);
-    profNote.textContent = p ? (['finished', 'failed', 'cancelled'].includes(v.status) ? ' the whole run' : ' so far (refreshed every second)') : '';
+    profNote.textContent = p ? (p.done ? ' the whole run' : ' so far (refreshed every second)') : '';
     profBox.innerHTML = renderProfileTable(p, tid);
   }
 
@@ -441,6 +441,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       wiNote.textContent = '';
     }
     root.dataset.whatIf = v.what_if ? String(v.what_if.diverge_at ?? 'same') : '';
+    if (v.what_if && wiNote.textContent === 'running both continuations…') {
+      wiNote.textContent = '';
+    }
     if (root.dataset.tab === 'whatif') {
       wiBox.innerHTML = renderWhatIf(v.what_if);
     }
