@@ -11,11 +11,12 @@
  */
 
 import { renderFileDetails, renderTreeSvg } from '../kvtree';
-import { profileThreads, renderProfileTable, renderWhatIf } from '../profile';
 import { describeStop, primaryStop, statusBadge, STEP_KEYS, stopDist, threadActions } from '../state';
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
 import { escapeHtml, renderLanes, renderTokens, renderTopK, showText } from '../tokens';
 import { WidgetTransport } from '../transport';
+import { button, h } from './dom';
+import { AnalysisPanels } from './panels';
 import { recordInfo } from './record';
 
 type Model = {
@@ -24,23 +25,6 @@ type Model = {
   off?(name: string, cb?: (...a: any[]) => void): void;
   send(content: any): void;
 };
-
-function h(tag: string, cls: string, html = ''): HTMLElement {
-  const e = document.createElement(tag);
-  e.className = cls;
-  if (html) {
-    e.innerHTML = html;
-  }
-  return e;
-}
-
-function button(label: string, cls: string, title: string): HTMLButtonElement {
-  const b = document.createElement('button');
-  b.textContent = label;
-  b.className = `sl-btn ${cls}`;
-  b.title = title;
-  return b;
-}
 
 function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const root = h('div', 'symphony-lab-widget');
@@ -77,31 +61,14 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     'sl-tabs',
     [['run', 'Run'], ['profile', 'Profile'], ['whatif', 'What-if']].map(([k, l]) => `<button class="sl-tab" data-tab="${k}">${l}</button>`).join('')
   );
+  // the Profile and What-if tabs (their callbacks run on clicks, once everything below is defined)
+  const panels = new AnalysisPanels({
+    request: (command, args) => act(command, args),
+    error: text => showError(text),
+    pid: () => view().pid,
+    refresh: () => update()
+  });
   const runPanel = h('div', 'sl-panel sl-panel-run');
-  const profPanel = h('div', 'sl-panel sl-panel-profile');
-  const wiPanel = h('div', 'sl-panel sl-panel-whatif');
-  const profThread = document.createElement('select');
-  profThread.className = 'sl-prof-thread-pick';
-  const profNote = h('span', 'sl-note');
-  const profBox = h('div', 'sl-prof');
-  const wiThread = document.createElement('select');
-  wiThread.className = 'sl-wi-thread';
-  const wiPos = document.createElement('input');
-  wiPos.type = 'number';
-  wiPos.min = '1';
-  wiPos.className = 'sl-wi-pos';
-  const wiText = document.createElement('input');
-  wiText.className = 'sl-wi-token';
-  wiText.placeholder = 'one token, e.g. " Rome"';
-  const wiMax = document.createElement('input');
-  wiMax.type = 'number';
-  wiMax.min = '1';
-  wiMax.max = '256';
-  wiMax.value = '12';
-  wiMax.className = 'sl-wi-max';
-  const bWhatIf = button('Run what-if', 'sl-wi-run', 'decode the alternative in a KV fork beside the original (the prefix pages are shared)');
-  const wiNote = h('span', 'sl-note sl-wi-note');
-  const wiBox = h('div', 'sl-wi-result');
 
   const bBack = button('◀ Step back', 'sl-step-back', `replay the recorded run to the previous pred (a new process) (${STEP_KEYS.step_back})`);
   const bStep = button('Step', 'sl-step', `step into: run the stopped thread until its next pred returns, or the first pred of a thread it spawns (${STEP_KEYS.step})`);
@@ -137,24 +104,13 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     controls.appendChild(bRecord);
     controls.appendChild(recTag);
     controls.appendChild(transportTag);
-    root.append(head, controls, errorBox, tabs, runPanel, profPanel, wiPanel);
+    root.append(head, controls, errorBox, tabs, runPanel, panels.profile, panels.whatIf);
     runPanel.append(stopBox);
     runPanel.appendChild(section('Tokens', [tokensBox]));
     const scopeLabel = h('label', 'sl-kv-scope-label');
     scopeLabel.append(kvScope, document.createTextNode(' whole engine '));
     kvControls.append(scopeLabel, kvScrub, kvLive, kvNote);
     runPanel.appendChild(section('Output', [outputBox]));
-    const profBar = h('div', 'sl-prof-controls');
-    profBar.append(document.createTextNode('thread '), profThread, profNote);
-    profPanel.append(profBar, profBox);
-    const wiForm = h('div', 'sl-wi-form');
-    const label = (text: string, input: HTMLElement) => {
-      const l = h('label', '');
-      l.append(document.createTextNode(text), input);
-      return l;
-    };
-    wiForm.append(label('thread ', wiThread), label(' position ', wiPos), label(' token ', wiText), label(' max ', wiMax), bWhatIf, wiNote);
-    wiPanel.append(wiForm, wiBox);
   } else {
     root.append(head, errorBox, runPanel);
   }
@@ -163,8 +119,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const showTab = (name: string) => {
     root.dataset.tab = name;
     runPanel.style.display = name === 'run' ? '' : 'none';
-    profPanel.style.display = name === 'profile' ? '' : 'none';
-    wiPanel.style.display = name === 'whatif' ? '' : 'none';
+    panels.profile.style.display = name === 'profile' ? '' : 'none';
+    panels.whatIf.style.display = name === 'whatif' ? '' : 'none';
     tabs.querySelectorAll('.sl-tab').forEach(t => t.classList.toggle('sl-tab-on', (t as HTMLElement).dataset.tab === name));
   };
   tabs.addEventListener('click', e => {
@@ -248,22 +204,6 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       }
     }
   });
-  profThread.onchange = () => update();
-  bWhatIf.onclick = async () => {
-    const text = wiText.value;
-    const position = Number(wiPos.value);
-    if (!text) {
-      showError('what-if: type the replacement token first (one token, e.g. " Rome")');
-      return;
-    }
-    if (!Number.isInteger(position) || position < 1) {
-      showError('what-if: the position must be a whole number >= 1');
-      return;
-    }
-    wiNote.textContent = 'running both continuations…';
-    await act('what_if', { pid: view().pid, tid: Number(wiThread.value || 1), position, text, max_tokens: Number(wiMax.value) || 12 });
-    wiNote.textContent = '';
-  };
   bBack.onclick = () => act('step_back', { ...stopArgs(), steps: 1 });
   bRecord.onclick = () => act('record', { pid: view().pid, enabled: true });
   bCont.onclick = () => act('continue', stopArgs());
@@ -385,8 +325,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       const out = (v.messages ?? []).join('');
       const res = v.result === null || v.result === undefined ? '' : `\n── result ──\n${typeof v.result === 'string' ? v.result : JSON.stringify(v.result)}`;
       outputBox.textContent = out + res + (v.error ? `\n── error ──\n${v.error}` : '');
-      updateProfile(v);
-      updateWhatIf(v);
+      panels.update(v, root.dataset.tab ?? 'run', busy);
+      root.dataset.profiled = v.profile ? '1' : '';
+      root.dataset.whatIf = v.what_if ? String(v.what_if.diverge_at ?? 'same') : '';
     } else {
       head.innerHTML = `<b>Symphony engine</b> ${eng.model ? escapeHtml(eng.model) : ''} ${eng.loading ? '(loading…)' : ''}`;
     }
@@ -396,56 +337,6 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     }
     if (v.timeline) {
       tlBox.innerHTML = renderTimelineSvg(v.timeline, 560, 150) + renderTimelineLegend(v.timeline);
-    }
-  }
-
-  function fillSelect(sel: HTMLSelectElement, options: Array<[string, string]>): void {
-    const html = options.map(([value, label]) => `<option value="${escapeHtml(value)}">${escapeHtml(label)}</option>`).join('');
-    if (sel.dataset.options !== html) {
-      const keep = sel.value;
-      sel.innerHTML = html;
-      sel.dataset.options = html;
-      if (options.some(([value]) => value === keep)) {
-        sel.value = keep;
-      }
-    }
-  }
-
-  function updateProfile(v: any): void {
-    const p = v.profile ?? null;
-    root.dataset.profiled = p ? '1' : '';
-    if (root.dataset.tab !== 'profile') {
-      return;
-    }
-    fillSelect(profThread, [['', 'all'], ...profileThreads(p).map(t => [String(t), `t${t}`] as [string, string])]);
-    const tid = profThread.value === '' ? null : Number(profThread.value);
-    profNote.textContent = p ? (p.done ? ' the whole run' : ' so far (refreshed every second)') : '';
-    profBox.innerHTML = renderProfileTable(p, tid);
-  }
-
-  function updateWhatIf(v: any): void {
-    const threads: Array<{ tid: number; tokens: number; prompt: number }> = v.what_if_threads ?? [];
-    fillSelect(wiThread, threads.map(t => [String(t.tid), `t${t.tid} (${t.tokens} tokens)`] as [string, string]));
-    const t = threads.find(x => String(x.tid) === wiThread.value) ?? threads[0];
-    if (t) {
-      wiPos.max = String(t.tokens - 1);
-      if (!wiPos.value) {
-        wiPos.value = String(Math.min(t.prompt, t.tokens - 1));
-      }
-      wiPos.title = `a position in [1, ${t.tokens - 1}]: the prompt is tokens 0..${t.prompt - 1}, the first generated token is ${t.prompt}`;
-    }
-    bWhatIf.disabled = busy || !threads.length;
-    if (!threads.length && !wiNote.textContent) {
-      wiNote.textContent = ' needs a recorded run: lab.run(..., record=True)';
-    } else if (threads.length && (wiNote.textContent ?? '').startsWith(' needs')) {
-      wiNote.textContent = '';
-    }
-    root.dataset.whatIf = v.what_if ? String(v.what_if.diverge_at ?? 'same') : '';
-    if (v.what_if && wiNote.textContent === 'running both continuations…') {
-      wiNote.textContent = '';
-    }
-    if (root.dataset.tab === 'whatif') {
-      wiBox.innerHTML = renderWhatIf(v.what_if);
     }
   }
 
