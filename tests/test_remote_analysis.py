@@ -67,10 +67,13 @@ def test_profile_of_a_remote_process_is_typed_json(remote, finished):
     prof = profile_from_body(body)  # the client renders it with the in-process API's own views
     assert f"lips_for_tests.py:{pred}" in prof.table() and "greedy" in prof.flame()
     assert len(rd.profile(pid, top=1)["lines"]) == 1
+    assert rd.profile_start(pid)["profiling"] is False  # its profile is final: starting again changes nothing
     last = rd.profile_stop(pid)
     assert last["threads"] == body["threads"]
     with pytest.raises(RemoteError, match=f"process {pid} is not being profiled: send profile_start"):
         rd.profile(pid)
+    with pytest.raises(RemoteError, match=f"process {pid} has ended: profiling covers what runs after"):
+        rd.profile_start(pid)
     assert len(result) == 6
 
 

@@ -199,3 +199,38 @@ def test_a_failing_program_brings_its_traceback_over_the_protocol(server):
         assert "ValueError" in view["traceback"]
     finally:
         alice.close()
+
+
+def test_profile_and_what_if_of_a_sandboxed_program(server):
+    """The analysis commands on the server, as a scoped user: profile a sandboxed program from its
+    entry, then a what-if from its recorded run; another user may touch neither."""
+    alice, bob = ws(server, "tok-alice"), ws(server, "tok-bob")
+    try:
+        pid = alice.run_program(
+            source(), "greedy", "The capital of France is", kwargs={"max_tokens": 5}, stop_on_entry=True, record=True
+        )["pid"]
+        alice.wait_stopped(pid, timeout=120)
+        assert alice.profile_start(pid)["profiling"] is True
+        with pytest.raises(RemoteError, match="not one of 'bob'"):
+            bob.profile(pid)
+        with pytest.raises(RemoteError, match="needs a pid"):
+            alice.profile_start()
+        alice.continue_(pid)
+        result = alice.wait_process(pid, timeout=120)["result"]
+        deadline = time.monotonic() + 30
+        while not (body := alice.profile(pid))["done"]:
+            assert time.monotonic() < deadline, body
+            time.sleep(0.1)
+        (th,) = body["threads"]
+        assert th["preds"] == 5 and abs(th["total"] - th["wall"]) <= 0.05 * th["wall"]
+        assert any(r["preds"] == 5 and r["file"] == "<lip greedy>" for r in body["lines"]), body["lines"]
+        pos = th["tokens"] - 4 + 1  # the prompt and four fed tokens: the second generated token
+        with pytest.raises(RemoteError, match="not one of 'bob'"):
+            bob.what_if(pid, pos, token=result[1])
+        with pytest.raises(RemoteError, match="source .* needs an admin connection"):
+            alice.what_if(pid, pos, token=1, source="/shared/x.kv")
+        w = alice.what_if(pid, pos, token=result[1], max_tokens=3)
+        assert w["original"] == result[1:4] == w["alternative"] and w["reproduces_recording"]
+    finally:
+        alice.close()
+        bob.close()

@@ -533,7 +533,7 @@ def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session
     from symphony_lab.debugger.profiling import profiling_of
     from symphony_lab.tui.debug_session import resolve_target
     from symphony_lab.tui.profile_screen import ProfileScreen
-    from symphony_lab.tui.whatif_screen import WhatIfScreen
+    from symphony_lab.tui.whatif_screen import WhatIfScreen, run_what_if
 
     keys = {b.key: b.action for b in SymphonyLab.BINDINGS}
     assert keys["v"] == keys["f10"] == "step_over" and keys["f"] == keys["shift+f11"] == "step_out"
@@ -594,6 +594,10 @@ def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session
             n = len(engine.tokenize("The capital of France is"))
             await pilot.press(*f"{n + 1} Rome 3", "enter")
             await wait_until(pilot, lambda: "alternative:" in screen_text(app) or "Error" in screen_text(app), "it")
+            sampled = run_what_if(session, pid, 1, f"{n + 1} * 3 temperature=1.5 seed=3")  # the sampler only
+            assert "diverge" in sampled or "identical" in sampled, sampled
+            bad = run_what_if(session, pid, 1, f"{n + 1} #99999999")
+            assert bad.startswith("Error: token id 99999999 is outside the vocabulary [0, "), bad
             return profile, screen_text(app)
 
     try:

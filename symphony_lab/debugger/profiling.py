@@ -33,6 +33,7 @@ class _Profiled:
     collector: ProfileCollector
     since: float
     attached: bool = True
+    done: bool = False  # its process ended and every thread's end was seen: the profile is final
 
 
 def _check_pid(dbg: Any, pid: Any, *, may_be_none: bool = True) -> None:
@@ -87,11 +88,14 @@ class Profiling:
             raise DebuggerError(f"interval must be between 0.001 and 1 second, got {interval!r}")
         with self.lock:
             e = self.entries.get(pid)
-            if e is None or not e.attached:
-                if e is None:
-                    self._evict()
-                col = ProfileCollector(None if pid is None else {pid}, interval=float(interval))
-                e = self.entries[pid] = _Profiled(pid, col.attach(self.dbg.engine.bus), now())
+            if e is not None and (e.attached or e.done):
+                return {"pid": pid, "profiling": e.attached, "since": e.since}
+            if self._process_ended(pid):
+                raise DebuggerError(f"process {pid} has ended: profiling covers what runs after profile_start")
+            if e is None:
+                self._evict()
+            col = ProfileCollector(None if pid is None else {pid}, interval=float(interval))
+            e = self.entries[pid] = _Profiled(pid, col.attach(self.dbg.engine.bus), now())
         return {"pid": pid, "profiling": True, "since": e.since}
 
     def adopt(self, pid: int, collector: ProfileCollector) -> None:
@@ -121,7 +125,7 @@ class Profiling:
         )
 
     def read(self, pid: int | None, top: int, stop: bool = False) -> ProfileBody:
-        if pid is not None:
+        if pid is not None and pid not in self.entries:  # a kept profile outlives its process's entry
             _check_pid(self.dbg, pid)
         top = _check_top(top)
         with self.lock:
@@ -131,10 +135,11 @@ class Profiling:
                     f"process {pid} has no profile of its own (the engine-wide one covers it): "
                     "profile_stop without a pid stops that one"
                 )
-            done = False
-            if pid is not None and self._process_ended(pid):
+            done = e.done
+            if pid is not None and not done and self._process_ended(pid):
                 done = e.collector.wait_ended(pid, timeout=1.0)
                 if done and not partial:
+                    e.done = True
                     self._detach(e)
             if stop and not partial:
                 self._detach(e)
@@ -160,8 +165,9 @@ def profile_start(dbg: Any, pid: int | None = None, interval: float = 0.005) -> 
     """Start the LIP profiler on process `pid` (None: every process of the engine, from now on).
 
     Raises:
-        DebuggerError: `no process <pid>`; `interval must be between 0.001 and 1 second`;
-            `already profiling 16 running processes`.
+        DebuggerError: `no process <pid>`; `process <pid> has ended: profiling covers what runs
+            after profile_start`; `interval must be between 0.001 and 1 second`; `already
+            profiling 16 running processes ...`.
     """
     return profiling_of(dbg).start(pid, interval)
 

@@ -146,8 +146,8 @@ def _call(dbg, command: str, args: dict) -> Any:
                 "what_if": True,
             },
         }
-    fn = ANALYSIS.get(command)
-    method = functools.partial(fn, dbg) if fn is not None else getattr(dbg, COMMANDS[command])
+    analysis = ANALYSIS.get(command)
+    method = functools.partial(analysis, dbg) if analysis is not None else getattr(dbg, COMMANDS[command])
     if command == "launch":
         a = dict(args)
         fn = a.pop("fn", None)

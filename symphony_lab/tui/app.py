@@ -75,11 +75,11 @@ class SymphonyLab(App):
         Binding("b", "toggle_breakpoint", "Break"),
         Binding("f9", "toggle_breakpoint", "Breakpoint", show=False),
         Binding("o", "override", "Override"),
-        Binding("n", "step_batch", "Batch"),
+        Binding("n", "step_batch", "Batch", show=False),  # the footer keeps to 80 columns: `?` lists these
         Binding("m", "step_mode", "Step mode", show=False),
         Binding("u", "step_back", "Back"),
         Binding("f7", "step_back", "Step back", show=False),
-        Binding("r", "relaunch", "Relaunch"),
+        Binding("r", "relaunch", "Relaunch", show=False),
         Binding("t", "toggle_dark", "Theme", show=False),
         Binding("f3", "profile", "Profile", show=False),
         Binding("f4", "what_if", "What if", show=False),

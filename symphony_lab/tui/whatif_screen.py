@@ -30,13 +30,29 @@ def parse_request(text: str) -> tuple[int, str | int, int]:
     return pos, token, max_tokens
 
 
+def split_sampler(text: str) -> tuple[str, dict]:
+    """Trailing `name=value` words (temperature, top_k, top_p, min_p, seed) are the alternative's
+    sampler: `12 Rome 8 temperature=0.8 seed=1`; TOKEN `*` keeps the recorded token."""
+    words, sampler = text.split(), {}
+    while words and "=" in words[-1]:
+        name, _, value = words.pop().partition("=")
+        try:
+            sampler[name] = int(value) if name in ("top_k", "seed") else float(value)
+        except ValueError:
+            raise ValueError(f"sampler {name} must be a number, got {value!r}") from None
+    return " ".join(words), sampler
+
+
 def run_what_if(session: Any, pid: int, tid: int, text: str) -> str:
     request = getattr(session, "request", None)
     if request is None or getattr(session, "dbg", None) is None:
         return "What-if needs a live debugger session; this one has none (a recording, or still starting)."
     try:
+        text, sampler = split_sampler(text)
         pos, token, n = parse_request(text)
-        which = {"token": token} if isinstance(token, int) else {"text": token}
+        which: dict = {"sampler": sampler} if sampler else {}
+        if token != " *":
+            which.update({"token": token} if isinstance(token, int) else {"text": token})
         w = request("what_if", pid=pid, tid=tid, position=pos, max_tokens=n, **which)
     except (ValueError, SessionError, TimeoutError) as e:  # shown to the user, who can correct the request
         return f"Error: {e}"
@@ -73,7 +89,12 @@ class WhatIfScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="whatif-box"):
-            yield Static(f"What if — thread {self.pid}.{self.tid}: POSITION TOKEN [MAX_TOKENS]", id="whatif-title")
+            yield Static(
+                f"What if — thread {self.pid}.{self.tid}: POSITION TOKEN [MAX_TOKENS] [temperature=T seed=S …]"
+                " (TOKEN: a word, #id, or * for the recorded one)",
+                id="whatif-title",
+                markup=False,
+            )
             yield Input(placeholder="12 Rome 8", id="whatif-input")
             yield Static("", id="whatif-result", markup=False)
 
