@@ -83,6 +83,17 @@ def lab_server(tmp_path_factory):
         nbformat.v4.new_code_cell(
             f"print({WAITING!r}, flush=True)\nbest = run.result(600)['best']['text']\nprint('BEST:', repr(best))"
         ),
+        # runs once the beam search has ended: a profiled, recorded greedy loop for the Profile and What-if tabs
+        nbformat.v4.new_code_cell(
+            "def greedy(sym, prompt, n):\n"
+            "    kv = sym.kv_create()\n"
+            "    d = sym.pred(kv, sym.tokenize(prompt))\n"
+            "    for _ in range(n - 1):\n"
+            "        d = sym.pred(kv, [d.argmax()])  # the loop's line\n"
+            "    sym.kv_close(kv)\n"
+            "    return n\n"
+            f"run2 = lab.run(greedy, {PROMPT!r}, 6, stop_on_entry=True, record=True, profile=True)"
+        ),
     ]
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     nbformat.write(nb, srv.root_dir / "beam.ipynb")
@@ -175,7 +186,7 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
         150,
         "the widget to show the LIP stopped on entry",
     )
-    widget = page.locator(W)
+    widget = page.locator(W).first  # the third cell adds a second run widget at the end
     assert widget.get_attribute("data-status") == "stopped"
     assert "stopped on entry" in widget.locator(".sl-stop-line").inner_text()
     assert "beam_search" in widget.locator(".sl-source").inner_text()
@@ -383,10 +394,73 @@ def test_beam_search_step_override_continue_in_jupyterlab(lab_server, page):
     assert {"pred", "kv_fork"} <= names, sorted(n for n in names if n)[:40]
     widget.screenshot(path=str(SHOTS / "widget-finished.png"))
     side.screenshot(path=str(SHOTS / "sidebar-finished.png"))
+    profile_and_what_if(page, side)
     page.screenshot(path=str(SHOTS / "jupyterlab.png"))
     errors = [m for m in page.console_log if m.startswith("error") and "symphony" in m.lower()]
     assert not errors, errors
     print(f"browser flow took {time.monotonic() - t0:.1f}s")
+
+
+W2 = f'document.querySelectorAll("{W}")[1]'  # the third cell's run widget
+
+
+def profile_and_what_if(page, side) -> None:
+    """The third cell's run: step over from the sidebar, then the widget's Profile and What-if
+    tabs and the sidebar's Profile and What-if sections on the finished run."""
+    _wait(page, f"() => {{ const w = {W2}; return w && w.dataset.stopWhere === 'entry'; }}", 120, "run 2 on entry")
+    w2 = page.locator(W).nth(1)
+    pid2 = w2.get_attribute("data-pid")
+    over = side.locator(f".sl-cmd[data-cmd='step_over'][data-pid='{pid2}'][data-tid='1']")
+    over.wait_for(timeout=20_000)  # the sidebar folded run 2's process_start and stopped events
+    assert "step over" in (over.get_attribute("title") or "")
+    assert int(side.get_attribute("data-folded") or 0) >= 2
+    entry = w2.get_attribute("data-stop-id")
+    over.click()
+    _wait(
+        page,
+        f"(e) => {{ const w = {W2}; return w.dataset.stopId !== e && w.dataset.stopWhere === 'after'; }}",
+        60,
+        "the sidebar's step over to stop after run 2's first pred",
+        arg=entry,
+    )
+    assert "sym.pred(kv, sym.tokenize(prompt))" in w2.locator(".sl-source .sl-cur").inner_text()
+    assert "(v)" in (w2.locator("button.sl-step-over").get_attribute("title") or "")
+    side.locator(f".sl-cmd[data-cmd='continue'][data-pid='{pid2}'][data-tid='1']").click()
+    _wait(page, f"() => {W2}.dataset.status === 'finished'", 120, "run 2 to finish")
+
+    w2.locator(".sl-tab[data-tab='profile']").click()
+    _wait(page, f"() => {W2}.querySelectorAll('.sl-prof-row').length >= 2", 30, "the widget's profile table")
+    rows = w2.locator(".sl-prof-row")
+    texts = [rows.nth(i).inner_text() for i in range(rows.count())]
+    loop = next(t for t in texts if "the loop's line" in t)
+    assert "\t5\t5" in loop, loop  # the loop's line: 5 preds, 5 tokens fed
+    assert any("sym.tokenize(prompt)" in t for t in texts), texts
+    w2.screenshot(path=str(SHOTS / "widget-profile.png"))
+
+    w2.locator(".sl-tab[data-tab='whatif']").click()
+    pos = w2.locator(".sl-wi-pos").input_value()
+    assert int(pos) >= 1
+    w2.locator(".sl-wi-token").fill(" Rome")
+    w2.locator("button.sl-wi-run").click()
+    _wait(page, f"() => {W2}.dataset.whatIf === '0'", 60, "the widget's what-if to diverge at once")
+    assert w2.locator(".sl-wi-table td").count() == 2
+    assert w2.locator(".sl-wi-alternative .sl-wi-diverge").inner_text().strip() == "Rome"
+    assert w2.locator(".sl-wi-original .sl-wi-tok").count() >= 2
+    w2.screenshot(path=str(SHOTS / "widget-what-if.png"))
+
+    side.locator(".sl-prof-pid").select_option(pid2)
+    side.locator("button.sl-prof-refresh").click()
+    _wait(
+        page, "() => document.querySelectorAll('.symphony-lab-sidebar .sl-prof-row').length >= 2", 30, "sidebar profile"
+    )
+    assert "the loop's line" in side.locator(".sl-prof").inner_text()
+    side.locator(".sl-wi-pid").select_option(pid2)
+    side.locator(".sl-wi-pos").fill(pos)
+    side.locator(".sl-wi-token").fill(" Rome")
+    side.locator("button.sl-wi-run").click()
+    _wait(page, "() => document.querySelector('.symphony-lab-sidebar').dataset.whatIf === '0'", 60, "sidebar what-if")
+    assert side.locator(".sl-wi-table td").count() == 2
+    side.screenshot(path=str(SHOTS / "sidebar-profile-what-if.png"))
 
 
 def test_labextension_is_listed_enabled():

@@ -1,7 +1,8 @@
 """The front-end's Jest unit tests (extension/src/__tests__), run as part of the Python suite.
 
 They cover the logic the sidebar and the widgets share: the KV fork tree layout and drawing,
-the scheduler timeline, the token stream's colours and tooltips, the protocol's request /
+the scheduler timeline, the token stream's colours and tooltips, the profiler's line table and the
+what-if view, the sidebar's session model folded from events, the protocol's request /
 response matching and checks, and which actions a thread offers in each state.
 """
 

@@ -137,6 +137,85 @@ def test_widget_steps_overrides_and_updates_live(lab):
     assert v["timeline"]["batches"] and json.dumps(v)
 
 
+def _two_preds(sym, kv, toks):
+    d = sym.pred(kv, toks)
+    return sym.pred(kv, [d.argmax()]).argmax()
+
+
+def nested(sym, prompt: str) -> str:
+    kv = sym.kv_create()
+    t = sym.pred(kv, sym.tokenize(prompt)).argmax()
+    t = _two_preds(sym, kv, [t])  # step over runs through both of its preds
+    t = sym.pred(kv, [t]).argmax()
+    sym.kv_close(kv)
+    return sym.detokenize([t])
+
+
+def test_widget_step_over_and_step_out(lab):
+    """The widget's Step over / Step out buttons send the debugger's step_over / step_out."""
+    run = lab.run(nested, "The capital of France is", breakpoints=[{"call": "pred", "hit_count": 2}], display=False)
+    w = run.widget
+    spy = CommSpy(w)
+    pid = run.wait_launched()
+    wait_for(lambda: w.view.get("status") == "stopped", what="the breakpoint in _two_preds")
+    stop = w.view["stops"][0]
+    assert stop["where"] == "before" and stop["call"] == "pred"
+    assert any("sym.pred(kv, toks)" in ln["text"] for ln in stop["source"]["lines"] if ln["current"])
+    spy.request("remove_breakpoint", id=lab.debugger.breakpoints()["breakpoints"][0]["id"])
+
+    def current(st: dict) -> str:
+        return next(ln["text"].strip() for ln in st["source"]["lines"] if ln["current"])
+
+    assert spy.request("step_out", pid=pid, tid=1)["success"]
+    wait_for(
+        lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != stop["stop_id"], what="the step_out's stop"
+    )
+    out = w.view["stops"][0]
+    assert (out["where"], current(out)) == ("before", "t = sym.pred(kv, [t]).argmax()"), "back in nested()"
+    assert spy.request("step_over", pid=pid, tid=1)["success"]
+    wait_for(lambda: w.view.get("stops") and w.view["stops"][0]["stop_id"] != out["stop_id"], what="step_over")
+    over = w.view["stops"][0]
+    assert (over["where"], over["line"]) == ("after", out["line"]), "the same line's pred returned"
+    assert spy.request("continue", pid=pid)["success"]
+    wait_for(lambda: w.view.get("status") == "finished", what="the run to finish")
+    js = (STATIC / "widget.js").read_text()
+    assert "sl-step-over" in js and "sl-step-out" in js, "the bundle has the buttons"
+
+
+def test_widget_profile_and_what_if_tabs(lab):
+    """The Profile tab's data (the protocol's `profile` body of the run, each line with its source)
+    and the What-if tab's `what_if`: the original token reproduces the run, another diverges at once."""
+    run = lab.run(complete, "The capital of France is", 5, record=True, profile=True, display=False)
+    w = run.widget
+    spy = CommSpy(w)
+    pid = run.wait_launched()
+    text = run.result(timeout=120)
+    prof = wait_for(lambda: (w.view.get("profile") or {}).get("done") and w.view["profile"], what="the final profile")
+    loop = [r for r in prof["lines"] if r["text"] == "t = sym.pred(kv, toks).argmax()"]
+    assert len(loop) == 1 and loop[0]["preds"] == 5 and loop[0]["forward"] > 0, prof["lines"]
+    assert loop[0]["file"].endswith("test_widgets.py") and loop[0]["tokens"] >= 5
+    assert {r["text"] for r in prof["lines"]} >= {"kv = sym.kv_create()", "toks = sym.tokenize(prompt)"}
+    (th,) = prof["threads"]
+    assert abs(th["total"] - th["wall"]) <= 0.05 * th["wall"]
+    # the sidebar's path: the protocol's `profile` reads the same collector, with the lines' source
+    top2 = spy.request("profile", pid=pid, top=2)["body"]
+    assert top2["lines"] == prof["lines"][:2] and top2["lines_total"] == prof["lines_total"]
+
+    (thr,) = w.view["what_if_threads"]
+    n_prompt = len(lab.engine.tokenize("The capital of France is"))
+    assert thr == {"tid": 1, "tokens": n_prompt + 5, "prompt": n_prompt}
+    paris = lab.engine.tokenize(" Paris")[0]
+    same = spy.request("what_if", pid=pid, tid=1, position=n_prompt, token=paris, max_tokens=4)
+    assert same["success"], same
+    assert same["body"]["diverge_at"] is None and same["body"]["reproduces_recording"]
+    assert text.startswith(same["body"]["texts"]["original"])
+    alt = spy.request("what_if", pid=pid, tid=1, position=n_prompt, text=" Rome", max_tokens=4)["body"]
+    assert alt["diverge_at"] == 0 and alt["token_texts"]["alternative"][0] == " Rome" and alt["original"][0] == paris
+    wait_for(lambda: (w.view.get("what_if") or {}).get("diverge_at") == 0, what="the what-if in the widget's view")
+    bad = spy.request("what_if", pid=pid, tid=1, position=0, text=" Rome")
+    assert not bad["success"] and "position must be in" in bad["message"]
+
+
 def _topk(stop: dict) -> list[tuple[int, float]]:
     return [(t["token"], t["logit"]) for t in stop["result"]["topk"]]
 

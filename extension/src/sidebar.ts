@@ -1,7 +1,9 @@
 /**
- * The Symphony Lab sidebar: processes and threads with their state and debugger controls,
- * the breakpoints list, the KV fork tree, the live scheduler view, and an export of the run as
- * a Perfetto trace. It talks to the notebook kernel's lab through the jupyter-server
+ * The Symphony Lab sidebar: processes and threads with their state and debugger controls (step
+ * into, step over, step out, continue, pause), the breakpoints list, the KV fork tree, the live
+ * scheduler view, a notebook run's profile (the LIP profiler's line table) and the what-if
+ * explorer, and an export of the run as a Perfetto trace. Its state is the session model folded
+ * from the debugger's events (session.ts), resynced by the lab's snapshots. It talks to the notebook kernel's lab through the jupyter-server
  * extension (REST for status and the trace, a WebSocket for commands and live views).
  */
 
@@ -11,9 +13,19 @@ import { Widget } from '@lumino/widgets';
 
 import { renderFileDetails, renderTreeSvg } from './kvtree';
 import { EventMsg, labSocketUrl, Requester } from './protocol';
+import { profileThreads, renderProfileTable, renderWhatIf } from './profile';
+import { SessionModel } from './session';
 import { describeStop, liveBreakpoints, ProcessView, splitThreads, StopView, statusBadge, threadActions, ThreadView } from './state';
 import { mergeBatches, renderTimelineLegend, renderTimelineSvg, Timeline } from './timeline';
 import { escapeHtml } from './tokens';
+
+const CMD_TITLES: Record<string, string> = {
+  step: 'step into: run until the next pred returns (or the first pred of a thread it spawns)',
+  step_over: "step over: run to this thread's next pred in this function or a caller",
+  step_out: 'step out: run until the thread leaves the function it is stopped in',
+  continue: 'resume the thread',
+  pause: 'stop every thread of the process at its next system call'
+};
 
 export interface LabStatus {
   version: string;
@@ -27,6 +39,9 @@ export class SymphonySidebar extends Widget {
   private kernelId: string | null = null;
   private preferredKernel: string | null = null;
   private view: any = null;
+  private model = new SessionModel();
+  private profile: any = null;
+  private whatIf: any = null;
   private timeline: Timeline | null = null;
   private selectedFile: number | null = null;
   private statusTimer: any = null;
@@ -54,6 +69,8 @@ export class SymphonySidebar extends Widget {
       <h3>Processes</h3><div class="sl-procs"></div>
       <h3>Breakpoints</h3><div class="sl-bps"></div>
       <div class="sl-bp-form">syscall <input class="sl-bp-call" value="pred"/> pid <input class="sl-bp-pid"/> hit <input class="sl-bp-hit"/> <button class="sl-btn sl-bp-add">add</button></div>
+      <h3>Profile</h3><div class="sl-prof-form">pid <select class="sl-prof-pid"></select> thread <select class="sl-prof-tid"><option value="">all</option></select> <button class="sl-btn sl-prof-start" title="profile this process from now on (a run launched with profile=True is profiled from its start)">Start</button> <button class="sl-btn sl-prof-refresh" title="show its profile so far">Show</button></div><div class="sl-prof"></div>
+      <h3>What-if</h3><div class="sl-wi-form">pid <select class="sl-wi-pid"></select> thread <input class="sl-wi-tid" type="number" min="1" value="1"/> position <input class="sl-wi-pos" type="number" min="1"/> token <input class="sl-wi-token" placeholder='e.g. " Rome"'/> max <input class="sl-wi-max" type="number" min="1" max="256" value="8"/> <button class="sl-btn sl-wi-run">Run what-if</button></div><div class="sl-wi-result"></div>
       <h3>KV fork tree</h3><div class="sl-kv"></div><div class="sl-kv-details"></div>
       <h3>Scheduler</h3><div class="sl-tl"></div><div class="sl-queue"></div>
       <h3>Trace</h3><button class="sl-btn sl-export">Export Perfetto trace</button>
@@ -144,6 +161,7 @@ export class SymphonySidebar extends Widget {
     this.ws?.close();
     this.kernelId = kernelId;
     this.view = null;
+    this.model = new SessionModel();
     this.timeline = null;
     const ws = new WebSocket(labSocketUrl(this.settings.wsUrl, kernelId, this.settings.token));
     this.ws = ws;
@@ -173,6 +191,9 @@ export class SymphonySidebar extends Widget {
   private onEvent(ev: EventMsg): void {
     if (ev.event === 'lab_view') {
       this.applyView(ev.body);
+    } else if (this.view && this.model.apply(ev)) {
+      this.node.dataset.folded = String(this.model.folded);
+      this.render();
     }
   }
 
@@ -184,6 +205,7 @@ export class SymphonySidebar extends Widget {
 
   applyView(v: any): void {
     this.view = v;
+    this.model.resync(v);
     if (v.engine && v.engine.ready) {
       this.$('.sl-conn-state').textContent = `connected · ${v.engine.model ?? ''}`;
     }
@@ -200,18 +222,19 @@ export class SymphonySidebar extends Widget {
     if (!v) {
       return;
     }
-    const stops: StopView[] = v.stops ?? [];
-    const procs: ProcessView[] = v.processes ?? [];
+    const stops: StopView[] = this.model.stopList();
+    const procs: ProcessView[] = this.model.processList();
     const threadRow = (p: ProcessView, t: ThreadView) => {
       const stop = stops.find(s => s.pid === p.pid && s.tid === t.tid) ?? null;
       const a = threadActions(t, stop);
       const st = stop ? 'stopped' : t.state;
       const btn = (cmd: string, label: string, on: boolean) =>
-        on ? `<button class="sl-btn sl-cmd" data-cmd="${cmd}" data-pid="${p.pid}" data-tid="${t.tid}">${label}</button>` : '';
+        on ? `<button class="sl-btn sl-cmd" data-cmd="${cmd}" data-pid="${p.pid}" data-tid="${t.tid}" title="${CMD_TITLES[cmd] ?? cmd}">${label}</button>` : '';
       return (
         `<tr class="sl-thread" data-pid="${p.pid}" data-tid="${t.tid}"><td>t${t.tid}</td><td>${escapeHtml(t.tid > 1 ? t.name : 'main')}</td>` +
         `<td><span class="sl-status" style="background:${statusBadge(st)}">${escapeHtml(st)}</span>${stop ? `<div class="sl-note">${escapeHtml(describeStop(stop))}</div>` : ''}` +
-        `<div class="sl-actions">${btn('step', 'step', a.step)}${btn('continue', 'continue', a.continue)}${btn('pause', 'pause', a.pause)}</div></td></tr>`
+        `<div class="sl-actions">${btn('step', 'step', a.step)}${btn('step_over', 'over', a.step)}${btn('step_out', 'out', a.step)}` +
+        `${btn('continue', 'continue', a.continue)}${btn('pause', 'pause', a.pause)}</div></td></tr>`
       );
     };
     // threads grouped under their process; finished threads collapsed (a beam search's 16 stay one line)
@@ -234,7 +257,8 @@ export class SymphonySidebar extends Widget {
           })
           .join('')
       : '<div class="sl-empty">no processes</div>';
-    const bps: any[] = liveBreakpoints(v.breakpoints ?? [], procs);
+    this.renderRuns();
+    const bps: any[] = liveBreakpoints(this.model.breakpoints, procs);
     this.$('.sl-bps').innerHTML = bps.length
       ? `<table><tbody>${bps
           .map(
@@ -278,6 +302,16 @@ export class SymphonySidebar extends Widget {
         await this.requester.request('set_breakpoint', args);
       } else if (t.closest('.sl-bp-rm')) {
         await this.requester.request('remove_breakpoint', { id: Number((t.closest('.sl-bp-rm') as HTMLElement).dataset.id) });
+      } else if (t.closest('.sl-prof-start')) {
+        await this.requester.request('profile_start', { pid: Number((this.$('.sl-prof-pid') as HTMLSelectElement).value) });
+        await this.loadProfile();
+        return;
+      } else if (t.closest('.sl-prof-refresh')) {
+        await this.loadProfile();
+        return;
+      } else if (t.closest('.sl-wi-run')) {
+        await this.runWhatIf();
+        return;
       } else if (t.closest('.sl-export')) {
         await this.exportTrace();
         return;
@@ -294,6 +328,85 @@ export class SymphonySidebar extends Widget {
     } catch (err) {
       this.showError((err as Error).message);
     }
+  }
+
+  /** The processes in the Profile and What-if pickers: newest first, a notebook's profiled /
+   * recorded runs marked (a what-if LIP is left out). */
+  private renderRuns(): void {
+    const runs = new Map(this.model.runs.map(r => [r.pid, r]));
+    const procs = this.model
+      .processList()
+      .filter(p => p.name !== 'what-if')
+      .reverse();
+    const fill = (sel: HTMLSelectElement, mark: (pid: number) => string) => {
+      const html = procs.map(p => `<option value="${p.pid}">pid ${p.pid} ${escapeHtml(p.name)}${mark(p.pid)}</option>`).join('');
+      if (sel.dataset.options !== html) {
+        const keep = sel.value;
+        sel.innerHTML = html;
+        sel.dataset.options = html;
+        if (procs.some(p => String(p.pid) === keep)) {
+          sel.value = keep;
+        }
+      }
+    };
+    fill(this.$('.sl-prof-pid') as HTMLSelectElement, pid => (runs.get(pid)?.profiled ? ' (profiled)' : ''));
+    fill(this.$('.sl-wi-pid') as HTMLSelectElement, pid => (runs.get(pid)?.recorded ? ' (recorded)' : ''));
+  }
+
+  private renderProfile(): void {
+    const tidSel = this.$('.sl-prof-tid') as HTMLSelectElement;
+    const keep = tidSel.value;
+    tidSel.innerHTML = '<option value="">all</option>' + profileThreads(this.profile).map(t => `<option value="${t}">t${t}</option>`).join('');
+    tidSel.value = profileThreads(this.profile).some(t => String(t) === keep) ? keep : '';
+    tidSel.onchange = () => this.renderProfile();
+    this.$('.sl-prof').innerHTML = renderProfileTable(this.profile, tidSel.value === '' ? null : Number(tidSel.value), 90, true);
+  }
+
+  /** The picked run's line table (the lab's `profile` command). */
+  async loadProfile(): Promise<void> {
+    const pid = Number((this.$('.sl-prof-pid') as HTMLSelectElement).value);
+    if (!pid) {
+      this.showError('profile: no process to profile yet');
+      return;
+    }
+    try {
+      this.profile = await this.requester.request('profile', { pid });
+      this.showError('');
+    } catch (e) {
+      this.profile = null;
+      this.showError((e as Error).message);
+    }
+    this.node.dataset.profileRows = String(this.profile?.lines?.length ?? 0);
+    this.renderProfile();
+  }
+
+  /** Another token at a position of a recorded run's thread: both continuations (the lab's `what_if`). */
+  async runWhatIf(): Promise<void> {
+    const val = (sel: string) => (this.$(sel) as HTMLInputElement).value;
+    const pid = Number(val('.sl-wi-pid'));
+    const text = val('.sl-wi-token');
+    const position = Number(val('.sl-wi-pos'));
+    if (!pid || !text || !Number.isInteger(position) || position < 1) {
+      this.showError('what-if: pick a recorded process, a position (>= 1) and a replacement token');
+      return;
+    }
+    const box = this.$('.sl-wi-result');
+    box.innerHTML = '<div class="sl-note">running both continuations…</div>';
+    try {
+      this.whatIf = await this.requester.request('what_if', {
+        pid,
+        tid: Number(val('.sl-wi-tid')) || 1,
+        position,
+        text,
+        max_tokens: Number(val('.sl-wi-max')) || 8
+      });
+      this.showError('');
+    } catch (e) {
+      this.whatIf = null;
+      this.showError((e as Error).message);
+    }
+    this.node.dataset.whatIf = this.whatIf ? String(this.whatIf.diverge_at ?? 'same') : '';
+    box.innerHTML = renderWhatIf(this.whatIf);
   }
 
   async exportTrace(): Promise<void> {

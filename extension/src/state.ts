@@ -47,6 +47,16 @@ export interface Actions {
   override: boolean;
 }
 
+/** The run widget's stepping keys (while it has focus), shown in its buttons' tooltips. */
+export const STEP_KEYS = {
+  step: 's',
+  step_over: 'v',
+  step_out: 'f',
+  continue: 'c',
+  pause: 'p',
+  step_back: 'u'
+} as const;
+
 /** What a thread can be asked to do in its current state. */
 export function threadActions(t: ThreadView | undefined, stop?: StopView | null): Actions {
   if (!t) {

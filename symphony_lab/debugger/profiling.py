@@ -98,6 +98,17 @@ class Profiling:
             e = self.entries[pid] = _Profiled(pid, col.attach(self.dbg.engine.bus), now())
         return {"pid": pid, "profiling": True, "since": e.since}
 
+    def adopt(self, pid: int, collector: ProfileCollector) -> None:
+        """Serve process `pid`'s profile from a collector attached before it launched (a notebook
+        run's `lab.run(..., profile=True)`): `profile` then reads the same profile the run has."""
+        with self.lock:
+            old = self.entries.get(pid)
+            if old is None:
+                self._evict()
+            elif old.collector is not collector:
+                self._detach(old)
+            self.entries[pid] = _Profiled(pid, collector, now())
+
     def _entry(self, pid: int | None) -> tuple[_Profiled, bool]:
         """The collector that has `pid`'s profile, and whether it is the engine-wide one read for a pid."""
         e = self.entries.get(pid)

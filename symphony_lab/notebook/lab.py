@@ -20,7 +20,7 @@ from symphony_core.events import now
 
 from ..session_state import SessionState, message_value
 from .kernel import in_kernel, kernel_id
-from .run import LabRun
+from .run import LabRun, with_source_texts
 from .token_tap import TokenTap
 from .views import RunViews
 
@@ -199,10 +199,14 @@ class Lab:
             resp = self._step_back(req)
         else:
             resp = handle_command(self.debugger, req, allow_launch=False, allow_files=False)
-            if cmd == "record" and resp.get("success") and isinstance(args.get("pid"), int):
-                run = self._runs.get(args["pid"])
-                if run is not None and run.pid == args["pid"]:
-                    run.record = args.get("enabled", True) is not False  # a relaunch records too
+            run = self._runs.get(args.get("pid")) if isinstance(args.get("pid"), int) else None
+            run = run if run is not None and run.pid == args["pid"] else None
+            if cmd == "record" and resp.get("success") and run is not None:
+                run.record = args.get("enabled", True) is not False  # a relaunch records too
+            elif cmd in ("profile", "profile_stop") and resp.get("success"):
+                with_source_texts(resp["body"])
+            elif cmd == "what_if" and resp.get("success") and run is not None:
+                run.what_if_view = resp["body"]  # the run widget's What-if tab shows it
         if cmd not in ("lab_view", "threads", "stops", "kv_tree", "timeline", "trace", "breakpoints"):
             self.mark_dirty(args.get("pid") if isinstance(args.get("pid"), int) else None)
         return resp
@@ -352,6 +356,8 @@ class Lab:
             "overridden",
             "process_start",
             "process_exit",
+            "thread_start",
+            "thread_exit",
             "replay_diverged",
         ):
             self.bridge.broadcast(msg)

@@ -3,11 +3,14 @@ commands for it (every one goes through the lab's single protocol entry point, `
 
 from __future__ import annotations
 
+import linecache
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..debugger.profiling import profile as profile_body
+from ..debugger.profiling import profiling_of
 from ..profiler import Profile, ProfileCollector
 from ..whatif import WhatIf, thread_tokens, what_if
 from .kernel import current_definition
@@ -54,6 +57,8 @@ class LabRun:
         self.kv_index: int | None = None  # a kept KV tree to show (scrubbing), None: the newest
         self.profiling = False  # set by `Lab.run(profile=True)`: a collector is attached at launch
         self._collector = None
+        self._profile_view: tuple[float, bool, int, dict] | None = None  # (when, final, top, body): a cache
+        self.what_if_view: dict | None = None  # the last `what_if` body asked from a widget or the sidebar
 
     # --- the widget ---------------------------------------------------------------------------
     @property
@@ -83,12 +88,15 @@ class LabRun:
         self._replay_overrides = set()
         if self.profiling:
             self._collector = start_collector(self.lab.engine, self._collector)
+            self._profile_view = None
         r = dbg.launch(
             self.fn, *self.args, stop_on_entry=entry or bool(bps), record=self.record, name=self.name, **self.kwargs
         )
         pid = r["pid"]
         if self._collector is not None:
             self._collector.pids = {pid}
+            # the protocol's `profile` (the sidebar, a remote client) reads this same collector
+            profiling_of(dbg).adopt(pid, self._collector)
         self.lab.tap.watch.add(pid)
         self.pid = pid
         self.pids.append(pid)
@@ -242,6 +250,38 @@ class LabRun:
         self._collector.detach()
         return self._collector.profile()
 
+    def profile_view(self, top: int = 40, min_interval: float = 1.0) -> dict | None:
+        """The profile so far as the protocol's `profile` body (docs/protocol.md), each line with
+        its source text; rebuilt at most every `min_interval` seconds while the run lives."""
+        if self._collector is None or self.pid is None:
+            return None
+        proc = self.process
+        done = proc is not None and proc.done
+        cached = self._profile_view
+        fresh = cached is not None and (cached[1] or (not done and time.monotonic() - cached[0] < min_interval))
+        if cached is not None and fresh and cached[2] == top:
+            return cached[3]
+        body = with_source_texts(dict(profile_body(self.lab.debugger, self.pid, top)))
+        self._profile_view = (time.monotonic(), bool(body.get("done")), top, body)
+        return body
+
+    def recorded_threads(self) -> list[dict]:
+        """The threads a what-if can start from: each recorded thread's token count (prompt included)."""
+        from symphony_lab.debugger import DebuggerError
+
+        if self.pid is None:
+            return []
+        try:
+            rec = self.lab.debugger.get_recording(self.pid)
+        except DebuggerError:
+            return []
+        out = []
+        for tid in sorted({tid for tid, _ in rec.order}):
+            preds = rec.preds(tid)
+            if preds:
+                out.append({"tid": tid, "tokens": len(thread_tokens(rec, tid)), "prompt": len(preds[0].tokens or [])})
+        return out
+
     def what_if(
         self, tid: int, position: int, token: int | str, max_tokens: int = 16, sampler=None, source: str | None = None
     ) -> WhatIf:
@@ -253,10 +293,17 @@ class LabRun:
         return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
 
 
+def with_source_texts(body: dict) -> dict:
+    """A `profile` body with each line's source text (`text`), read where the source is (a
+    notebook cell's lines are in the kernel's linecache)."""
+    body["lines"] = [{**r, "text": linecache.getline(r["file"], r["line"]).strip()} for r in body.get("lines", [])]
+    return body
+
+
 def start_collector(engine: Any, old: ProfileCollector | None) -> ProfileCollector:
     if old is not None:
         old.detach()
     return ProfileCollector().attach(engine.bus)
 
 
-__all__ = ["LabRun"]
+__all__ = ["LabRun", "with_source_texts"]

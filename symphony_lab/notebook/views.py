@@ -55,6 +55,7 @@ class RunViews:
     def lab_view(self, since: int = 0) -> dict:
         """Everything the sidebar shows: processes, stops, breakpoints, KV tree, scheduler timeline."""
         dbg = self.lab.debugger
+        ts = now()  # taken first: an event newer than this may be missing from the view (the sidebar folds it again)
         return {
             "engine": self.engine_view(),
             "processes": dbg.threads(include_done=True)["processes"][-50:],
@@ -62,8 +63,18 @@ class RunViews:
             "breakpoints": dbg.breakpoints()["breakpoints"],
             "kv_tree": dbg.kv_tree(),
             "timeline": dbg.timeline(since=since, limit=200),
-            "ts": now(),
+            "runs": self.runs(),
+            "ts": ts,
         }
+
+    def runs(self) -> list[dict]:
+        """The notebook's runs (their current processes) the sidebar can profile or explore."""
+        seen = {id(r): r for r in list(self.lab._runs.values())}
+        return [
+            {"pid": r.pid, "name": r.name, "profiled": r._collector is not None, "recorded": bool(r.record)}
+            for r in seen.values()
+            if r.pid is not None
+        ]
 
     def kv_view(self, run: LabRun, live: dict) -> dict:
         """The run's KV tree: the live one while it shows the run's files; once they are closed
@@ -141,6 +152,9 @@ class RunViews:
             "kv_tree": self.kv_view(run, live_tree),
             "timeline": tl,
             "record": self.record_view(run, proc, stops),
+            "profile": run.profile_view(),
+            "what_if": run.what_if_view,
+            "what_if_threads": run.recorded_threads(),
             "mine": sorted(set(run.pids)),
             "ts": now(),
         }

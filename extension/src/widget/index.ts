@@ -1,8 +1,9 @@
 /**
  * The notebook widget (anywidget ESM, bundled into symphony_lab/widgets/static/widget.js).
  *
- * kind "run": one LIP run — controls (step back, step, continue, pause, override, relaunch,
- * cancel, record), the record / replay indicator, the stop (source line, input tokens, top-k
+ * kind "run": one LIP run — controls (step back, step into, step over, step out, continue, pause,
+ * override, relaunch, cancel, record; keys s/v/f/c/p/u while the widget has focus), the record /
+ * replay indicator, three tabs: Run ( the stop (source line, input tokens, top-k
  * with "use" buttons), the token stream coloured by probability, the LIP's output, the KV fork
  * tree and the scheduler timeline. Step back replays the recorded run into a new process
  * stopped after the previous pred; the widget follows the new pid.
@@ -10,10 +11,12 @@
  */
 
 import { renderFileDetails, renderTreeSvg } from '../kvtree';
-import { describeStop, primaryStop, statusBadge, stopDist, threadActions } from '../state';
+import { describeStop, primaryStop, statusBadge, STEP_KEYS, stopDist, threadActions } from '../state';
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
 import { escapeHtml, renderLanes, renderTokens, renderTopK, showText } from '../tokens';
 import { WidgetTransport } from '../transport';
+import { button, h } from './dom';
+import { AnalysisPanels } from './panels';
 import { recordInfo } from './record';
 
 type Model = {
@@ -22,23 +25,6 @@ type Model = {
   off?(name: string, cb?: (...a: any[]) => void): void;
   send(content: any): void;
 };
-
-function h(tag: string, cls: string, html = ''): HTMLElement {
-  const e = document.createElement(tag);
-  e.className = cls;
-  if (html) {
-    e.innerHTML = html;
-  }
-  return e;
-}
-
-function button(label: string, cls: string, title: string): HTMLButtonElement {
-  const b = document.createElement('button');
-  b.textContent = label;
-  b.className = `sl-btn ${cls}`;
-  b.title = title;
-  return b;
-}
 
 function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const root = h('div', 'symphony-lab-widget');
@@ -69,11 +55,27 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const kvNote = h('span', 'sl-kv-note');
   const kvLive = button('newest', 'sl-kv-live', 'show the newest KV tree again');
   const tlBox = h('div', 'sl-tl');
+  // the tabs: the run itself, its profile, the what-if explorer
+  const tabs = h(
+    'div',
+    'sl-tabs',
+    [['run', 'Run'], ['profile', 'Profile'], ['whatif', 'What-if']].map(([k, l]) => `<button class="sl-tab" data-tab="${k}">${l}</button>`).join('')
+  );
+  // the Profile and What-if tabs (their callbacks run on clicks, once everything below is defined)
+  const panels = new AnalysisPanels({
+    request: (command, args) => act(command, args),
+    error: text => showError(text),
+    pid: () => view().pid,
+    refresh: () => update()
+  });
+  const runPanel = h('div', 'sl-panel sl-panel-run');
 
-  const bBack = button('◀ Step back', 'sl-step-back', 'replay the recorded run to the previous pred (a new process)');
-  const bStep = button('Step', 'sl-step', 'run the stopped thread until its next pred returns');
-  const bCont = button('Continue', 'sl-continue', 'resume the stopped thread');
-  const bPause = button('Pause', 'sl-pause', 'stop every thread at its next system call');
+  const bBack = button('◀ Step back', 'sl-step-back', `replay the recorded run to the previous pred (a new process) (${STEP_KEYS.step_back})`);
+  const bStep = button('Step', 'sl-step', `step into: run the stopped thread until its next pred returns, or the first pred of a thread it spawns (${STEP_KEYS.step})`);
+  const bOver = button('Step over', 'sl-step-over', `step over: run to this thread's next pred in this function or a caller (calls and spawned threads run through) (${STEP_KEYS.step_over})`);
+  const bOut = button('Step out', 'sl-step-out', `step out: run until the thread leaves the function it is stopped in (a spawned thread that ends: the main thread's next stop) (${STEP_KEYS.step_out})`);
+  const bCont = button('Continue', 'sl-continue', `resume the stopped thread (${STEP_KEYS.continue})`);
+  const bPause = button('Pause', 'sl-pause', `stop every thread at its next system call (${STEP_KEYS.pause})`);
   const bRelaunch = button('Relaunch', 'sl-relaunch', "run again with the cell's current definition");
   const bCancel = button('Cancel', 'sl-cancel', 'cancel the process');
   const overrideInput = document.createElement('input');
@@ -94,7 +96,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   if (kind === 'run') {
-    [bBack, bStep, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
+    [bBack, bStep, bOver, bOut, bCont, bPause, bRelaunch, bCancel].forEach(b => controls.appendChild(b));
     controls.appendChild(h('span', 'sl-sep', '│'));
     controls.appendChild(overrideInput);
     controls.appendChild(bOverride);
@@ -102,17 +104,33 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     controls.appendChild(bRecord);
     controls.appendChild(recTag);
     controls.appendChild(transportTag);
-    root.append(head, controls, errorBox, stopBox);
-    root.appendChild(section('Tokens', [tokensBox]));
+    root.append(head, controls, errorBox, tabs, runPanel, panels.profile, panels.whatIf);
+    runPanel.append(stopBox);
+    runPanel.appendChild(section('Tokens', [tokensBox]));
     const scopeLabel = h('label', 'sl-kv-scope-label');
     scopeLabel.append(kvScope, document.createTextNode(' whole engine '));
     kvControls.append(scopeLabel, kvScrub, kvLive, kvNote);
-    root.appendChild(section('Output', [outputBox]));
+    runPanel.appendChild(section('Output', [outputBox]));
   } else {
-    root.append(head, errorBox);
+    root.append(head, errorBox, runPanel);
   }
-  root.appendChild(section('KV fork tree', kind === 'run' ? [kvControls, kvBox, kvDetails] : [kvBox, kvDetails]));
-  root.appendChild(section('Scheduler timeline', [tlBox]));
+  runPanel.appendChild(section('KV fork tree', kind === 'run' ? [kvControls, kvBox, kvDetails] : [kvBox, kvDetails]));
+  runPanel.appendChild(section('Scheduler timeline', [tlBox]));
+  const showTab = (name: string) => {
+    root.dataset.tab = name;
+    runPanel.style.display = name === 'run' ? '' : 'none';
+    panels.profile.style.display = name === 'profile' ? '' : 'none';
+    panels.whatIf.style.display = name === 'whatif' ? '' : 'none';
+    tabs.querySelectorAll('.sl-tab').forEach(t => t.classList.toggle('sl-tab-on', (t as HTMLElement).dataset.tab === name));
+  };
+  tabs.addEventListener('click', e => {
+    const t = (e.target as HTMLElement).closest('.sl-tab') as HTMLElement | null;
+    if (t && t.dataset.tab) {
+      showTab(t.dataset.tab);
+      update();
+    }
+  });
+  showTab('run');
 
   const showError = (text: string) => {
     errorBox.textContent = text;
@@ -158,6 +176,34 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   };
 
   bStep.onclick = () => act('step', stopArgs());
+  bOver.onclick = () => act('step_over', stopArgs());
+  bOut.onclick = () => act('step_out', stopArgs());
+  // the stepping keys while the widget has focus (not while typing in one of its inputs); kept
+  // from JupyterLab's own shortcuts (a notebook's command mode binds c, v, f...)
+  root.tabIndex = 0;
+  root.dataset.lmSuppressShortcuts = 'true';
+  const keyButtons: Record<string, HTMLButtonElement> = {
+    [STEP_KEYS.step]: bStep,
+    [STEP_KEYS.step_over]: bOver,
+    [STEP_KEYS.step_out]: bOut,
+    [STEP_KEYS.continue]: bCont,
+    [STEP_KEYS.pause]: bPause,
+    [STEP_KEYS.step_back]: bBack
+  };
+  root.addEventListener('keydown', e => {
+    const tag = (e.target as HTMLElement).tagName;
+    if (kind !== 'run' || e.ctrlKey || e.metaKey || e.altKey || tag === 'INPUT' || tag === 'SELECT' || tag === 'TEXTAREA') {
+      return;
+    }
+    const b = keyButtons[e.key];
+    if (b) {
+      e.preventDefault();
+      e.stopPropagation();
+      if (!b.disabled) {
+        b.click();
+      }
+    }
+  });
   bBack.onclick = () => act('step_back', { ...stopArgs(), steps: 1 });
   bRecord.onclick = () => act('record', { pid: view().pid, enabled: true });
   bCont.onclick = () => act('continue', stopArgs());
@@ -207,6 +253,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       const thread = stop ? (v.threads ?? []).find((t: any) => t.tid === stop.tid) : (v.threads ?? [])[0];
       const a = threadActions(thread ?? (stop ? { tid: stop.tid, name: '', state: 'stopped', call: stop.call, preds: 0, stopped: stop } : undefined), stop);
       bStep.disabled = busy || !a.step;
+      bOver.disabled = busy || !a.step;
+      bOut.disabled = busy || !a.step;
       bCont.disabled = busy || !a.continue;
       bPause.disabled = busy || !a.pause;
       bOverride.disabled = busy || !stop;
@@ -277,6 +325,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       const out = (v.messages ?? []).join('');
       const res = v.result === null || v.result === undefined ? '' : `\n── result ──\n${typeof v.result === 'string' ? v.result : JSON.stringify(v.result)}`;
       outputBox.textContent = out + res + (v.error ? `\n── error ──\n${v.error}` : '');
+      panels.update(v, root.dataset.tab ?? 'run', busy);
+      root.dataset.profiled = v.profile ? '1' : '';
+      root.dataset.whatIf = v.what_if ? String(v.what_if.diverge_at ?? 'same') : '';
     } else {
       head.innerHTML = `<b>Symphony engine</b> ${eng.model ? escapeHtml(eng.model) : ''} ${eng.loading ? '(loading…)' : ''}`;
     }
