@@ -37,6 +37,7 @@ from .inspection import Inspector
 from .kernel_hook import KernelHook
 from .launching import Launcher
 from .overrides import Overrides, edit_dist
+from .profiling import Profiling
 from .record import resolve_fn
 from .replaying import Replayer
 from .scheduler_step import SchedulerStepMode
@@ -44,6 +45,7 @@ from .stepping import Stepping
 from .stop_table import StopTable
 from .stops import Stop
 from .views import Views
+from .whatif_command import WhatIfExplorer
 
 
 class Debugger:
@@ -113,6 +115,8 @@ class Debugger:
         self.batch_steps = SchedulerStepMode(rt, emit, attached)
         self.views = Views(rt, self.tokenizer, known_files, trace, emit, attached)
         self.inspector = Inspector(engine, self.stop_table, known_files)
+        self.profiling = Profiling(self)
+        self.whatif = WhatIfExplorer(self)
         self.replayer = Replayer(
             self.launcher, self.bp_table, self.stop_table, self.inspector.process, summarize, record, max_recordings
         )
@@ -401,6 +405,11 @@ class Debugger:
     trace = Delegated("views", Views.trace)
     watch = Delegated("views", Views.watch)
     unwatch = Delegated("views", Views.unwatch)
+    # the LIP profiler and the what-if explorer (profiling.py, whatif_command.py)
+    profile_start = Delegated("profiling", Profiling.profile_start)
+    profile = Delegated("profiling", Profiling.profile)
+    profile_stop = Delegated("profiling", Profiling.profile_stop)
+    what_if = Delegated("whatif", WhatIfExplorer.what_if)
     # events (event_stream.py)
     subscribe = Delegated("events", EventStream.subscribe)
     event_queue = Delegated("events", EventStream.event_queue)

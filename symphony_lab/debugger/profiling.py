@@ -13,7 +13,6 @@ until newer profiles push it out).
 from __future__ import annotations
 
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,44 +146,34 @@ class Profiling:
             prof = e.collector.profile()
         return profile_body(prof, pid, e.since, e.attached, done, top, with_stacks=not partial)
 
+    # --- the commands (the Debugger offers them as its own methods) ---------------------------
+    def profile_start(self, pid: int | None = None, interval: float = 0.005) -> ProfilingBody:
+        """Start the LIP profiler on process `pid` (None: every process of the engine, from now on).
 
-_BY_DEBUGGER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_REGISTRY_LOCK = threading.Lock()
+        Raises:
+            DebuggerError: `no process <pid>`; `process <pid> has ended: profiling covers what runs
+                after profile_start`; `interval must be between 0.001 and 1 second`; `already
+                profiling 16 running processes ...`.
+        """
+        return self.start(pid, interval)
+
+    def profile(self, pid: int | None = None, top: int = 100) -> ProfileBody:
+        """The profile so far of `pid` (or of the engine): per thread and per line, the `top`
+        costliest lines and stacks. A process's own profile is final once `done` is true.
+
+        Raises:
+            DebuggerError: `no process <pid>`; `process <pid> is not being profiled: send profile_start ...`.
+        """
+        return self.read(pid, top)
+
+    def profile_stop(self, pid: int | None = None, top: int = 100) -> ProfileBody:
+        """Stop profiling `pid` (or the engine) and return its last profile."""
+        return self.read(pid, top, stop=True)
 
 
 def profiling_of(dbg: Any) -> Profiling:
-    with _REGISTRY_LOCK:
-        p = _BY_DEBUGGER.get(dbg)
-        if p is None:
-            p = _BY_DEBUGGER[dbg] = Profiling(dbg)
-        return p
-
-
-# --- the commands (protocol.py calls them with the debugger first) ------------------------------
-def profile_start(dbg: Any, pid: int | None = None, interval: float = 0.005) -> ProfilingBody:
-    """Start the LIP profiler on process `pid` (None: every process of the engine, from now on).
-
-    Raises:
-        DebuggerError: `no process <pid>`; `process <pid> has ended: profiling covers what runs
-            after profile_start`; `interval must be between 0.001 and 1 second`; `already
-            profiling 16 running processes ...`.
-    """
-    return profiling_of(dbg).start(pid, interval)
-
-
-def profile(dbg: Any, pid: int | None = None, top: int = 100) -> ProfileBody:
-    """The profile so far of `pid` (or of the engine): per thread and per line, the `top`
-    costliest lines and stacks. A process's own profile is final once `done` is true.
-
-    Raises:
-        DebuggerError: `no process <pid>`; `process <pid> is not being profiled: send profile_start ...`.
-    """
-    return profiling_of(dbg).read(pid, top)
-
-
-def profile_stop(dbg: Any, pid: int | None = None, top: int = 100) -> ProfileBody:
-    """Stop profiling `pid` (or the engine) and return its last profile."""
-    return profiling_of(dbg).read(pid, top, stop=True)
+    """The debugger's profiling part (`dbg.profiling`)."""
+    return dbg.profiling
 
 
 # --- JSON both ways ---------------------------------------------------------------------------
@@ -236,4 +225,4 @@ def profile_from_body(body: dict) -> Profile:
     return Profile(threads, lines, stacks, pages, [])
 
 
-__all__ = ["MAX_PROFILES", "Profiling", "profile", "profile_body", "profile_from_body", "profile_start", "profile_stop"]
+__all__ = ["MAX_PROFILES", "Profiling", "profile_body", "profile_from_body", "profiling_of"]

@@ -15,13 +15,10 @@ its arguments and its body, and every event.
 
 from __future__ import annotations
 
-import functools
 import inspect as _pyinspect
 import json
-from collections.abc import Callable
 from typing import Any
 
-from .profiling import profile, profile_start, profile_stop
 from .protocol_bodies import (
     ProfileBody,
     ProfileLineBody,
@@ -32,7 +29,6 @@ from .protocol_bodies import (
     WhatIfBody,
 )
 from .viewdata import jsonable
-from .whatif_command import what_if_command
 
 PROTOCOL_VERSION = 1
 
@@ -80,19 +76,11 @@ COMMANDS: dict[str, str] = {
     "step_batch": "step_batch",
     "wait_stopped": "wait_stopped",
     "wait_process": "wait_process",
-    # answered by functions beside the Debugger (ANALYSIS), not by its methods
+    # the profiler and the what-if explorer (parts of the Debugger: profiling.py, whatif_command.py)
     "profile_start": "profile_start",
     "profile": "profile",
     "profile_stop": "profile_stop",
     "what_if": "what_if",
-}
-
-# command name -> function(debugger, **arguments): the profiler and the what-if explorer
-ANALYSIS: dict[str, Callable[..., Any]] = {
-    "profile_start": profile_start,
-    "profile": profile,
-    "profile_stop": profile_stop,
-    "what_if": what_if_command,
 }
 
 EVENTS = [
@@ -146,8 +134,7 @@ def _call(dbg, command: str, args: dict) -> Any:
                 "what_if": True,
             },
         }
-    analysis = ANALYSIS.get(command)
-    method = functools.partial(analysis, dbg) if analysis is not None else getattr(dbg, COMMANDS[command])
+    method = getattr(dbg, COMMANDS[command])
     if command == "launch":
         a = dict(args)
         fn = a.pop("fn", None)
@@ -201,7 +188,6 @@ def handle_command(dbg, msg: dict, *, allow_launch: bool = True, allow_files: bo
 
 
 __all__ = [
-    "ANALYSIS",
     "COMMANDS",
     "EVENTS",
     "PROTOCOL_VERSION",

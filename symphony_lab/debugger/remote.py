@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import DebuggerError
-from .protocol import ANALYSIS, COMMANDS
+from .protocol import COMMANDS
 from .protocol import encode_message as _dumps
 
 
@@ -165,7 +165,7 @@ class RemoteDebugger:
             raise AttributeError(name)
         from .core import Debugger
 
-        target = ANALYSIS.get(cmd) or getattr(Debugger, COMMANDS[cmd])
+        target = getattr(Debugger, COMMANDS[cmd])
         sig = _pyinspect.signature(target)
         first = next(iter(sig.parameters))  # `self`, or the debugger an analysis command takes
 

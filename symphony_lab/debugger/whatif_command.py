@@ -89,84 +89,90 @@ def _what_if_never_stops(dbg: Any) -> Iterator[None]:
         unsubscribe()
 
 
-def what_if_command(
-    dbg: Any,
-    pid: int,
-    position: int,
-    tid: int = 1,
-    token: int | None = None,
-    text: str | None = None,
-    sampler: SamplerSettings | None = None,
-    max_tokens: int = 16,
-    source: str | None = None,
-    timeout: float = 300.0,
-) -> WhatIfBody:
-    """Run the alternative continuation at `position` of thread `tid`'s recorded token stream of
-    process `pid`: with `token` (an id) or `text` (exactly one token), and/or decoded with
-    `sampler`; the original continuation runs greedily beside it, both in KV forks of the prefix.
-    `source` names a live KV file holding the prefix (nothing recomputed).
+class WhatIfExplorer:
+    """The debugger's what-if command: alternative continuations of a recorded run."""
 
-    Raises:
-        DebuggerError: `no process <pid>`; `process <pid> was not recorded ...`; `thread <tid>
-            made no pred ...`; `position must be in [1, n-1] ...`; `token id <t> is outside the
-            vocabulary [0, V)`; `'<text>' is k tokens ...`; `give token or text, not both`.
-    """
-    pid = _int_arg("pid", pid)
-    tid = _int_arg("tid", tid, lo=1)
-    max_tokens = _int_arg("max_tokens", max_tokens, lo=1, hi=MAX_WHATIF_TOKENS)
-    if token is not None and text is not None:
-        raise DebuggerError("give token (an id) or text (one token), not both")
-    if token is None and text is None and sampler is None:
-        raise DebuggerError("what_if needs a token, a text or a sampler: what should the alternative change?")
-    if source is not None and not isinstance(source, str):
-        raise DebuggerError(f"source must be a KV file path, got {source!r}")
-    rec = _recording(dbg, pid)
-    try:
-        tokens = thread_tokens(rec, tid)
-    except ValueError:
-        with_preds = sorted({k[0] for k in rec.order if rec.entries[k].call == "pred"})
-        raise DebuggerError(
-            f"thread {tid} of process {pid} made no pred in its recording (threads with preds: {with_preds})"
-        ) from None
-    if not isinstance(position, int) or isinstance(position, bool) or not 1 <= position < len(tokens):
-        raise DebuggerError(
-            f"position must be in [1, {len(tokens) - 1}] (thread {pid}.{tid}'s recorded stream has "
-            f"{len(tokens)} tokens), got {position!r}"
-        )
-    vocab = dbg.tokenizer.vocab_size
-    if token is not None:
-        token = _int_arg("token", token)
-        if not 0 <= token < vocab:
-            raise DebuggerError(f"token id {token} is outside the vocabulary [0, {vocab})")
-    if text is not None and not isinstance(text, str):
-        raise DebuggerError(f"text must be a string, got {text!r}")
-    alt: int | str = token if token is not None else text if text is not None else tokens[position]
-    samp = _sampler(sampler)
-    with _what_if_never_stops(dbg):
+    def __init__(self, dbg: Any) -> None:
+        self.dbg = dbg
+
+    def what_if(
+        self,
+        pid: int,
+        position: int,
+        tid: int = 1,
+        token: int | None = None,
+        text: str | None = None,
+        sampler: SamplerSettings | None = None,
+        max_tokens: int = 16,
+        source: str | None = None,
+        timeout: float = 300.0,
+    ) -> WhatIfBody:
+        """Run the alternative continuation at `position` of thread `tid`'s recorded token stream of
+        process `pid`: with `token` (an id) or `text` (exactly one token), and/or decoded with
+        `sampler`; the original continuation runs greedily beside it, both in KV forks of the prefix.
+        `source` names a live KV file holding the prefix (nothing recomputed).
+
+        Raises:
+            DebuggerError: `no process <pid>`; `process <pid> was not recorded ...`; `thread <tid>
+                made no pred ...`; `position must be in [1, n-1] ...`; `token id <t> is outside the
+                vocabulary [0, V)`; `'<text>' is k tokens ...`; `give token or text, not both`.
+        """
+        pid = _int_arg("pid", pid)
+        tid = _int_arg("tid", tid, lo=1)
+        max_tokens = _int_arg("max_tokens", max_tokens, lo=1, hi=MAX_WHATIF_TOKENS)
+        if token is not None and text is not None:
+            raise DebuggerError("give token (an id) or text (one token), not both")
+        if token is None and text is None and sampler is None:
+            raise DebuggerError("what_if needs a token, a text or a sampler: what should the alternative change?")
+        if source is not None and not isinstance(source, str):
+            raise DebuggerError(f"source must be a KV file path, got {source!r}")
+        rec = _recording(self.dbg, pid)
         try:
-            w = what_if(dbg.engine, tokens, position, alt, max_tokens, samp, source, timeout=timeout)
-        except ValueError as e:  # a text of several tokens, a source that does not hold the prefix
-            raise DebuggerError(str(e)) from None
-    tt = dbg.tokenizer.token_text
-    return {
-        "pid": pid,
-        "tid": tid,
-        "position": w.position,
-        "token": w.alternative[0],
-        "original_token": tokens[position],
-        "sampler": dict(sampler) if sampler is not None else None,  # type: ignore[typeddict-item]
-        "original": w.original,
-        "alternative": w.alternative,
-        "recorded": w.recorded,
-        "token_texts": {"original": [tt(t) for t in w.original], "alternative": [tt(t) for t in w.alternative]},
-        "texts": dict(w.texts),
-        "diverge_at": w.diverge_at,
-        "reproduces_recording": w.reproduces_recording(),
-        "shared_pages": list(w.shared_pages),
-        "prefix_pages": w.prefix_pages,
-        "files": w.files,  # type: ignore[typeddict-item]
-        "recomputed_prefix": w.recomputed_prefix,
-    }
+            tokens = thread_tokens(rec, tid)
+        except ValueError:
+            with_preds = sorted({k[0] for k in rec.order if rec.entries[k].call == "pred"})
+            raise DebuggerError(
+                f"thread {tid} of process {pid} made no pred in its recording (threads with preds: {with_preds})"
+            ) from None
+        if not isinstance(position, int) or isinstance(position, bool) or not 1 <= position < len(tokens):
+            raise DebuggerError(
+                f"position must be in [1, {len(tokens) - 1}] (thread {pid}.{tid}'s recorded stream has "
+                f"{len(tokens)} tokens), got {position!r}"
+            )
+        vocab = self.dbg.tokenizer.vocab_size
+        if token is not None:
+            token = _int_arg("token", token)
+            if not 0 <= token < vocab:
+                raise DebuggerError(f"token id {token} is outside the vocabulary [0, {vocab})")
+        if text is not None and not isinstance(text, str):
+            raise DebuggerError(f"text must be a string, got {text!r}")
+        alt: int | str = token if token is not None else text if text is not None else tokens[position]
+        samp = _sampler(sampler)
+        with _what_if_never_stops(self.dbg):
+            try:
+                w = what_if(self.dbg.engine, tokens, position, alt, max_tokens, samp, source, timeout=timeout)
+            except ValueError as e:  # a text of several tokens, a source that does not hold the prefix
+                raise DebuggerError(str(e)) from None
+        tt = self.dbg.tokenizer.token_text
+        return {
+            "pid": pid,
+            "tid": tid,
+            "position": w.position,
+            "token": w.alternative[0],
+            "original_token": tokens[position],
+            "sampler": dict(sampler) if sampler is not None else None,  # type: ignore[typeddict-item]
+            "original": w.original,
+            "alternative": w.alternative,
+            "recorded": w.recorded,
+            "token_texts": {"original": [tt(t) for t in w.original], "alternative": [tt(t) for t in w.alternative]},
+            "texts": dict(w.texts),
+            "diverge_at": w.diverge_at,
+            "reproduces_recording": w.reproduces_recording(),
+            "shared_pages": list(w.shared_pages),
+            "prefix_pages": w.prefix_pages,
+            "files": w.files,  # type: ignore[typeddict-item]
+            "recomputed_prefix": w.recomputed_prefix,
+        }
 
 
-__all__ = ["MAX_WHATIF_TOKENS", "what_if_command"]
+__all__ = ["MAX_WHATIF_TOKENS", "WhatIfExplorer"]

@@ -9,8 +9,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..debugger.profiling import profile as profile_body
-from ..debugger.profiling import profiling_of
 from ..profiler import Profile, ProfileCollector
 from ..whatif import WhatIf, thread_tokens, what_if
 from .kernel import current_definition
@@ -96,7 +94,7 @@ class LabRun:
         if self._collector is not None:
             self._collector.pids = {pid}
             # the protocol's `profile` (the sidebar, a remote client) reads this same collector
-            profiling_of(dbg).adopt(pid, self._collector)
+            dbg.profiling.adopt(pid, self._collector)
         self.lab.tap.watch.add(pid)
         self.pid = pid
         self.pids.append(pid)
@@ -261,7 +259,7 @@ class LabRun:
         fresh = cached is not None and (cached[1] or (not done and time.monotonic() - cached[0] < min_interval))
         if cached is not None and fresh and cached[2] == top:
             return cached[3]
-        body = with_source_texts(dict(profile_body(self.lab.debugger, self.pid, top)))
+        body = with_source_texts(dict(self.lab.debugger.profile(self.pid, top)))
         self._profile_view = (time.monotonic(), bool(body.get("done")), top, body)
         return body
 
