@@ -43,6 +43,28 @@ def waits(sym) -> str:
     return "released"
 
 
+def waits_for_message(sym) -> str:
+    """Holds until it receives a message (or is cancelled); names the message."""
+    return f"released by {sym.recv(timeout=170)!r}"
+
+
+def remember(sym, path: str, text: str) -> int:
+    """Creates the named file `path` holding `text`; returns its length in tokens."""
+    kv = sym.kv_create(path)
+    sym.pred(kv, sym.tokenize(text))
+    n = kv.len
+    sym.kv_close(kv)
+    return n
+
+
+def recall(sym, path: str) -> int:
+    """Opens the named file `path` (KVNotFound when it is not there); returns its length."""
+    kv = sym.kv_open(path)
+    n = kv.len
+    sym.kv_close(kv)
+    return n
+
+
 def make_files(sym, private: str, shared: str, text: str) -> list[str]:
     """A private and a /shared/ named file, both holding `text`."""
     for path in (private, shared):

@@ -12,7 +12,6 @@ import asyncio
 import os
 import re
 import threading
-import time
 import uuid
 
 import pytest
@@ -21,23 +20,11 @@ pytest.importorskip("textual")
 
 from symphony_lab.tui import DebuggerSession, EmbeddedSession, SymphonyLab  # noqa: E402
 from symphony_lab.tui.tokens import TopK  # noqa: E402
+from tests.tui_pilot import screen_text, wait_until  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "lips", "prefix_parallel.py")
 QUESTIONS = ["When is the library open on Saturday?", "How much are late fees?"]
-
-
-def screen_text(app) -> str:
-    """What the terminal shows now, as plain text (one line per row)."""
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-async def wait_until(pilot, cond, what: str, timeout: float = 90.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}; the screen shows:\n{screen_text(pilot.app)}")
-        await pilot.pause(0.1)
 
 
 def stop_ids(app) -> list[int]:
