@@ -1,4 +1,4 @@
-"""LIPs the server tests send over the network. The whole file is each program's source, so
+"""LIPs the server and scale-out tests send over the network. The whole file is each program's source, so
 it imports nothing from the tests (and only what a sandboxed LIP may import)."""
 
 from __future__ import annotations
