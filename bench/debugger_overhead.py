@@ -20,45 +20,11 @@ leaves only host-side cost: the worst case for a relative overhead.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
-from .common import publish
-
-PROMPTS = [
-    "The capital of France is",
-    "Water boils at",
-    "The three primary colours are",
-    "Once upon a time",
-    "A good name for a cat is",
-    "The largest planet is",
-    "In 1492, Columbus",
-    "def fibonacci(n):",
-]
-
-
-def completion(sym, prompt: str, n: int) -> int:
-    kv = sym.kv_create()
-    toks = sym.tokenize(prompt)
-    out = []
-    for _ in range(n):
-        t = sym.pred(kv, toks).argmax()
-        out.append(t)
-        sym.send(sym.detokenize([t]))
-        toks = [t]
-    sym.kv_close(kv)
-    return len(out)
-
-
-def run_once(engine, n_lips: int, n_tokens: int) -> tuple[float, float]:
-    """Generated tokens per wall-clock second and per CPU second of this process, for `n_lips`
-    concurrent completions. CPU time is the steadier figure on a machine shared with others."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    procs = [engine.run(completion, PROMPTS[i % len(PROMPTS)] + f" ({i})", n_tokens) for i in range(n_lips)]
-    total = sum(p.result(timeout=600) for p in procs)
-    return total / (time.perf_counter() - t0), total / (time.process_time() - c0)
+from .paired_runs import alternate, concurrent_completions, section, stub_forward, summary
 
 
 def dispatch_cost(engine, n: int = 20_000) -> dict:
@@ -103,30 +69,21 @@ def main(argv=None) -> dict:
 
     eng = Engine(num_pages=4096)
     if args.stub:
-        zeros = torch.zeros(256, eng.config.vocab_size)  # one buffer: no allocation per batch
-        eng.model.forward = lambda fb, k, v: zeros[: fb.output_rows.shape[0]]
+        stub_forward(eng)
     n_tokens, repeats = (8, 2) if args.quick else (args.tokens, args.repeats)
-    run_once(eng, args.lips, 4)  # warm-up: threads, allocator, kernels
-    off, on = [], []
-    for r in range(repeats):
-        for attached in (False, True) if r % 2 == 0 else (True, False):
-            dbg = Debugger(eng) if attached else None
-            tps, cps = run_once(eng, args.lips, n_tokens)
-            if dbg is not None:
-                dbg.detach()
-            (on if attached else off).append((tps, cps))
-            print(
-                f"  run {r + 1}/{repeats} debugger {'on ' if attached else 'off'}: {tps:8.1f} tok/s, "
-                f"{cps:8.1f} tok/CPU-s",
-                flush=True,
-            )
-    w_off, w_on = statistics.median(x[0] for x in off), statistics.median(x[0] for x in on)
-    c_off, c_on = statistics.median(x[1] for x in off), statistics.median(x[1] for x in on)
-    # Each repeat is an adjacent off/on pair: the ratio within a pair cancels the machine's drift
-    # over the run (a shared VM slows down and speeds up by 20% and more), the ratio of the two
-    # medians does not.
-    paired = statistics.median(b[0] / a[0] for a, b in zip(off, on))
-    paired_cpu = statistics.median(b[1] / a[1] for a, b in zip(off, on))
+    concurrent_completions(eng, args.lips, 4)  # warm-up: threads, allocator, kernels
+
+    def run(attached: bool) -> tuple[float, float]:
+        dbg = Debugger(eng) if attached else None
+        rate = concurrent_completions(eng, args.lips, n_tokens)
+        if dbg is not None:
+            dbg.detach()
+        return rate
+
+    off, on = alternate(repeats, "debugger", run)
+    s = summary(off, on)
+    w_off, w_on, c_off, c_on = s["wall_off"], s["wall_on"], s["cpu_off"], s["cpu_on"]
+    paired, paired_cpu = s["paired_ratio"], s["paired_ratio_cpu"]
     cost = dispatch_cost(eng)
     # What attaching adds per generated token: 3 syscalls (pred, detokenize, send), one of them a pred.
     extra_us = (cost["dist_on_us"] - cost["dist_off_us"]) + 2 * (cost["noop_on_us"] - cost["noop_off_us"])
@@ -150,45 +107,27 @@ def main(argv=None) -> dict:
     )
     eng.shutdown()
     return {
-        "wall_off": w_off,
-        "wall_on": w_on,
-        "cpu_off": c_off,
-        "cpu_on": c_on,
-        "paired_ratio": paired,
-        "paired_ratio_cpu": paired_cpu,
-        "runs": {"off": off, "on": on},
+        **s,
         **cost,
         "extra_us_per_token": extra_us,
         "us_per_token": per_token_us,
     }
 
 
-if __name__ == "__main__":
-    main()
-
-
 def suite(argv=None) -> str:
     """W6 for `python -m bench`: the table as markdown, the numbers published (bench/common.py)."""
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        r = main(argv)
-    text = buf.getvalue()
-    print(text, end="")
-    publish(__name__, r)
-    lines = text.splitlines()
-    table = "\n".join(line for line in lines if not line.startswith("  run "))
-    runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))
-    return (
-        "### Debugger attached, no breakpoints (W6)\n\n"
-        + table.strip()
-        + "\n\nThe runs, in order:\n\n"
-        + runs
-        + (
-            f"\n\nThroughput attached ÷ detached, median over adjacent off/on pairs: **{r['paired_ratio']:.3f}** wall, "
+    return section(
+        __name__,
+        main,
+        argv,
+        "Debugger attached, no breakpoints (W6)",
+        lambda r: (
+            f"Throughput attached ÷ detached, median over adjacent off/on pairs: **{r['paired_ratio']:.3f}** wall, "
             f"{r['paired_ratio_cpu']:.3f} CPU (target ≥ 0.95). Runs alternate off/on and each pair is compared "
             "within itself, so the machine's drift over the run cancels; the per-run lines above show the drift."
-        )
+        ),
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -19,18 +19,7 @@ import time
 
 import torch
 
-from bench.debugger_overhead import PROMPTS, completion
-
-from .common import publish
-
-
-def run_once(engine, n_lips: int, n_tokens: int) -> tuple[float, float]:
-    """Generated tokens per wall-clock second and per CPU second of this process (the steadier
-    figure on a shared machine: it counts the profiler's own work, not the neighbours')."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    procs = [engine.run(completion, PROMPTS[i % len(PROMPTS)] + f" ({i})", n_tokens) for i in range(n_lips)]
-    total = sum(p.result(timeout=600) for p in procs)
-    return total / (time.perf_counter() - t0), total / (time.process_time() - c0)
+from .paired_runs import alternate, concurrent_completions, section, stub_forward, summary
 
 
 def main(argv=None) -> dict:
@@ -46,35 +35,33 @@ def main(argv=None) -> dict:
 
     lips, n_tokens, repeats = (4, 6, 2) if args.quick else (args.lips, args.tokens, args.repeats)
     eng = Engine(num_pages=4096)
-    if args.stub:  # the worst case for a relative overhead: only host-side work is left
-        zeros = torch.zeros(256, eng.config.vocab_size)
-        eng.model.forward = lambda fb, k, v: zeros[: fb.output_rows.shape[0]]
-    run_once(eng, lips, 4)  # warm-up
-    off, on, build_s, rows, bus_only = [], [], [], 0, []
-    for r in range(repeats):
-        for profiled in (False, True) if r % 2 == 0 else (True, False):
-            col = ProfileCollector().attach(eng.bus) if profiled else None
-            tps = run_once(eng, lips, n_tokens)
-            if col is not None:
-                col.detach()
-                t = time.perf_counter()
-                prof = col.profile()
-                build_s.append(time.perf_counter() - t)
-                rows = len(prof.lines)
-            (on if profiled else off).append(tps)
-            if r == 0 and not profiled:  # once: a do-nothing subscriber, the events' own cost
-                unsub = eng.bus.subscribe(lambda ev: None)
-                bus_only.append(run_once(eng, lips, n_tokens))
-                unsub()
-            print(
-                f"  run {r + 1}/{repeats} profiler {'on ' if profiled else 'off'}: {tps[0]:8.1f} tok/s, "
-                f"{tps[1]:8.1f} tok/CPU-s",
-                flush=True,
-            )
-    paired = statistics.median(b[0] / a[0] for a, b in zip(off, on))
-    paired_cpu = statistics.median(b[1] / a[1] for a, b in zip(off, on))
-    w_off, w_on = statistics.median(x[0] for x in off), statistics.median(x[0] for x in on)
-    c_off, c_on = statistics.median(x[1] for x in off), statistics.median(x[1] for x in on)
+    if args.stub:
+        stub_forward(eng)
+    concurrent_completions(eng, lips, 4)  # warm-up
+    build_s: list[float] = []
+    rows = 0
+    bus_only = []
+
+    def run(profiled: bool) -> tuple[float, float]:
+        nonlocal rows
+        col = ProfileCollector().attach(eng.bus) if profiled else None
+        rate = concurrent_completions(eng, lips, n_tokens)
+        if col is not None:
+            col.detach()
+            t = time.perf_counter()
+            prof = col.profile()
+            build_s.append(time.perf_counter() - t)
+            rows = len(prof.lines)
+        elif not bus_only:  # once: a do-nothing subscriber, the events' own cost
+            unsub = eng.bus.subscribe(lambda ev: None)
+            bus_only.append(concurrent_completions(eng, lips, n_tokens))
+            unsub()
+        return rate
+
+    off, on = alternate(repeats, "profiler", run)
+    s = summary(off, on)
+    w_off, w_on, c_off, c_on = s["wall_off"], s["wall_on"], s["cpu_off"], s["cpu_on"]
+    paired, paired_cpu = s["paired_ratio"], s["paired_ratio_cpu"]
     print(
         f"{lips} concurrent completions x {n_tokens} tokens, {eng.model_name} on {eng.device}, "
         f"{torch.get_num_threads()} threads{' (stub forward)' if args.stub else ''}, median of {repeats}"
@@ -89,40 +76,20 @@ def main(argv=None) -> dict:
         f"({rows} line rows) took {1e3 * statistics.median(build_s):.1f} ms"
     )
     eng.shutdown()
-    return {
-        "wall_off": w_off,
-        "wall_on": w_on,
-        "cpu_off": c_off,
-        "cpu_on": c_on,
-        "paired_ratio": paired,
-        "paired_ratio_cpu": paired_cpu,
-        "runs": {"off": off, "on": on},
-        "events_only": bus_only[0],
-        "build_ms": 1e3 * statistics.median(build_s),
-    }
+    return {**s, "events_only": bus_only[0], "build_ms": 1e3 * statistics.median(build_s)}
 
 
 def suite(argv=None) -> str:
     """For `python -m bench`: the table as markdown, the numbers published (bench/common.py)."""
-    import contextlib
-    import io
-
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        r = main(argv)
-    text = buf.getvalue()
-    print(text, end="")
-    publish(__name__, r)
-    lines = text.splitlines()
-    table = "\n".join(line for line in lines if not line.startswith("  run "))
-    runs = "\n".join("- " + line.strip() for line in lines if line.startswith("  run "))
-    return (
-        "### LIP profiler off vs on\n\n"
-        + table.strip()
-        + "\n\nThe runs, in order:\n\n"
-        + runs
-        + f"\n\nThroughput with the profiler on ÷ off, median over adjacent pairs: **{r['paired_ratio']:.3f}** wall, "
-        f"{r['paired_ratio_cpu']:.3f} per CPU-second."
+    return section(
+        __name__,
+        main,
+        argv,
+        "LIP profiler off vs on",
+        lambda r: (
+            f"Throughput with the profiler on ÷ off, median over adjacent pairs: **{r['paired_ratio']:.3f}** wall, "
+            f"{r['paired_ratio_cpu']:.3f} per CPU-second."
+        ),
     )
 
 

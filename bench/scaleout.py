@@ -14,98 +14,28 @@ has its own.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from symphony_core.server.child import terminate
+
 from .common import publish
+from .lips import greedy
+from .server_process import start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
-GREEDY = """
-def greedy(sym, prompt, n):
-    kv = sym.kv_create()
-    toks = sym.tokenize(prompt)
-    out = []
-    for _ in range(n):
-        t = sym.pred(kv, toks).argmax()
-        out.append(t)
-        toks = [t]
-    sym.kv_close(kv)
-    return len(out)
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def start_front(address: str, replicas: int, users: list[dict], tmp: str) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     from symphony_core.scaleout.serve import ray_env
 
-    uf = os.path.join(tmp, f"users-{replicas}.json")
-    Path(uf).write_text(json.dumps({"users": users}))
-    port = _free_port()
-    log = open(os.path.join(tmp, f"front-{replicas}.log"), "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "symphony_core.cli",
-            "serve",
-            "--ray",
-            address,
-            "--replicas",
-            str(replicas),
-            "--replica-host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--users-file",
-            uf,
-            "--num-pages",
-            "1024",
-            "--threads",
-            "1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-        env=ray_env(),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"front exited: {Path(log.name).read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("front not ready in 600 s")
-
-
-def stop_front(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    args = ["--ray", address, "--replicas", str(replicas), "--replica-host", "127.0.0.1"]
+    args += ["--num-pages", "1024", "--threads", "1"]
+    return start_server(users, tmp, args, name=f"front-{replicas}", cwd=str(ROOT), env=ray_env(), ready_timeout=600)
 
 
 def workload(url: str, users: list[dict], programs: int, tokens: int) -> dict:
@@ -119,8 +49,7 @@ def workload(url: str, users: list[dict], programs: int, tokens: int) -> dict:
         c = Client(url, token=u["token"], timeout=600)
         for i in range(programs):
             try:
-                p = c.launch(None, f"User {u['name']} asks question {i}:", tokens, source=GREEDY, entry="greedy")
-                n = p.result(timeout=600)
+                n = len(c.run(greedy, f"User {u['name']} asks question {i}:", tokens).result(timeout=600))
                 with lock:
                     done[0] += n
             except Exception as e:  # counted, and reported
@@ -129,11 +58,7 @@ def workload(url: str, users: list[dict], programs: int, tokens: int) -> dict:
     # one warm-up program per user (places users on replicas, warms each engine)
     ths = [
         threading.Thread(
-            target=lambda u=u: (
-                Client(url, token=u["token"], timeout=600)
-                .launch(None, "warm", 1, source=GREEDY, entry="greedy")
-                .result(timeout=600)
-            )
+            target=lambda u=u: Client(url, token=u["token"], timeout=600).run(greedy, "warm", 1).result(timeout=600)
         )
         for u in users
     ]
@@ -184,7 +109,7 @@ def main(argv: list[str] | None = None) -> str:
                     try:
                         rows.append({"round": rnd, "replicas": n, **workload(url, users, a.programs, a.tokens)})
                     finally:
-                        stop_front(proc)
+                        terminate(proc, 60)
     finally:
         ray.shutdown()
         if cluster is not None:

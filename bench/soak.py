@@ -2,7 +2,7 @@
 
 Starts a real server on loopback (from this checkout, or from `--root DIR`, another checkout
 of the project, to compare before/after), then for `--seconds` runs client threads side by side:
-benign ones launch a short greedy decode and check its text is exactly the first run's; hostile
+benign ones launch a short greedy decode and check its tokens are exactly the first run's; hostile
 ones cycle through message floods nobody reads, posts to a program that never recv()s, CPU
 spins, memory hogs, thread bombs, programs with syntax errors, bad token ids, and prompts past
 the context on the OpenAI endpoint. It samples the server's RSS every second and reports RSS
@@ -19,28 +19,19 @@ import collections
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
-BENIGN = """
-def greedy(sym, prompt, n):
-    kv = sym.kv_create()
-    toks = sym.tokenize(prompt)
-    out = []
-    for _ in range(n):
-        t = sym.pred(kv, toks).argmax()
-        out.append(t)
-        toks = [t]
-    sym.kv_close(kv)
-    return sym.detokenize(out)
-"""
+from symphony_core.server.child import terminate
+
+from . import lips
+from .server_process import start_server
+
+BENIGN = Path(lips.__file__).read_text()  # greedy(sym, prompt, n) -> token ids
 HOSTILE = {
     "flood": ("def flood(sym):\n    for i in range(200):\n        sym.send('x' * (256 << 10))\n", []),
     "deaf": ("def deaf(sym):\n    import time\n    time.sleep(8)\n", []),
@@ -55,12 +46,6 @@ HOSTILE = {
     "bad_ids": ("def bad_ids(sym):\n    return sym.detokenize([-5, 10**9])\n", []),
 }
 PROMPTS = ["Once upon a time", "The capital of France is", "def fib(n):"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss_mb(pid: int) -> float:
@@ -90,57 +75,18 @@ class Soak:
     # --- the server ---------------------------------------------------------------------------
     def start(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="symphony-soak-")
-        users = os.path.join(self.dir, "users.json")
-        with open(users, "w") as f:
-            json.dump({"users": [{"name": "good", "token": "tok-good"}, {"name": "evil", "token": "tok-evil"}]}, f)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(self.dir, "server.log"), "w")
-        env = {**os.environ, "PYTHONPATH": self.root}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "symphony_core.cli",
-                "serve",
-                "--port",
-                str(self.port),
-                "--users-file",
-                users,
-                "--num-pages",
-                "2048",
-                "--threads",
-                "2",
-                "--cpu-seconds",
-                "4",
-                "--memory-mb",
-                "256",
-                "--wall-time",
-                "20",
-                "--max-workers",
-                "8",
-            ],
+        users = [{"name": "good", "token": "tok-good"}, {"name": "evil", "token": "tok-evil"}]
+        limits = ["--cpu-seconds", "4", "--memory-mb", "256", "--wall-time", "20", "--max-workers", "8"]
+        self.proc, self.url = start_server(
+            users,
+            self.dir,
+            ["--num-pages", "2048", "--threads", "2", *limits],
             cwd=self.root,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": self.root},
         )
-        end = time.time() + 300
-        while time.time() < end:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        raise RuntimeError("the server did not start")
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return -9
+        return terminate(self.proc, 60)
 
     # --- clients --------------------------------------------------------------------------------
     def _client(self, user: str) -> httpx.Client:
@@ -176,7 +122,7 @@ class Soak:
                     want = self.expected.setdefault(prompt, out["result"])
                     self.lat.append(dt)
                 if out["result"] != want:
-                    self._count("benign: wrong text", True)
+                    self._count("benign: wrong tokens", True)
                 else:
                     self._count("benign ok")
 

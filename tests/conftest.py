@@ -34,3 +34,26 @@ def fresh_engine():
         return Engine(**kw)
 
     return make
+
+
+OPENAI_TOKEN = "tok-openai"
+
+
+@pytest.fixture(scope="module")
+def openai_server():
+    """A real `symphony serve` on loopback for one module of OpenAI-API tests (user alice,
+    OPENAI_TOKEN); it must exit cleanly at the end."""
+    from tests.server_harness import Server
+
+    s = Server([{"name": "alice", "token": OPENAI_TOKEN}])
+    yield s
+    rc = s.stop()
+    assert rc == 0, f"server exit status {rc}\n{s.log()[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def oc(openai_server):
+    """The official `openai` client on `openai_server`, no retries."""
+    import openai
+
+    return openai.OpenAI(base_url=openai_server.url + "/v1", api_key=OPENAI_TOKEN, max_retries=0)

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import httpx
 
+from symphony_core.server.child import free_port, terminate, wait_healthy
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIPS = os.path.join(ROOT, "tests", "server_lips.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def symphony_cmd() -> list[str]:
@@ -29,9 +22,20 @@ def symphony_cmd() -> list[str]:
 
 
 class Server:
-    """`symphony serve --port P` in a subprocess; `.url`, `.users_file`, `.log()`, `.stop()`."""
+    """`symphony serve --port P` in a subprocess; `.url`, `.users_file`, `.log()`, `.stop()`.
+    `extra`: more flags (a `--ray ADDRESS` front among them); `env`: the process's environment."""
 
-    def __init__(self, users: list[dict], extra: list[str] | None = None, ready_timeout: float = 180.0) -> None:
+    def __init__(
+        self,
+        users: list[dict],
+        extra: list[str] | None = None,
+        ready_timeout: float = 180.0,
+        *,
+        num_pages: int = 2048,
+        threads: int = 2,
+        env: dict | None = None,
+        name: str = "server",
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="symphony-test-")
         self.users_file = os.path.join(self.dir, "users.json")
         with open(self.users_file, "w") as f:
@@ -39,7 +43,7 @@ class Server:
         os.chmod(self.users_file, 0o600)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(self.dir, "server.log")
+        self.log_path = os.path.join(self.dir, f"{name}.log")
         self._log = open(self.log_path, "w")
         cmd = symphony_cmd() + [
             "serve",
@@ -48,25 +52,17 @@ class Server:
             "--users-file",
             self.users_file,
             "--num-pages",
-            "2048",
+            str(num_pages),
             "--threads",
-            "2",
+            str(threads),
             *(extra or []),
         ]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.time() + ready_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                self.stop()
-                raise RuntimeError(f"server not ready after {ready_timeout}s:\n{self.log()}")
-            time.sleep(0.25)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        try:
+            wait_healthy(self.proc, self.url, ready_timeout, name, self.log)
+        except RuntimeError:
+            self._log.close()
+            raise
         self.health = httpx.get(self.url + "/health").json()
 
     def log(self) -> str:
@@ -74,15 +70,9 @@ class Server:
             return f.read()
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = terminate(self.proc, timeout)
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 def descendants(pid: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""LIPs the server tests send over the network. The whole file is each program's source, so
+"""LIPs the server and scale-out tests send over the network. The whole file is each program's source, so
 it imports nothing from the tests (and only what a sandboxed LIP may import)."""
 
 from __future__ import annotations
@@ -41,6 +41,28 @@ def waits(sym) -> str:
     """Holds a process slot until told to stop (or cancelled)."""
     sym.recv(timeout=120)
     return "released"
+
+
+def waits_for_message(sym) -> str:
+    """Holds until it receives a message (or is cancelled); names the message."""
+    return f"released by {sym.recv(timeout=170)!r}"
+
+
+def remember(sym, path: str, text: str) -> int:
+    """Creates the named file `path` holding `text`; returns its length in tokens."""
+    kv = sym.kv_create(path)
+    sym.pred(kv, sym.tokenize(text))
+    n = kv.len
+    sym.kv_close(kv)
+    return n
+
+
+def recall(sym, path: str) -> int:
+    """Opens the named file `path` (KVNotFound when it is not there); returns its length."""
+    kv = sym.kv_open(path)
+    n = kv.len
+    sym.kv_close(kv)
+    return n
 
 
 def make_files(sym, private: str, shared: str, text: str) -> list[str]:

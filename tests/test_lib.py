@@ -8,7 +8,15 @@ import re
 import pytest
 import torch
 
-from symphony_core.lib import Chat, Generation, SamplingParams, StopStrings, apply_repetition_penalty, generate, pred_parallel
+from symphony_core.lib import (
+    Chat,
+    Generation,
+    SamplingParams,
+    StopStrings,
+    apply_repetition_penalty,
+    generate,
+    pred_parallel,
+)
 from symphony_core.lib.grammar import Grammar, GrammarError, generate_constrained, load_tokenizer, tokenizer_for
 
 

@@ -16,9 +16,6 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server_harness import Server
-
-TOKEN = "tok-openai"
 MSGS = [{"role": "user", "content": "Name a colour."}]
 PERSON = {
     "type": "object",
@@ -54,19 +51,6 @@ TOOLS = [
         },
     },
 ]
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = Server([{"name": "alice", "token": TOKEN}])
-    yield s
-    rc = s.stop()
-    assert rc == 0, f"server exit status {rc}\n{s.log()[-3000:]}"
-
-
-@pytest.fixture(scope="module")
-def oc(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN, max_retries=0)
 
 
 def chat(oc, **kw):
@@ -107,16 +91,16 @@ def scrape(server) -> dict[str, float]:
 # --- n: choices fork one prefilled prompt -----------------------------------------------------------
 
 
-def test_n_choices_share_the_prompts_pages_and_prefill_it_once(server, oc):
+def test_n_choices_share_the_prompts_pages_and_prefill_it_once(openai_server, oc):
     """n=3: three choices; the prompt ran through the model once (the batch scheduler's token
     count grows by the prompt less its last token, plus one token per pred of each choice), and
     every choice's file still held the prompt's full pages at the end (usage + headers)."""
     prompt_msgs = [{"role": "user", "content": "Count from one to twenty: one, two, three,"}]
-    before = scrape(server)["symphony_batch_tokens_total"]
+    before = scrape(openai_server)["symphony_batch_tokens_total"]
     raw = oc.chat.completions.with_raw_response.create(
         model="symphony", messages=prompt_msgs, max_tokens=3, temperature=0, n=3
     )
-    after = scrape(server)["symphony_batch_tokens_total"]
+    after = scrape(openai_server)["symphony_batch_tokens_total"]
     r = raw.parse()
     assert [c.index for c in r.choices] == [0, 1, 2]
     assert all(c.finish_reason == "length" for c in r.choices), r

@@ -11,9 +11,6 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server_harness import Server
-
-TOKEN = "tok-responses"
 EVENTS = [
     "response.created",
     "response.in_progress",
@@ -24,19 +21,6 @@ EVENTS = [
     "response.content_part.done",
     "response.output_item.done",
 ]
-
-
-@pytest.fixture(scope="module")
-def server():
-    s = Server([{"name": "alice", "token": TOKEN}])
-    yield s
-    rc = s.stop()
-    assert rc == 0, f"server exit status {rc}\n{s.log()[-3000:]}"
-
-
-@pytest.fixture(scope="module")
-def oc(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=TOKEN, max_retries=0)
 
 
 def streamed(oc, **kw):
@@ -109,14 +93,14 @@ def value(fams: dict, family: str, sample: str, **labels) -> float:
     )
 
 
-def test_metrics_parse_and_are_cumulative_whatever_the_scrape_interval(server, oc):
+def test_metrics_parse_and_are_cumulative_whatever_the_scrape_interval(openai_server, oc):
     """Every histogram is there; the batch-size histogram counts every batch the scheduler fired
     (its count equals the batches counter); a second scrape changes nothing (no reset on read);
     one more request adds exactly its own observations."""
     oc.chat.completions.create(
         model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
     )
-    a, b = families(server), families(server)
+    a, b = families(openai_server), families(openai_server)
     for fams in (a, b):
         assert fams["symphony_batch_size"].type == "histogram"
         assert (
@@ -150,7 +134,7 @@ def test_metrics_parse_and_are_cumulative_whatever_the_scrape_interval(server, o
     oc.chat.completions.create(
         model="symphony", messages=[{"role": "user", "content": "Hi"}], max_tokens=3, temperature=0
     )
-    c = families(server)
+    c = families(openai_server)
     assert (
         value(c, "symphony_time_to_first_token_seconds", "symphony_time_to_first_token_seconds_count", endpoint="chat")
         == ttft + 1

@@ -11,6 +11,7 @@ import pytest
 
 from symphony_lab.debugger.trace import validate_trace
 from symphony_lab.profiler import ProfileCollector, profile_run
+from tests.tui_pilot import LIPS_FOR_TESTS, drive_greedy_session, screen_text, wait_until
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "lips"
 TOOL_SLEEP = 0.4
@@ -97,49 +98,26 @@ def test_no_subscriber_when_off(engine):
 def test_tui_profile_screen(engine):
     """F3 in the TUI starts profiling the embedded session; after the program runs it shows the
     line table with the program's pred line."""
-    import asyncio
-
-    from symphony_lab.debugger.profiling import profiling_of
-    from symphony_lab.tui.app import SymphonyLab
-    from symphony_lab.tui.embedded import EmbeddedSession
     from symphony_lab.tui.profile_screen import ProfileScreen
 
-    lips = str(Path(__file__).resolve().parent / "lips_for_tests.py")
-    session = EmbeddedSession(f"{lips}:greedy", ("Once upon a time",), {"max_tokens": 4}, engine=engine)
-    app = SymphonyLab(session)
-
-    def shown() -> str:
-        return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-    async def until(pilot, cond, what: str) -> None:
+    async def script(pilot, app, session) -> tuple[str, int]:
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen")
+        await wait_until(pilot, lambda: "Profiling from now on" in screen_text(app), "profiling to start")
+        await pilot.press("escape")
+        await pilot.press("c")
+        pid = session.pids[-1]
+        await wait_until(pilot, lambda: engine.runtime.processes[pid].done, "the program's end")
         t0 = time.monotonic()
-        while not cond():
-            assert time.monotonic() - t0 < 90, f"timed out waiting for {what}:\n{shown()}"
+        while not session.request("profile", pid=pid)["done"]:  # the end of every thread seen
+            assert time.monotonic() - t0 < 30
             await pilot.pause(0.1)
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen again")
+        await wait_until(pilot, lambda: "flame" in screen_text(app), "the line table")
+        return screen_text(app), pid
 
-    async def drive() -> tuple[str, int]:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
-            await pilot.press("f3")
-            await until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen")
-            await until(pilot, lambda: "Profiling from now on" in shown(), "profiling to start")
-            await pilot.press("escape")
-            await pilot.press("c")
-            pid = session.pids[-1]
-            await until(pilot, lambda: engine.runtime.processes[pid].done, "the program's end")
-            t0 = time.monotonic()
-            while not session.request("profile", pid=pid)["done"]:  # the end of every thread seen
-                assert time.monotonic() - t0 < 30
-                await pilot.pause(0.1)
-            await pilot.press("f3")
-            await until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen again")
-            await until(pilot, lambda: "flame" in shown(), "the line table")
-            return shown(), pid
-
-    try:
-        text, pid = asyncio.run(drive())
-    finally:
-        session.close()
-    pred_line = line_of(Path(lips), "t = sym.pred(kv, toks).argmax()")
+    (text, pid), session = drive_greedy_session(engine, script)
+    pred_line = line_of(LIPS_FOR_TESTS, "t = sym.pred(kv, toks).argmax()")
     assert f"lips_for_tests.py:{pred_line}" in text and "thread" in text and "flame" in text
-    assert not session.profiled_pids and pid not in profiling_of(session.dbg).entries  # closing stopped it
+    assert not session.profiled_pids and pid not in session.dbg.profiling.entries  # closing stopped it

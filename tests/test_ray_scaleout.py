@@ -7,10 +7,7 @@ front, then a replica is killed (last: it restarts a replica).
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,8 +22,8 @@ from symphony_core.scaleout.pids import decode_pid  # noqa: E402 (after the impo
 from symphony_core.scaleout.serve import NAMESPACE, ray_env  # noqa: E402 (after the importorskip / sys.path setup above)
 
 sys.path.insert(0, os.path.dirname(__file__))
-import ray_lips  # noqa: E402 (after the importorskip / sys.path setup above)
-from server_harness import ROOT, free_port, symphony_cmd  # noqa: E402 (after the importorskip / sys.path setup above)
+import server_lips  # noqa: E402 (after the importorskip / sys.path setup above)
+from server_harness import ROOT, Server  # noqa: E402 (after the importorskip / sys.path setup above)
 
 pytestmark = pytest.mark.slow
 
@@ -37,68 +34,14 @@ USERS = [
 ]
 
 
-class Front:
-    def __init__(self, address: str, tmp: str) -> None:
-        users_file = os.path.join(tmp, "users.json")
-        with open(users_file, "w") as f:
-            json.dump({"users": USERS}, f)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(tmp, "front.log")
-        self._log = open(self.log_path, "w")
-        cmd = symphony_cmd() + [
-            "serve",
-            "--ray",
-            address,
-            "--replicas",
-            "2",
-            "--replica-host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--users-file",
-            users_file,
-            "--num-pages",
-            "1024",
-            "--threads",
-            "1",
-            "--max-workers",
-            "4",
-            "--plugin",
-            "debugger",
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=ray_env())
-        deadline = time.time() + 400
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"front exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"front not ready:\n{self.log()}")
-            time.sleep(0.5)
-
-    def log(self) -> str:
-        with open(self.log_path) as f:
-            return f.read()
-
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
+def start_front(address: str) -> Server:
+    """`symphony serve --ray ADDRESS --replicas 2` on loopback, each replica with one thread."""
+    extra = ["--ray", address, "--replicas", "2", "--replica-host", "127.0.0.1", "--max-workers", "4"]
+    return Server(USERS, [*extra, "--plugin", "debugger"], 400, num_pages=1024, threads=1, env=ray_env(), name="front")
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory):
+def front():
     from symphony_core.scaleout.local_cluster import start_local_cluster
 
     saved = dict(os.environ)
@@ -110,12 +53,12 @@ def front(tmp_path_factory):
             )
         )
         cluster = start_local_cluster(nodes=2, num_cpus=1, object_store_mb=100)
-        fr = Front(cluster.address, str(tmp_path_factory.mktemp("front")))
+        fr = start_front(cluster.address)
         ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING")
         yield fr
     finally:
         if fr is not None:
-            fr.stop()
+            fr.stop(60)
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
@@ -145,7 +88,7 @@ def test_two_replicas_on_two_nodes(front):
 
 def test_run_streams_and_pid_names_the_home_replica(front):
     c = client(front, "alice")
-    p = c.run(ray_lips.greedy, "The capital of France is", n=4)
+    p = c.run(server_lips.greedy, "The capital of France is", n=4)
     pieces = list(p.messages(timeout=120))
     out = p.result(timeout=120)
     assert len(pieces) == 4 and "".join(pieces) == out
@@ -163,22 +106,22 @@ def test_run_streams_and_pid_names_the_home_replica(front):
 
 def test_named_kv_files_follow_their_user(front):
     alice, bob = client(front, "alice"), client(front, "bob")
-    pa = alice.run(ray_lips.remember, "ctx.kv", "Paris is the capital of France.")
+    pa = alice.run(server_lips.remember, "ctx.kv", "Paris is the capital of France.")
     n = pa.result(timeout=120)
-    pb = alice.run(ray_lips.recall, "ctx.kv")
+    pb = alice.run(server_lips.recall, "ctx.kv")
     assert pb.result(timeout=120) == n > 0
     assert replica_of(pa.pid) == replica_of(pb.pid)
     files = {f["path"]: f for f in alice.kv_list()}
     assert files["/users/alice/ctx.kv"]["replica"] == f"r{replica_of(pa.pid)}"
     # bob, placed by load, lands on the other replica; his programs stay there too
-    q1 = bob.run(ray_lips.remember, "notes.kv", "Bob's notes.")
+    q1 = bob.run(server_lips.remember, "notes.kv", "Bob's notes.")
     q1.result(timeout=120)
-    q2 = bob.run(ray_lips.recall, "notes.kv")
+    q2 = bob.run(server_lips.recall, "notes.kv")
     assert q2.result(timeout=120) > 0
     assert replica_of(q1.pid) == replica_of(q2.pid) != replica_of(pa.pid)
     # a /shared/ file lives on its owner's home replica; another user's program reads it there
-    alice.run(ray_lips.remember, "/shared/alice-notes.kv", "Shared notes.").result(timeout=120)
-    run = {"source": Path(ray_lips.__file__).read_text(), "entry": "recall", "args": ["/shared/alice-notes.kv"]}
+    alice.run(server_lips.remember, "/shared/alice-notes.kv", "Shared notes.").result(timeout=120)
+    run = {"source": Path(server_lips.__file__).read_text(), "entry": "recall", "args": ["/shared/alice-notes.kv"]}
 
     def bob_run(headers: dict) -> dict:
         h = {"Authorization": "Bearer tok-bob", **headers}
@@ -193,14 +136,14 @@ def test_named_kv_files_follow_their_user(front):
 
 def test_messages_and_cancel(front):
     c = client(front, "carol")
-    p = c.run(ray_lips.waits)
+    p = c.run(server_lips.waits_for_message)
     h = {"Authorization": "Bearer tok-carol"}
     assert httpx.get(f"{front.url}/v1/processes/{p.pid}", headers=h).json()["status"] == "running"
     p.cancel()
     with pytest.raises(RemoteLIPError) as e:
         p.result(timeout=60)
     assert "Cancelled" in str(e.value) or e.value.error_type == "Cancelled"
-    p2 = c.run(ray_lips.waits)
+    p2 = c.run(server_lips.waits_for_message)
     httpx.post(f"{front.url}/v1/processes/{p2.pid}/messages", headers=h, json={"data": "go"}).raise_for_status()
     assert p2.result(timeout=60) == "released by 'go'"
 
@@ -228,10 +171,10 @@ def test_openai_client(front):
 def test_debugger_plugin_through_the_front(front):
     debugger = pytest.importorskip("symphony_lab.debugger")
     alice = client(front, "alice")
-    home = replica_of(alice.run(ray_lips.greedy, "Hi", n=1).pid)
+    home = replica_of(alice.run(server_lips.greedy, "Hi", n=1).pid)
     dbg = debugger.RemoteDebugger(front.url.replace("http://", "ws://") + "/v1/debug", token="tok-alice", timeout=120)
     try:
-        with open(ray_lips.__file__) as f:
+        with open(server_lips.__file__) as f:
             src = f.read()
         r = dbg.run_program(src, "greedy", "The capital of France is", kwargs={"n": 3})
         assert replica_of(r["pid"]) == home  # the session runs on the user's home replica, with global pids
@@ -243,8 +186,8 @@ def test_debugger_plugin_through_the_front(front):
 
 def test_killing_a_replica(front):
     alice, bob = client(front, "alice"), client(front, "bob")
-    pa = alice.run(ray_lips.waits)
-    pb = bob.run(ray_lips.waits)
+    pa = alice.run(server_lips.waits_for_message)
+    pb = bob.run(server_lips.waits_for_message)
     ra, rb = replica_of(pa.pid), replica_of(pb.pid)
     assert ra != rb
     ray.kill(ray.get_actor(f"symphony-r{ra}", namespace=NAMESPACE), no_restart=False)
@@ -273,14 +216,14 @@ def test_killing_a_replica(front):
     assert lost["/users/alice/ctx.kv"]["replica"] == f"r{ra}"
     assert "/users/alice/ctx.kv" not in {f["path"] for f in body["files"]}
     with pytest.raises(ServerError) as e:
-        alice.run(ray_lips.recall, "ctx.kv")
+        alice.run(server_lips.recall, "ctx.kv")
     assert e.value.status == 409 and "ctx.kv" in str(e.value)
     alice.kv_remove("ctx.kv")  # acknowledges the loss, one file at a time
     with pytest.raises(ServerError, match="alice-notes.kv"):
-        alice.run(ray_lips.recall, "ctx.kv")
+        alice.run(server_lips.recall, "ctx.kv")
     alice.kv_remove("/shared/alice-notes.kv")
     assert httpx.get(f"{front.url}/v1/kv", headers=h).json()["lost"] == []
-    p = alice.run(ray_lips.greedy, "Hello", n=2)
+    p = alice.run(server_lips.greedy, "Hello", n=2)
     p.result(timeout=120)
     rp = decode_pid(p.pid)
     assert (rp.replica, rp.generation) == (ra, 1)

@@ -12,7 +12,6 @@ import asyncio
 import os
 import re
 import threading
-import time
 import uuid
 
 import pytest
@@ -21,23 +20,11 @@ pytest.importorskip("textual")
 
 from symphony_lab.tui import DebuggerSession, EmbeddedSession, SymphonyLab  # noqa: E402
 from symphony_lab.tui.tokens import TopK  # noqa: E402
+from tests.tui_pilot import screen_text, wait_until  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "lips", "prefix_parallel.py")
 QUESTIONS = ["When is the library open on Saturday?", "How much are late fees?"]
-
-
-def screen_text(app) -> str:
-    """What the terminal shows now, as plain text (one line per row)."""
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-async def wait_until(pilot, cond, what: str, timeout: float = 90.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}; the screen shows:\n{screen_text(pilot.app)}")
-        await pilot.pause(0.1)
 
 
 def stop_ids(app) -> list[int]:
@@ -530,7 +517,6 @@ def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session
     profiles the process through the protocol (line table after the run), F4 runs a what-if."""
     pytest.importorskip("websockets")
     from symphony_lab.debugger import Debugger, DebugServer, RemoteDebugger
-    from symphony_lab.debugger.profiling import profiling_of
     from symphony_lab.tui.debug_session import resolve_target
     from symphony_lab.tui.profile_screen import ProfileScreen
     from symphony_lab.tui.whatif_screen import WhatIfScreen, run_what_if
@@ -587,7 +573,7 @@ def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session
             await wait_until(pilot, lambda: isinstance(app.screen, ProfileScreen), "the profile screen")
             await wait_until(pilot, lambda: "flame" in screen_text(app), "the line table")
             profile = screen_text(app)
-            assert pid in profiling_of(dbg).entries  # the server-side collector the F3 screen started
+            assert pid in dbg.profiling.entries  # the server-side collector the F3 screen started
             await pilot.press("escape")
             await pilot.press("f4")
             await wait_until(pilot, lambda: isinstance(app.screen, WhatIfScreen), "the what-if screen")
@@ -610,4 +596,4 @@ def test_step_into_out_over_keys_and_profile_what_if_screens_on_a_remote_session
     assert f"Profile of process {pid}, final" in profile and f"lab_lips.py:{line['last =']}" in profile, profile
     assert re.search(r"alternative: [\"'] Rome", whatif) and "diverge at +0" in whatif, whatif
     assert "first difference, token +0" in whatif
-    assert pid not in profiling_of(dbg).entries  # closing the session stopped its profile
+    assert pid not in dbg.profiling.entries  # closing the session stopped its profile

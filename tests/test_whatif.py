@@ -10,6 +10,7 @@ import pytest
 
 from symphony_lab.debugger import Debugger
 from symphony_lab.whatif import thread_tokens, what_if
+from tests.tui_pilot import drive_greedy_session, screen_text, wait_until
 
 SOURCE = "/shared/whatif-test.kv"
 PROMPT = (
@@ -109,46 +110,25 @@ def test_lab_run_profile_and_what_if(engine):
 @pytest.mark.slow
 def test_tui_what_if_screen(engine):
     """F4 in the TUI: type a position and a token, see both continuations of the focused thread."""
-    import asyncio
-    import time
-    from pathlib import Path
-
-    from symphony_lab.tui.app import SymphonyLab
-    from symphony_lab.tui.embedded import EmbeddedSession
     from symphony_lab.tui.whatif_screen import WhatIfScreen, parse_request
 
     assert parse_request("5 dragon 3") == (5, " dragon", 3) and parse_request("7 #42") == (7, 42, 12)
     with pytest.raises(ValueError, match="POSITION TOKEN"):
         parse_request("dragon")
-    lips = str(Path(__file__).resolve().parent / "lips_for_tests.py")
-    session = EmbeddedSession(f"{lips}:greedy", ("Once upon a time",), {"max_tokens": 4}, engine=engine)
-    app = SymphonyLab(session)
 
-    def shown() -> str:
-        return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+    async def script(pilot, app, session) -> str:
+        await pilot.press("c")
+        pid = session.pids[-1]
+        await wait_until(pilot, lambda: engine.runtime.processes[pid].done, "the program's end", 120)
+        await pilot.press("f4")
+        await wait_until(pilot, lambda: isinstance(app.screen, WhatIfScreen), "the what-if screen", 120)
+        await pilot.press(*"5 dragon 3", "enter")
+        await wait_until(
+            pilot, lambda: "alternative:" in screen_text(app) or "Error" in screen_text(app), "the continuations", 120
+        )
+        return screen_text(app)
 
-    async def until(pilot, cond, what: str) -> None:
-        t0 = time.monotonic()
-        while not cond():
-            assert time.monotonic() - t0 < 120, f"timed out waiting for {what}:\n{shown()}"
-            await pilot.pause(0.1)
-
-    async def drive() -> str:
-        async with app.run_test(size=(160, 48)) as pilot:
-            await until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
-            await pilot.press("c")
-            pid = session.pids[-1]
-            await until(pilot, lambda: engine.runtime.processes[pid].done, "the program's end")
-            await pilot.press("f4")
-            await until(pilot, lambda: isinstance(app.screen, WhatIfScreen), "the what-if screen")
-            await pilot.press(*"5 dragon 3", "enter")
-            await until(pilot, lambda: "alternative:" in shown() or "Error" in shown(), "the continuations")
-            return shown()
-
-    try:
-        text = asyncio.run(drive())
-    finally:
-        session.close()
+    text, _ = drive_greedy_session(engine, script)
     assert (
         re.search(r"alternative: [\"'] dragon", text) and "diverge at +0" in text and "prefix pages shared" in text
     ), text

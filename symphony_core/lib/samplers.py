@@ -139,4 +139,12 @@ def sample(
     return SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed).pick(dist)
 
 
-__all__ = ["LogitsProcessor", "SamplingParams", "apply_mask", "apply_repetition_penalty", "greedy", "log_softmax", "sample"]
+__all__ = [
+    "LogitsProcessor",
+    "SamplingParams",
+    "apply_mask",
+    "apply_repetition_penalty",
+    "greedy",
+    "log_softmax",
+    "sample",
+]

@@ -60,6 +60,23 @@ def summarize_result(call: str, result: Any) -> Any:
     return repr(result)[:200]
 
 
+def _exit_event(enter: Event, t: float, result: Any = None, error: str | None = None) -> Event:
+    """The `syscall_exit` that closes `enter` at time `t`: same process, thread, call, place and seq."""
+    return Event(
+        "syscall_exit",
+        t,
+        enter.pid,
+        enter.tid,
+        enter.call,
+        result=result,
+        error=error,
+        file=enter.file,
+        line=enter.line,
+        seq=enter.seq,
+        duration=t - enter.ts,
+    )
+
+
 class Kernel:
     summarize_result = staticmethod(summarize_result)  # what the debugger shows of a result, too
 
@@ -103,36 +120,9 @@ class Kernel:
             if on_error is not None:
                 on_error(th, enter, e)
             if bus.active:
-                t = now()
-                bus.publish(
-                    Event(
-                        "syscall_exit",
-                        t,
-                        proc.pid,
-                        th.tid,
-                        call,
-                        error=f"{type(e).__name__}: {e}",
-                        file=file,
-                        line=line,
-                        seq=seq,
-                        duration=t - enter.ts,
-                    )
-                )
+                bus.publish(_exit_event(enter, now(), error=f"{type(e).__name__}: {e}"))
             raise
         if bus.active:
-            t = now()
-            bus.publish(
-                Event(
-                    "syscall_exit",
-                    t,
-                    proc.pid,
-                    th.tid,
-                    call,
-                    result=summarize_result(call, result),
-                    file=file,
-                    line=line,
-                    seq=seq,
-                    duration=t - enter.ts,
-                )
-            )
+            t = now()  # before the summary: the exit's time is the call's, not the summary's
+            bus.publish(_exit_event(enter, t, result=summarize_result(call, result)))
         return result

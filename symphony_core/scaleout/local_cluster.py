@@ -11,7 +11,10 @@ import glob
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _kill_session(session_dirs: set[str]) -> None:
@@ -29,6 +32,25 @@ def _kill_session(session_dirs: set[str]) -> None:
                 pass
 
 
+def _retried(start: Callable[[], T], undo: Callable[[], None], attempts: int, temp_dir: str, what: str) -> T:
+    """`start()`, tried `attempts` times; after a failure (the raylet aborted, or the GCS was too
+    slow) `undo()` and every process of the failed Ray session is killed before the next try."""
+    last: Exception | None = None
+    for attempt in range(attempts):
+        before = set(glob.glob(os.path.join(temp_dir, "session_2*")))
+        try:
+            return start()
+        except Exception as e:
+            last = e
+            try:
+                undo()
+            except Exception:
+                pass
+            _kill_session(set(glob.glob(os.path.join(temp_dir, "session_2*"))) - before)
+            time.sleep(2 + 3 * attempt)
+    raise RuntimeError(f"could not start {what} in {attempts} attempts: {last}")
+
+
 def start_local_cluster(
     nodes: int = 2, num_cpus: float = 1, object_store_mb: int = 100, attempts: int = 3, temp_dir: str = "/tmp/ray"
 ):
@@ -36,44 +58,24 @@ def start_local_cluster(
     from ray.cluster_utils import Cluster
 
     node_args: dict[str, Any] = {"num_cpus": num_cpus, "object_store_memory": object_store_mb << 20}
-    last: Exception | None = None
-    for attempt in range(attempts):
-        before = set(glob.glob(os.path.join(temp_dir, "session_2*")))
-        cluster = None
-        try:
-            cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
-            for _ in range(nodes - 1):
-                cluster.add_node(**node_args)
-            cluster.wait_for_nodes()
-            return cluster
-        except Exception as e:  # the raylet aborted (see above), or the GCS was too slow
-            last = e
-            if cluster is not None:
-                try:
-                    cluster.shutdown()
-                except Exception:
-                    pass
-            _kill_session(set(glob.glob(os.path.join(temp_dir, "session_2*"))) - before)
-            time.sleep(2 + 3 * attempt)
-    raise RuntimeError(f"could not start a local Ray cluster in {attempts} attempts: {last}")
+    started: list = []  # the attempt's cluster, for `undo`
+
+    def start():
+        started[:] = [Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})]
+        for _ in range(nodes - 1):
+            started[0].add_node(**node_args)
+        started[0].wait_for_nodes()
+        return started[0]
+
+    def undo() -> None:
+        if started:
+            started.pop().shutdown()
+
+    return _retried(start, undo, attempts, temp_dir, "a local Ray cluster")
 
 
 def init_local_ray(attempts: int = 3, temp_dir: str = "/tmp/ray", **init_kwargs) -> None:
     """`ray.init()` starting a one-node Ray on this machine, retried like `start_local_cluster`."""
     import ray
 
-    last: Exception | None = None
-    for attempt in range(attempts):
-        before = set(glob.glob(os.path.join(temp_dir, "session_2*")))
-        try:
-            ray.init(include_dashboard=False, **init_kwargs)
-            return
-        except Exception as e:  # the raylet aborted, or the GCS was too slow
-            last = e
-            try:
-                ray.shutdown()
-            except Exception:
-                pass
-            _kill_session(set(glob.glob(os.path.join(temp_dir, "session_2*"))) - before)
-            time.sleep(2 + 3 * attempt)
-    raise RuntimeError(f"could not start a local Ray in {attempts} attempts: {last}")
+    _retried(lambda: ray.init(include_dashboard=False, **init_kwargs), ray.shutdown, attempts, temp_dir, "a local Ray")

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from ..server.child import free_port, terminate, wait_healthy
 from .pids import GENERATIONS, pid_base, replica_name
 
 _PR_SET_PDEATHSIG = 1
@@ -67,12 +66,6 @@ _DIE_WITH_PARENT = (
 )
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _next_generation(index: int) -> int:
     """Counts the replica's incarnations in Ray's GCS key-value store, which outlives the actor."""
     from ray.experimental import internal_kv
@@ -101,7 +94,7 @@ class SymphonyReplica:
         with open(os.open(users_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             json.dump(spec.users, f)
         self._tokens = {u["name"]: u["token"] for u in users}
-        port = _free_port(host)
+        port = free_port(host)
         env = {**os.environ, **spec.env, "SYMPHONY_PID_BASE": str(pid_base(index, self.generation))}
         cmd = [
             sys.executable,
@@ -138,25 +131,9 @@ class SymphonyReplica:
         threading.Thread(target=self._watchdog, name="symphony-replica-watchdog", daemon=True).start()
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.time() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"replica {replica_name(self.index)}: `symphony serve` exited with "
-                    f"{self.proc.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
-            if time.time() > deadline:
-                self.proc.kill()
-                raise RuntimeError(
-                    f"replica {replica_name(self.index)}: not ready after {timeout}s:\n{self.log_tail()}"
-                )
-            time.sleep(0.25)
+        wait_healthy(
+            self.proc, self.url, timeout, f"replica {replica_name(self.index)}: `symphony serve`", self.log_tail
+        )
 
     def _watchdog(self) -> None:
         code = self.proc.wait()
@@ -199,13 +176,7 @@ class SymphonyReplica:
     def stop(self, timeout: float = 20.0) -> int | None:
         """Stop the server cleanly (SIGTERM: it cancels its processes and stops its sandbox)."""
         self._stopping = True
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = terminate(self.proc, timeout)
         self._log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-        return self.proc.returncode
+        return code

@@ -171,11 +171,6 @@ class Profiling:
         return self.read(pid, top, stop=True)
 
 
-def profiling_of(dbg: Any) -> Profiling:
-    """The debugger's profiling part (`dbg.profiling`)."""
-    return dbg.profiling
-
-
 # --- JSON both ways ---------------------------------------------------------------------------
 def _times(t: Times) -> dict:
     return t.to_dict()
@@ -225,4 +220,4 @@ def profile_from_body(body: dict) -> Profile:
     return Profile(threads, lines, stacks, pages, [])
 
 
-__all__ = ["MAX_PROFILES", "Profiling", "profile_body", "profile_from_body", "profiling_of"]
+__all__ = ["MAX_PROFILES", "Profiling", "profile_body", "profile_from_body"]
