@@ -36,11 +36,11 @@ from .quant import (
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
 # to INT8_MAX_ROWS, MKL's fp32 sgemm above (wide batches and prefill are compute-bound there, and the
-# weight-only kernels lose). Set from issue 18's probes on the 2-core AVX2 machine (int4 15 / 34-50 /
-# 133-145 ms per step's matmuls at 1 / 8 / 32 rows against fp32's 49 / 88 / 144); the int8 bound is
-# a first estimate: re-derive both from `python -m bench.kernels` on a quiet machine.
-INT4_MAX_ROWS = 8
-INT8_MAX_ROWS = 16
+# weight-only kernels lose). Measured by `python -m bench.kernels` on the 2-core AVX2 machine (ms per
+# step's matmuls, fp32 / int8 / int4): 1 row 46.8 / 26.4 / 23.5, 4 rows 49.4 / 43.4 / 42.9, 8 rows
+# 71.3 / 84.6 / 83.2 — the weight-only kernels win up to 4 rows and lose from 8 (bench/RESULTS.md).
+INT4_MAX_ROWS = 4
+INT8_MAX_ROWS = 4
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -123,6 +123,15 @@ def _load_or_compute(model, fmt: str, gguf_path: Path | None, cache_dir: Path | 
     return tensors
 
 
+def _reachable(tiers: list[tuple[int, TierLinear]]) -> list[tuple[int, TierLinear]]:
+    """The tiers a call can reach: one whose max_rows a tier before it already covers never runs."""
+    out: list[tuple[int, TierLinear]] = []
+    for max_rows, lin in tiers:
+        if not out or max_rows > out[-1][0]:
+            out.append((max_rows, lin))
+    return out
+
+
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
     """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
     if fmt == "fp32":
@@ -136,7 +145,7 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
                 int4 = Int4Linear(_unpack_nibbles(t[key + ".q4"]), t[key + ".q4_scale"], t[key + ".q4_min"])
                 tiers.insert(0, (INT4_MAX_ROWS, int4))
             tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
-            setattr(layer, attr, RowsSwitchLinear(tiers))
+            setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
     model.lm_head = RowsSwitchLinear(
         [(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])), (WIDE, DenseLinear(model.lm_head))]
     )
