@@ -1,4 +1,4 @@
-"""Weight formats a CPU engine can run: "fp32" (exact), "q8" (int8) and "q4" (4-bit, int8 for wide batches).
+"""Weight formats a CPU engine can run: "fp32" (exact), "q8" (int8) and "q4" (4-bit, its LM head int8).
 
 - fp32: the dequantised weights as they are; the reference the parity tests check.
 - q8: every projection and the LM head as per-row int8 weights (bf16 activations), quantised
