@@ -9,7 +9,15 @@ import time
 import pytest
 
 from examples.lips.streaming_completion import complete
-from symphony_lab.debugger import Debugger, DebuggerError, DebugServer, RemoteDebugger, handle_command, validate_trace
+from symphony_lab.debugger import (
+    Debugger,
+    DebuggerError,
+    DebugServer,
+    RemoteDebugger,
+    connect,
+    handle_command,
+    validate_trace,
+)
 from tests.lips_for_tests import greedy, greedy_reference
 
 COMPLETE = "examples.lips.streaming_completion:complete"
@@ -91,7 +99,7 @@ def target(request, dbg, engine):
     from tests.server_harness import Server
 
     server = Server([], extra=["--plugin", "debugger", "--no-sandbox"])
-    remote = Debugger(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)  # attach by URL
+    remote = connect(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)  # attach by URL
     assert isinstance(remote, RemoteDebugger)
     with open(complete.__code__.co_filename) as f:
         source = f.read()
@@ -538,3 +546,8 @@ def test_replay_detects_lip_side_randomness(dbg):
     assert st["diverged"][0]["seq"] == s["seq"] and "input tokens differ" in st["diverged"][0]["why"]
     dbg.continue_(r2)
     assert dbg.wait_process(r2, timeout=60)["status"] == "finished"
+
+
+def test_a_url_is_connects_not_the_in_process_debuggers():
+    with pytest.raises(TypeError, match=r"connect\(url"):
+        Debugger("ws://127.0.0.1:1/v1/debug")
