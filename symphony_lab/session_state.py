@@ -25,23 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# the events the model folds (a front-end subscribes to these)
-EVENTS = [
-    "stopped",
-    "continued",
-    "overridden",
-    "taken",
-    "batch_pending",
-    "replay_diverged",
-    "syscall_enter",
-    "syscall_exit",
-    "process_start",
-    "process_exit",
-    "thread_start",
-    "thread_exit",
-    "batch",
-    "view",
-]
+# EVENTS, re-exported: the events the model folds (a front-end subscribes to these) are the protocol's
+from .debugger.protocol import EVENTS
 
 
 @dataclass

@@ -80,7 +80,7 @@ class Front:
         try:
             resp = await self.http.get(url + "/v1/whoami", headers={"authorization": f"Bearer {tok}"} if tok else {})
         except httpx.HTTPError:
-            await self._check_alive(r)
+            await self.pool.confirm_death(r, None)
             raise FrontError(
                 503, f"replica {replica_name(r)} did not answer; try again", "unavailable", {"Retry-After": "2"}
             ) from None
@@ -121,7 +121,7 @@ class Front:
         try:
             return await forward(self.http, url, request, body, stream)
         except ReplicaUnreachable as e:
-            if await self._check_alive(r) is None:  # a broken connection, not a dead replica
+            if await self.pool.confirm_death(r, None) is None:  # a broken connection, not a dead replica
                 raise FrontError(
                     502, f"the connection to replica {replica_name(r)} broke ({e}); try again", "bad_gateway"
                 ) from None
@@ -389,7 +389,7 @@ class Front:
         try:
             end = await relay_ws(ws, url, request_headers(ws), first, started)
         except ReplicaUnreachable as e:
-            if await self._check_alive(r) is None:
+            if await self.pool.confirm_death(r, None) is None:
                 raise FrontError(
                     502, f"could not reach replica {replica_name(r)} ({e}); try again", "bad_gateway"
                 ) from None
@@ -401,7 +401,7 @@ class Front:
         if end.client_left:
             return
         if end.upstream_broke and not end.got_result:
-            death = await self._check_alive(r, generation)
+            death = await self.pool.confirm_death(r, generation)
             if death is not None and end.pid is not None:
                 return await _ws_close(ws, {"type": "result", **lost_outcome(end.pid, death)}, 1000)
             return await _ws_close(
@@ -418,10 +418,6 @@ class Front:
             )
         with contextlib.suppress(RuntimeError):
             await ws.close(code=end.close_code or 1000, reason=end.close_reason[:120])
-
-    async def _check_alive(self, r: int, generation: int | None = None) -> ReplicaDeath | None:
-        """None when replica r (that generation; default: the current one) still lives; else its death."""
-        return await self.pool.confirm_death(r, generation)
 
     # --- anything else (plugins such as the debugger at /v1/debug): the user's home ----------------
     async def fallback_http(self, request: Request) -> Response:
