@@ -167,7 +167,7 @@ class RemoteDebugger:
 
         target = getattr(Debugger, COMMANDS[cmd])
         sig = _pyinspect.signature(target)
-        first = next(iter(sig.parameters))  # `self`, or the debugger an analysis command takes
+        first = next(iter(sig.parameters))  # `self`
 
         def call(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(None, *args, **kwargs)
