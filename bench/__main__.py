@@ -34,6 +34,7 @@ WORKLOADS = {
     "agents": "bench.agents",
     "graph_of_thought": "bench.graph_of_thought",
     "runtime_overhead": "bench.runtime_overhead:suite",
+    "short_programs": "bench.short_programs",
     "debugger_overhead": "bench.debugger_overhead:suite",
     "profiler_overhead": "bench.profiler_overhead:suite",
     "sandbox_latency": "bench.sandbox_latency",

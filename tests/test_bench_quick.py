@@ -64,6 +64,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
         r["us_per_pred"] > 0 and r["cpu_us_per_pred"] > 0 and r["host_us_per_batch"] > 0 and r["mean_batch"] >= 1
         for r in w5
     )
+    sp = numbers["short_programs"]
+    assert [r["programs"] for r in sp["rows"]] == [4, 16] and sp["rows"][0]["ratio"] == 1.0
+    assert all(r["tok_s"] > 0 and r["mean_batch"] >= 1 for r in sp["rows"]), sp
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
     sb = numbers["sandbox_latency"]
@@ -71,7 +74,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert "Sandboxed LIP latency" in text
     # the targets table at the top judges every workload that ran (W5/W6 at toy size included)
     table = text.split("## Targets (this run)", 1)[1].split("\n\n", 2)[1]
-    for wid in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "C"):
+    for wid in ("W1", "W2", "W3", "W4", "W5", "Short programs", "W6", "W7", "C"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {wid} |"))
         assert "not run" not in row, row
 

@@ -1,0 +1,101 @@
+"""Many short programs: do 1,000 concurrent tiny LIPs keep the engine as busy as a few long ones?
+
+Each LIP prefills its own short prompt (8-16 tokens, windows of one English text) and then
+decodes greedily with `pred`, one token per call, no stop at EOS. The reference is 32 programs
+x 64 new tokens; the workloads under test are 256 and 1,000 programs x 8 new tokens, all on
+one engine, all launched at once. Tokens/s counts generated tokens only (the short programs
+also pay for 8x more prompts per generated token: that is part of what is measured). The
+target (issue: CPU performance) is 1,000 programs at >= 0.9x the reference's tokens/s.
+
+    python -m bench.short_programs [--quick] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from .common import publish
+from .decode import make_prompts
+from .machine import describe, wait_until_idle
+
+TARGET = 0.9
+
+
+def _greedy(sym, prompt: list[int], new: int) -> int:
+    kv = sym.kv_create()
+    tok = sym.pred(kv, prompt).argmax()
+    for _ in range(new - 1):
+        tok = sym.pred(kv, [tok]).argmax()
+    sym.kv_close(kv)
+    return new
+
+
+def run(eng, prompts: list[list[int]], new: int) -> dict:
+    """All programs launched at once; wall time until the last finishes."""
+    log = eng.runtime.batch.log
+    b0 = log.total_batches
+    t0 = time.perf_counter()
+    procs = [eng.run(_greedy, p, new) for p in prompts]
+    generated = sum(p.result() for p in procs)
+    wall = time.perf_counter() - t0
+    batches = log.total_batches - b0
+    return {
+        "programs": len(prompts),
+        "new": new,
+        "tok_s": generated / wall,
+        "wall_s": wall,
+        "mean_batch": len(prompts) * new / max(batches, 1),  # preds per forward pass
+    }
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="toy sizes (for the tests)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--idle-wait", type=float, default=30.0)
+    args = ap.parse_args(argv)
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=4096)
+    tok = eng.tokenize
+    if args.quick:
+        cases = [("reference", 4, 8), ("short", 16, 2)]
+    else:
+        cases = [("reference", 32, 64), ("short", 256, 8), ("short", 1000, 8)]
+    repeats = 1 if args.quick else args.repeats
+    wait_until_idle(args.idle_wait if not args.quick else 0)
+    run(eng, make_prompts(tok, 4, 8, 16, seed=99), 2)  # warm-up
+    rows = []
+    for kind, n, new in cases:
+        prompts = make_prompts(tok, n, 8, 16, seed=n)
+        runs = [run(eng, prompts, new) for _ in range(repeats)]
+        row = {k: statistics.median(r[k] for r in runs) for k in ("tok_s", "wall_s", "mean_batch")}
+        row.update(kind=kind, programs=n, new=new)
+        rows.append(row)
+    eng.shutdown()
+    ref = rows[0]["tok_s"]
+    for r in rows:
+        r["ratio"] = r["tok_s"] / ref
+    widest = rows[-1]
+    publish(__name__, {"rows": rows, "ratio": widest["ratio"], "programs": widest["programs"], "target": TARGET})
+    lines = [
+        f"### Many short programs: generated tok/s against {rows[0]['programs']} programs x {rows[0]['new']} "
+        f"tokens, median of {repeats}",
+        "",
+        describe(),
+        "",
+        "| programs | new tokens each | generated tok/s | ratio | wall s | mean batch |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['programs']} | {r['new']} | {r['tok_s']:.1f} | {r['ratio']:.2f}× | {r['wall_s']:.1f} "
+            f"| {r['mean_batch']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(main())
