@@ -94,24 +94,20 @@ class Executor:
         with self.kvfs.lock:
             start = self.kvfs._writable(c.kv, "pred").next_position
         ids = c.token_ids
-        if type(ids) is list and all(type(t) is int for t in ids):  # bools, numpy ints: `_as_int_list`
-            toks = list(ids)  # the caller may reuse its list
+        if type(ids) is list and len(ids) == 1 and type(ids[0]) is int and 0 <= ids[0] < self.vocab:
+            toks = [ids[0]]  # one in-vocabulary decode token, most calls: no need for the scans below
         else:
-            toks = _as_int_list(ids, "token_ids")
-        if not toks:
-            raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
-        n, vocab = len(toks), self.vocab
-        if min(toks) < 0 or max(toks) >= vocab:
-            raise PredError(
-                f"pred: token ids {[t for t in toks if not 0 <= t < vocab][:5]} are outside the vocabulary [0, {vocab})"
-            )
+            toks = self._token_ids(c)
+        n = len(toks)
         if c.positions is None:
-            pos = list(range(start, start + n))
+            pos = [start] if n == 1 else list(range(start, start + n))
+            past = start + n > self.max_pos
         else:
             pos = _as_int_list(c.positions, "positions")
             if len(pos) != n:
                 raise PredError(f"pred: {len(pos)} positions for {n} tokens")
-        if min(pos) < 0 or max(pos) >= self.max_pos:
+            past = min(pos) < 0 or max(pos) >= self.max_pos
+        if past:
             raise PredError(
                 f"pred: positions {min(pos)}..{max(pos)} are past the model's context of {self.max_pos} tokens"
             )
@@ -125,6 +121,22 @@ class Executor:
                 raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
+
+    def _token_ids(self, c: PredCall) -> list[int]:
+        """`c.token_ids` as a new, non-empty list of in-vocabulary ints, or a PredError naming why not."""
+        ids = c.token_ids
+        if type(ids) is list and all(type(t) is int for t in ids):  # bools, numpy ints: `_as_int_list`
+            toks = list(ids)  # the caller may reuse its list
+        else:
+            toks = _as_int_list(ids, "token_ids")
+        if not toks:
+            raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
+        vocab = self.vocab
+        if min(toks) < 0 or max(toks) >= vocab:
+            raise PredError(
+                f"pred: token ids {[t for t in toks if not 0 <= t < vocab][:5]} are outside the vocabulary [0, {vocab})"
+            )
+        return toks
 
     @staticmethod
     def _outputs(outputs, n: int) -> list[int]:
