@@ -103,7 +103,48 @@ def main(argv=None) -> list[dict]:
         f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "
         f"{cost['kernel_no_subscriber_ns']:.0f} ns; one subscriber {cost['kernel_one_subscriber_ns']:.0f} ns"
     )
+    hand = thread_handoff_cost(16 if args.quick else 64, 20 if args.quick else 200)
+    print(
+        f"thread hand-off (the wake-up chain of a batch, no LIP code): {hand['cpu_us']:.1f} CPU µs, "
+        f"{hand['wall_us']:.1f} wall µs per thread woken"
+    )
+    rows[0]["handoff_cpu_us"] = hand["cpu_us"]
     return rows
+
+
+def thread_handoff_cost(n_threads: int, rounds: int) -> dict:
+    """What waking a batch's LIP threads costs by itself: `n_threads` threads each wait on their
+    `Signal` and pass it on to the next, `rounds` times, with nothing else to do (the floor
+    under W5's per-pred figure while every LIP is an OS thread)."""
+    import threading
+
+    from symphony_core.sched.pending import Signal
+
+    chains = [[Signal() for _ in range(n_threads)] for _ in range(rounds)]
+    for chain in chains:
+        for a, b in zip(chain, chain[1:]):
+            a.next = b
+    last_done = threading.Semaphore(0)
+
+    def worker(i: int) -> None:
+        for chain in chains:
+            chain[i].wait()
+            chain[i].pass_on()
+            if i == n_threads - 1:
+                last_done.release()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    c0, w0 = time.process_time(), time.perf_counter()
+    for chain in chains:
+        chain[0].set()
+        last_done.acquire()
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    for t in threads:
+        t.join()
+    n = n_threads * rounds
+    return {"cpu_us": 1e6 * cpu / n, "wall_us": 1e6 * wall / n}
 
 
 def kernel_dispatch_cost(n: int = 200_000) -> dict:

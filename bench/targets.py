@@ -119,8 +119,14 @@ def missed_notes(n: dict) -> str:
             f"{w5['host_us_per_batch']:.0f} µs per batch of {w5['mean_batch']:.1f}, {sched:.0f} µs per pred "
             "(select, KV reservation, batch tensors, completion); the other "
             f"~{w5['cpu_us_per_pred'] - sched:.0f} µs are the LIP side: the syscall itself (under 1 µs, see the kernel "
-            "dispatch line) and, mostly, handing each LIP's OS thread back and forth — a futex wake and a GIL "
-            "hand-off for every LIP on every batch, which a Python profile (py-spy) only shows as time blocked "
+            "dispatch line), the pred's own checks and queueing, and handing each LIP's OS thread back and forth — "
+            "a futex wake and a GIL hand-off for every LIP on every batch"
+            + (
+                f", {w5['handoff_cpu_us']:.0f} CPU µs per thread by itself (the hand-off line)"
+                if "handoff_cpu_us" in w5
+                else ""
+            )
+            + ", which a Python profile (py-spy) only shows as time blocked "
             "in `Signal.wait`. What would close it: run a process's LIP threads as coroutines or greenlets that "
             "the scheduler resumes in one pass per batch (one hand-off per batch, not per pred), or a "
             "free-threaded CPython; shaving the scheduler's Python alone cannot reach 30 µs."
