@@ -5,7 +5,7 @@ through: fp32 `W·xᵀ` (padded as the forward pads it), int8 weight-only and in
 by torch's kernels (bf16 activations) and by Symphony's compiled ones (symphony_core/model/cpu_kernels,
 fp32 activations; skipped when not built: `make kernels`). The kernels alternate within each repeat (a noisy
 shared machine then slows all of them alike); the figure is the median. This is what set
-`INT4_MAX_ROWS` and `INT8_MAX_ROWS` in symphony_core/model/weight_formats.py.
+`KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
 
     python -m bench.kernels [--quick] [--rows 1,2,4,8,16,32,512] [--repeats 7]
 """

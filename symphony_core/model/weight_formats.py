@@ -7,9 +7,10 @@
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).
 
-Both keep the fp32 weights too and switch kernels by the rows of the call (`INT4_MAX_ROWS`,
-`INT8_MAX_ROWS`): the weight-only kernels win while reading the weights is the cost (decode),
-MKL's fp32 sgemm wins once the matmul is compute-bound (wide batches, prefill).
+Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`):
+the weight-only kernels win while reading the weights is the cost (decode), MKL's fp32 sgemm wins
+once the matmul is compute-bound (wide batches, prefill). The weight-only kernels are Symphony's own
+compiled ones (cpu_kernels/, built by `make kernels`) where they load, else torch's.
 
 Quantised tensors are cached beside the converted fp32 weights (`quant-q8.safetensors`,
 `quant-q4.safetensors`), so they are computed once; packing them for the kernels happens at load.
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError
+from .cpu_kernels import compiled
 from .quant import (
     DenseLinear,
     Int4Linear,
@@ -34,13 +36,18 @@ from .quant import (
 )
 
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
-# Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
-# to INT8_MAX_ROWS, MKL's fp32 sgemm above (wide batches and prefill are compute-bound there, and the
-# weight-only kernels lose). Measured by `python -m bench.kernels` on the 2-core AVX2 machine (ms per
-# step's matmuls, fp32 / int8 / int4): 1 row 46.8 / 26.4 / 23.5, 4 rows 49.4 / 43.4 / 42.9, 8 rows
-# 71.3 / 84.6 / 83.2 — the weight-only kernels win up to 4 rows and lose from 8 (bench/RESULTS.md).
-INT4_MAX_ROWS = 4
-INT8_MAX_ROWS = 4
+# Which kernel runs at how many rows, by kernel backend: (int4 up to, int8 up to) rows; MKL's fp32
+# sgemm above (wide batches and prefill are compute-bound, and the weight-only kernels lose). int4 is
+# q4's only (q8 has no int4 tier). Measured by `python -m bench.kernels` on the 2-core AVX2 EPYC (ms
+# per step's matmuls; alternating, median):
+# - "compiled" (cpu_kernels/gemv.cpp, fp32 activations), fp32 / int8 / int4: 1 row 49.2 / 20.9 / 19.4,
+#   2 rows 49.0 / 24.9 / 24.0, 4 rows 51.9 / 30.0 / 37.2, 8 rows 70.8 / 53.1 / 70.6.
+# - "torch" (torch's weight-only kernels, bf16 activations; the fallback), int8 / int4: 1 row
+#   26.9 / 23.4, 4 rows 43.7 / 42.9, 8 rows 80.6 / 79.6 — they win up to 4 rows and lose from 8.
+KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
+# Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
+# and bench/quality.py decode in groups of this, so they measure those kernels.
+QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -137,17 +144,20 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     if fmt == "fp32":
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
+    use_compiled = compiled() is not None
+    int4_rows, int8_rows = KERNEL_MAX_ROWS["compiled" if use_compiled else "torch"]
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             key = f"{i}.{attr}"
-            tiers: list[tuple[int, TierLinear]] = [(INT8_MAX_ROWS, Int8Linear(t[key + ".q8"], t[key + ".q8_scale"]))]
+            int8 = Int8Linear(t[key + ".q8"], t[key + ".q8_scale"], use_compiled=use_compiled)
+            tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8)]
             if fmt == "q4":
-                int4 = Int4Linear(_unpack_nibbles(t[key + ".q4"]), t[key + ".q4_scale"], t[key + ".q4_min"])
-                tiers.insert(0, (INT4_MAX_ROWS, int4))
+                nibbles = _unpack_nibbles(t[key + ".q4"])
+                int4 = Int4Linear(nibbles, t[key + ".q4_scale"], t[key + ".q4_min"], use_compiled=use_compiled)
+                tiers.insert(0, (int4_rows, int4))
             tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
-    model.lm_head = RowsSwitchLinear(
-        [(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])), (WIDE, DenseLinear(model.lm_head))]
-    )
+    head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
+    model.lm_head = RowsSwitchLinear([(int8_rows, head), (WIDE, DenseLinear(model.lm_head))])
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt

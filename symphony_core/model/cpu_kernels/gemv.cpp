@@ -19,6 +19,9 @@ namespace {
 
 constexpr int64_t MAX_T = 4;
 constexpr int64_t GROUP = 32;
+// Software prefetch this many bytes ahead in the weight stream: one core's demand misses alone do not
+// keep enough lines in flight on the 2-core EPYC (Zen 1) this was measured on (+10-20% a stream).
+constexpr int64_t PREFETCH = 2048;
 
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -44,6 +47,8 @@ void int8_block(const int8_t* w, const float* scale, const float* x, float* y, i
             for (int u = 0; u < U; ++u) acc[r][t][u] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 * U <= in; k += 8 * U) {
+        if (((k + 8 * U) & 63) < 8 * U)  // a new cache line of each row starts in this step
+            for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (o + r) * in + k + PREFETCH), _MM_HINT_T0);
         for (int u = 0; u < U; ++u) {
             __m256 xv[T];
             for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * in + k + 8 * u);
@@ -90,6 +95,7 @@ void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, 
         __m256 acc[T];
         for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t g = 0; g < groups; ++g) {
+            if ((g & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + g * 16 + PREFETCH), _MM_HINT_T0);
             __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + g * 16));
             __m128i lo = _mm_and_si128(b, low4);
             __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
