@@ -13,7 +13,7 @@ from symphony_core.model import cpu_kernels
 from symphony_core.model.cpu_kernels import loader
 from symphony_core.model.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8
 
-needs_avx2 = pytest.mark.skipif(not loader._cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
+needs_avx2 = pytest.mark.skipif(not loader.cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
 
 # SmolLM2-135M's projections (out, in) and its LM head, then odd sizes (in not a multiple of 8 for int8)
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576), (3, 32), (37, 100), (130, 96)]
@@ -92,7 +92,7 @@ def test_env_var_forces_torchs_kernels(monkeypatch, capsys):
         Int8Linear(q, s)
     monkeypatch.setenv(loader.ENV, "auto")
     auto = Int8Linear(q, s)
-    assert auto.backend == ("compiled" if loader._cpu_ok() else "torch")
+    assert auto.backend == ("compiled" if loader.cpu_ok() else "torch")
     assert (auto(x) - forced(x)).abs().max() < 0.02 * forced(x).abs().max()
 
 

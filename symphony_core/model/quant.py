@@ -50,7 +50,9 @@ class Int8Linear:
         self.kernels = _kernels(use_compiled)
         self.backend = "compiled" if self.kernels is not None else "torch"
         self.qweight = qweight.contiguous()
-        self.scales = scales.float().contiguous() if self.kernels is not None else scales.to(torch.bfloat16).contiguous()
+        self.scales = (
+            scales.float().contiguous() if self.kernels is not None else scales.to(torch.bfloat16).contiguous()
+        )
         self.shape = tuple(qweight.shape)
 
     def numel(self) -> int:

@@ -62,7 +62,7 @@ def build(verbose: bool = False) -> ModuleType:
     return mod
 
 
-def _cpu_ok() -> bool:
+def cpu_ok() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64") and torch.backends.cpu.get_cpu_capability() in (
         "AVX2",
         "AVX512",
@@ -71,7 +71,7 @@ def _cpu_ok() -> bool:
 
 def _import_built() -> tuple[ModuleType | None, str]:
     """(module, "") or (None, why not)."""
-    if not _cpu_ok():
+    if not cpu_ok():
         return None, f"this CPU lacks AVX2/FMA ({torch.backends.cpu.get_cpu_capability()})"
     so = BUILD_DIR / f"{NAME}.so"
     if not so.exists():
