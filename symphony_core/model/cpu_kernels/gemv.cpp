@@ -4,7 +4,7 @@
 // the caller's fp32 values, never quantised (this model has outlier channels). Reading the weights is
 // the cost at 1-8 rows, so each kernel streams its weight rows once for all T rows of x (up to
 // MAX_T at a time) and keeps enough independent accumulators to hide the FMA latency. Output rows
-// are split across torch's own intra-op thread pool (at::parallel_for).
+// are handed out in chunks to torch's own intra-op thread pool (at::parallel_for).
 //
 // int8: w int8 [out, in], scale fp32 [out]: w ≈ q * scale (per row).
 // int4: groups of 32 along `in` (Q4_1): w = q * scale + minimum, q in 0..15; packed uint8
@@ -14,6 +14,8 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+
+#include <atomic>
 
 namespace {
 
@@ -125,8 +127,24 @@ void check_x(const torch::Tensor& x, int64_t in) {
     TORCH_CHECK(x.device().is_cpu(), "the compiled kernels run on the CPU only");
 }
 
-// Grain: output rows per task; a task should stream at least ~64 KiB of weights.
-int64_t grain(int64_t row_bytes) { return std::max<int64_t>(8, (64 << 10) / std::max<int64_t>(row_bytes, 1)); }
+// Output rows per chunk: ~32 KiB of weights.
+int64_t grain(int64_t row_bytes) { return std::max<int64_t>(8, (32 << 10) / std::max<int64_t>(row_bytes, 1)); }
+
+// f(o0, o1) over [0, out) in chunks of `rows`, the chunks handed out one at a time to torch's
+// intra-op threads: on a shared machine a thread that is descheduled for a while then delays the
+// call by its current chunk only, not by a fixed half of the work (a static split's cost).
+template <class F>
+void parallel_rows(int64_t out, int64_t rows, const F& f) {
+    const int64_t chunks = (out + rows - 1) / rows;
+    if (chunks <= 1 || at::get_num_threads() <= 1 || at::in_parallel_region()) {
+        f(0, out);
+        return;
+    }
+    std::atomic<int64_t> next{0};
+    at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+        for (int64_t c; (c = next.fetch_add(1)) < chunks;) f(c * rows, std::min(out, (c + 1) * rows));
+    });
+}
 
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
     TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kInt8 && w.is_contiguous(), "w must be contiguous int8 [out, in]");
@@ -143,7 +161,7 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale)
         const int64_t t = std::min(MAX_T, rows - t0);
         const float* xp = x.data_ptr<float>() + t0 * in;
         float* yp = y.data_ptr<float>() + t0 * out;
-        at::parallel_for(0, out, grain(in), [&](int64_t o0, int64_t o1) {
+        parallel_rows(out, grain(in), [&](int64_t o0, int64_t o1) {
             switch (t) {
                 case 1: int8_rows<1>(wp, sp, xp, yp, in, out, o0, o1); break;
                 case 2: int8_rows<2>(wp, sp, xp, yp, in, out, o0, o1); break;
@@ -178,7 +196,7 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
         const float* xp = x.data_ptr<float>() + t0 * in;
         const float* xs = xsum.data_ptr<float>() + t0 * groups;
         float* yp = y.data_ptr<float>() + t0 * out;
-        at::parallel_for(0, out, grain(in / 2), [&](int64_t o0, int64_t o1) {
+        parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
             switch (t) {
                 case 1: int4_rows<1>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
                 case 2: int4_rows<2>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
