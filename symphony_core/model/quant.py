@@ -1,18 +1,20 @@
-"""Quantised linear layers for CPU decoding: int8 (fbgemm) and int4 weight-only (torch's own kernels).
+"""Quantised linear layers for CPU decoding: int8 and int4 weight-only, and the fp32 tier above them.
 
 Each layer computes `x @ Wᵀ` for x [T, in] fp32 and returns [T, out] fp32, like `F.linear`.
 Kernels were chosen by measurement at SmolLM2-135M's shapes on a 2-core AVX2 CPU
-(bench/kernels.py; bench/RESULTS.md):
+(bench/kernels.py; bench/RESULTS.md). The weight-only ones run Symphony's compiled kernels
+(cpu_kernels/gemv.cpp: fp32 activations, weights widened in registers) where they load, else
+torch's own (bf16 activations); `use_compiled` / `SYMPHONY_CPU_KERNELS=torch` choose.
 
-- `Int8Linear`: per-row int8 weights, bf16 activations (torch's int8 weight-only kernel).
-  fbgemm's dynamic int8 (activations quantised per tensor) was measured and rejected: fast, but
-  it agrees with fp32 on under half of the next tokens of this model.
-- `Int4Linear`: `aten._weight_int4pack_mm_for_cpu`, 4-bit weights in groups of 32 with a scale
-  and zero per group (the GGUF's Q4_1 blocks map onto it exactly), bf16 activations. Reads half
-  the bytes of int8, fastest for one or two rows; slower than int8 from ~8 rows.
+- `Int8Linear`: per-row int8 weights. fbgemm's dynamic int8 (activations quantised per tensor)
+  was measured and rejected: fast, but it agrees with fp32 on under half of the next tokens of
+  this model.
+- `Int4Linear`: 4-bit weights in groups of 32 with a scale and minimum per group (the GGUF's Q4_1
+  blocks map onto it exactly). Reads half the bytes of int8; fastest for one or two rows, slower
+  than int8 from ~4 rows (its widening costs more per weight).
 - `DenseLinear`: the fp32 weight, for wide batches and prefill, where MKL's sgemm is compute-bound
   and faster than either weight-only kernel.
-- `RowsSwitchLinear`: one weight held in two forms, run by whichever is faster at the batch's rows.
+- `RowsSwitchLinear`: one weight held in several forms, run by whichever is fastest at the batch's rows.
 
 fp32 stays `torch.mm` on the plain tensors in llama.py, the exact reference.
 """
