@@ -157,19 +157,21 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale)
     auto y = torch::empty({rows, out}, x.options());
     const int8_t* wp = w.data_ptr<int8_t>();
     const float* sp = scale.data_ptr<float>();
-    for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
-        const int64_t t = std::min(MAX_T, rows - t0);
-        const float* xp = x.data_ptr<float>() + t0 * in;
-        float* yp = y.data_ptr<float>() + t0 * out;
-        parallel_rows(out, grain(in), [&](int64_t o0, int64_t o1) {
-            switch (t) {
+    const float* x0 = x.data_ptr<float>();
+    float* y0 = y.data_ptr<float>();
+    // one parallel pass; each chunk of weight rows serves every group of MAX_T rows while it is in cache
+    parallel_rows(out, grain(in), [&](int64_t o0, int64_t o1) {
+        for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
+            const float* xp = x0 + t0 * in;
+            float* yp = y0 + t0 * out;
+            switch (std::min(MAX_T, rows - t0)) {
                 case 1: int8_rows<1>(wp, sp, xp, yp, in, out, o0, o1); break;
                 case 2: int8_rows<2>(wp, sp, xp, yp, in, out, o0, o1); break;
                 case 3: int8_rows<3>(wp, sp, xp, yp, in, out, o0, o1); break;
                 default: int8_rows<4>(wp, sp, xp, yp, in, out, o0, o1); break;
             }
-        });
-    }
+        }
+    });
     return y;
 }
 
@@ -191,20 +193,22 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
     const uint8_t* pp = packed.data_ptr<uint8_t>();
     const float* sp = scale.data_ptr<float>();
     const float* mp = minimum.data_ptr<float>();
-    for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
-        const int64_t t = std::min(MAX_T, rows - t0);
-        const float* xp = x.data_ptr<float>() + t0 * in;
-        const float* xs = xsum.data_ptr<float>() + t0 * groups;
-        float* yp = y.data_ptr<float>() + t0 * out;
-        parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
-            switch (t) {
+    const float* x0 = x.data_ptr<float>();
+    const float* xs0 = xsum.data_ptr<float>();
+    float* y0 = y.data_ptr<float>();
+    parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
+        for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
+            const float* xp = x0 + t0 * in;
+            const float* xs = xs0 + t0 * groups;
+            float* yp = y0 + t0 * out;
+            switch (std::min(MAX_T, rows - t0)) {
                 case 1: int4_rows<1>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
                 case 2: int4_rows<2>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
                 case 3: int4_rows<3>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
                 default: int4_rows<4>(pp, sp, mp, xp, xs, yp, in, out, o0, o1); break;
             }
-        });
-    }
+        }
+    });
     return y;
 }
 
