@@ -38,12 +38,17 @@ from .quant import (
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # Which kernel runs at how many rows, by kernel backend: (int4 up to, int8 up to) rows; MKL's fp32
 # sgemm above (wide batches and prefill are compute-bound, and the weight-only kernels lose). int4 is
-# q4's only (q8 has no int4 tier). Measured by `python -m bench.kernels` on the 2-core AVX2 EPYC (ms
-# per step's matmuls; alternating, median):
-# - "compiled" (cpu_kernels/gemv.cpp, fp32 activations), fp32 / int8 / int4: 1 row 49.2 / 20.9 / 19.4,
-#   2 rows 49.0 / 24.9 / 24.0, 4 rows 51.9 / 30.0 / 37.2, 8 rows 70.8 / 53.1 / 70.6.
-# - "torch" (torch's weight-only kernels, bf16 activations; the fallback), int8 / int4: 1 row
-#   26.9 / 23.4, 4 rows 43.7 / 42.9, 8 rows 80.6 / 79.6 — they win up to 4 rows and lose from 8.
+# q4's only (q8 has no int4 tier). Measured by `python -m bench.kernels` on the 2-core AVX2 EPYC
+# (Zen 1), ms per step's matmuls, alternating, median; a shared, noisy machine:
+# - 2 threads, fp32 / torch int8 / torch int4 / compiled int8 / compiled int4: 1 row 41.5 / 23.7 /
+#   21.3 / 14.7 / 17.7; 2 rows 42.1 / 26.6 / 24.9 / 17.8 / 21.9. An earlier run: 4 rows 51.9 / 43.7 /
+#   42.9 / 30.0 / 37.2, 8 rows 70.8 / 80.6 / 79.6 / 53.1 / 70.6.
+# - 1 thread (steadier here), same order: 1 row 80.2 / 45.7 / 40.7 / 25.8 / 32.1; 4 rows 77.0 / 80.4 /
+#   79.0 / 47.9 / 68.1; 8 rows 129.7 / 152.0 / 156.7 / 93.8 / 136.0; 16 rows 213 / 304 / 309 / 187 / 270.
+# The compiled int8 kernel beats fp32 to 8 rows at least (16 narrowly); torch's lose from 8. On this
+# CPU widening nibbles costs more than the bytes it saves, so the compiled int4 trails the compiled
+# int8 even at 1 row; q4 keeps it for 1-2 rows (its 4-bit weights are what q4 means) — (0, 8) would
+# trade that for ~15% of the matmul time.
 KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
 # Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
 # and bench/quality.py decode in groups of this, so they measure those kernels.
