@@ -40,16 +40,15 @@ WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # sgemm above (wide batches and prefill are compute-bound, and the weight-only kernels lose). int4 is
 # q4's only (q8 has no int4 tier). Measured by `python -m bench.kernels` on the 2-core AVX2 EPYC
 # (Zen 1), ms per step's matmuls, alternating, median; a shared, noisy machine:
-# - 2 threads, fp32 / torch int8 / torch int4 / compiled int8 / compiled int4: 1 row 41.5 / 23.7 /
-#   21.3 / 14.7 / 17.7; 2 rows 42.1 / 26.6 / 24.9 / 17.8 / 21.9. An earlier run: 4 rows 51.9 / 43.7 /
-#   42.9 / 30.0 / 37.2, 8 rows 70.8 / 80.6 / 79.6 / 53.1 / 70.6.
-# - 1 thread (steadier here), same order: 1 row 80.2 / 45.7 / 40.7 / 25.8 / 32.1; 4 rows 77.0 / 80.4 /
-#   79.0 / 47.9 / 68.1; 8 rows 129.7 / 152.0 / 156.7 / 93.8 / 136.0; 16 rows 213 / 304 / 309 / 187 / 270.
-# The compiled int8 kernel beats fp32 to 8 rows at least (16 narrowly); torch's lose from 8. On this
-# CPU widening nibbles costs more than the bytes it saves, so the compiled int4 trails the compiled
-# int8 even at 1 row; q4 keeps it for 1-2 rows (its 4-bit weights are what q4 means) — (0, 8) would
-# trade that for ~15% of the matmul time.
-KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
+# - 2 threads, fp32 / torch int8 / torch int4 / compiled int8 / compiled int4 (a quiet moment):
+#   1 row 44.9 / 25.7 / 22.5 / 15.1 / 18.3; 2 rows 45.3 / 28.4 / 28.0 / 18.8 / 23.7; 4 rows 46.1 / 42.6 /
+#   42.2 / 26.2 / 37.1; 8 rows 67.9 / 79.3 / 78.8 / 48.2 / 70.8; 16 rows 112.4 / 151.4 / 155.5 / 94.6 / 138.5.
+# - 1 thread, same order: 1 row 80.2 / 45.7 / 40.7 / 25.8 / 32.1; 16 rows 213 / 304 / 309 / 187 / 270.
+# The compiled int8 kernel beats fp32 to 16 rows; torch's lose from 8. On this CPU widening nibbles
+# costs more than the bytes it saves, so the compiled int4 trails the compiled int8 even at 1 row;
+# q4 keeps it for 1-2 rows (its 4-bit weights are what q4 means) — (0, 16) would trade that for
+# ~15-20% of the matmul time.
+KERNEL_MAX_ROWS = {"compiled": (2, 16), "torch": (4, 4)}
 # Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
 # and bench/quality.py decode in groups of this, so they measure those kernels.
 QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
