@@ -21,6 +21,25 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m symphony_core.cli models --prepare
 	touch $(STAMP)
 
+# Symphony's compiled CPU kernels (weight-only int8/int4 matmuls for decode; symphony_core/model/cpu_kernels),
+# built with torch's cpp_extension into that package's build/ (~1 min on 2 cores; log in build.log there).
+# A CPU without AVX2/FMA skips the build, and a failed build only warns: the quantised weights then run
+# torch's own kernels (a one-line note says so when an engine loads them).
+KERNEL_DIR := symphony_core/model/cpu_kernels
+KERNEL_STAMP := $(KERNEL_DIR)/build/.make-done
+
+.PHONY: kernels
+setup: kernels
+kernels: $(KERNEL_STAMP)
+
+$(KERNEL_STAMP): $(STAMP) $(KERNEL_DIR)/gemv.cpp $(KERNEL_DIR)/loader.py
+	@mkdir -p $(KERNEL_DIR)/build
+	@echo "building the CPU kernels ($(KERNEL_DIR), ~1 min)"
+	@$(BIN)/python -m symphony_core.model.cpu_kernels > $(KERNEL_DIR)/build/build.log 2>&1 \
+	  && tail -1 $(KERNEL_DIR)/build/build.log \
+	  || { tail -20 $(KERNEL_DIR)/build/build.log; echo "warning: the CPU kernels did not build (log: $(KERNEL_DIR)/build/build.log); int8/int4 weights will run torch's kernels"; }
+	@touch $@
+
 demo: setup
 	$(BIN)/symphony demo
 

@@ -1,10 +1,11 @@
 """The matmul kernels behind the weight formats, timed at the model's own shapes: which wins at how many rows.
 
 For T rows, one model step's worth of matmuls (the 30 layers' four projections + the LM head)
-through: fp32 `W·xᵀ` (padded as the forward pads it), int8 weight-only and int4 weight-only
-(torch's kernels, bf16 activations). The kernels alternate within each repeat (a noisy
+through: fp32 `W·xᵀ` (padded as the forward pads it), int8 weight-only and int4 weight-only, each
+by torch's kernels (bf16 activations) and by Symphony's compiled ones (symphony_core/model/cpu_kernels,
+fp32 activations; skipped when not built: `make kernels`). The kernels alternate within each repeat (a noisy
 shared machine then slows all of them alike); the figure is the median. This is what set
-`INT4_MAX_ROWS` and `INT8_MAX_ROWS` in symphony_core/model/weight_formats.py.
+`KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
 
     python -m bench.kernels [--quick] [--rows 1,2,4,8,16,32,512] [--repeats 7]
 """
@@ -25,6 +26,7 @@ from .machine import describe
 def measure(rows: list[int], repeats: int) -> list[dict]:
     from symphony_core import Engine
     from symphony_core.model.llama import matmul_rows
+    from symphony_core.model.quant import Int4Linear, Int8Linear, quantize_int8
 
     fp32 = Engine(num_pages=16)
     q4 = Engine(num_pages=16, weights="q4")
@@ -33,15 +35,18 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     switch = [getattr(layer, a) for layer in q4.model.layers for a in attrs]
     head8 = q4.model.lm_head.tiers[0][1]
     int4 = [s.tiers[0][1] for s in switch] + [head8]  # the LM head stays int8 in q4
-    int8 = [s.tiers[1][1] for s in switch] + [head8]
+    int8 = [Int8Linear(*quantize_int8(w)) for w in dense[:-1]] + [head8]  # as weights="q8" makes them
+    forms = {"int8": [as_int8(lin, Int8Linear, False) for lin in int8]}
+    forms["int4"] = [as_int4(lin, Int4Linear, False) for lin in int4[:-1]] + [forms["int8"][-1]]
+    if head8.backend == "compiled":
+        forms["int8 compiled"], forms["int4 compiled"] = int8, int4
     out = []
     for t in rows:
         xs = {k: torch.randn(t, k) for k in {w.shape[1] for w in dense}}
         padded = {k: F.pad(x, (0, 0, 0, matmul_rows(t) - t)) for k, x in xs.items()}
         fns = {
             "fp32": lambda padded=padded: [torch.mm(w, padded[w.shape[1]].t()) for w in dense],
-            "int8": lambda xs=xs: [lin(xs[lin.shape[1]]) for lin in int8],
-            "int4": lambda xs=xs: [lin(xs[lin.shape[1]]) for lin in int4],
+            **{k: (lambda xs=xs, lins=lins: [lin(xs[lin.shape[1]]) for lin in lins]) for k, lins in forms.items()},
         }
         times = {k: [] for k in fns}
         with torch.inference_mode():
@@ -56,6 +61,21 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         print(f"  rows {t}: " + ", ".join(f"{k} {row[k]:.1f} ms" for k in fns), flush=True)
         out.append(row)
     return out
+
+
+def as_int8(lin, cls, use_compiled: bool):
+    """The same int8 weights as `lin`, run by the other backend."""
+    return cls(lin.qweight, lin.scales.float(), use_compiled=use_compiled)
+
+
+def as_int4(lin, cls, use_compiled: bool):
+    """The same int4 weights as `lin`, run by the other backend (from the compiled form's packing)."""
+    if lin.backend != "compiled":
+        raise ValueError("as_int4 takes the compiled form (its nibbles are recoverable)")
+    out_f, in_f = lin.shape
+    g = lin.packed.view(out_f, in_f // 32, 16)
+    nibbles = torch.cat([g & 0x0F, g >> 4], dim=-1).view(out_f, in_f)
+    return cls(nibbles, lin.scale, lin.minimum, use_compiled=use_compiled)
 
 
 def main(argv=None) -> str:
@@ -74,12 +94,15 @@ def main(argv=None) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| rows | fp32 W·xᵀ (padded) | int8 weight-only, bf16 activations | int4 weight-only, bf16 activations | fastest |",
-        "|---:|---:|---:|---:|---|",
+        "| rows | fp32 W·xᵀ (padded) | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
+        "| int8, compiled (fp32 act.) | int4, compiled (fp32 act.) | fastest |",
+        "|---:|---:|---:|---:|---:|---:|---|",
     ]
+    kinds = ("fp32", "int8", "int4", "int8 compiled", "int4 compiled")
     for r in res:
-        best = min(("fp32", "int8", "int4"), key=lambda k: r[k])
-        lines.append(f"| {r['rows']} | {r['fp32']:.1f} | {r['int8']:.1f} | {r['int4']:.1f} | {best} |")
+        best = min((k for k in kinds if k in r), key=lambda k: r[k])
+        cells = " | ".join(f"{r[k]:.1f}" if k in r else "not built" for k in kinds)
+        lines.append(f"| {r['rows']} | {cells} | {best} |")
     lines += [
         "",
         'The int4 column\'s LM head runs int8 (as in `weights="q4"`); fp32 reads 538 MB a step, '

@@ -1,7 +1,7 @@
 """What the quantised weight formats cost in quality: greedy agreement with fp32 and perplexity.
 
 For each format (`Engine(weights=...)`): the held prompts below decoded greedily for 128 tokens
-(in batches of INT8_MAX_ROWS, the widest the quantised kernels take), compared with fp32 token for token — prompts
+(in batches of QUANTISED_MAX_ROWS, the widest each format's own quantised kernel takes), compared with fp32 token for token — prompts
 whose first 8 tokens match, prompts whose 128 match, and the mean length of the matching
 prefix — and the perplexity of a fixed text (this file's PPL_TEXT) under the model.
 
@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from symphony_core.model.weight_formats import INT8_MAX_ROWS
+from symphony_core.model.weight_formats import QUANTISED_MAX_ROWS
 
 from .common import publish
 from .decode import run_ours
@@ -75,7 +75,7 @@ def perplexity(eng, text: str, chunk: int) -> float:
 
 # prompts decoded together (and tokens per forward for the perplexity): the widest batch the
 # quantised kernels take, so this measures them and not the fp32 tier wider batches switch to
-GROUP = INT8_MAX_ROWS
+GROUP = QUANTISED_MAX_ROWS
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -143,9 +143,10 @@ def main(argv=None) -> str:
     lines += [
         "",
         "fp32 is the reference (the GGUF's Q4_1 weights dequantised exactly). q4 runs those same Q4_1 "
-        "blocks (bf16 activations, scales rounded to bf16) up to INT4_MAX_ROWS rows, per-row int8 up to "
-        "INT8_MAX_ROWS, fp32 above (symphony_core/model/weight_formats.py), so the batch size picks the "
-        "kernel; q8 is per-row int8 (bf16 activations) up to INT8_MAX_ROWS. Batches and chunks here are "
+        "blocks, per-row int8 at more rows, fp32 above (KERNEL_MAX_ROWS in "
+        "symphony_core/model/weight_formats.py), so the batch size picks the kernel; q8 is per-row int8, "
+        "fp32 above. The compiled kernels (cpu_kernels/) take fp32 activations, torch's fallback bf16 "
+        "activations with bf16 scales. Batches and chunks here are "
         f"{GROUP} wide, so the quantised kernels are what is measured. The LM head runs on the "
         "output rows only. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows),
     ]

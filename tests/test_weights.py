@@ -12,7 +12,7 @@ import torch
 from symphony_core import Engine, PredCall
 from symphony_core.errors import ModelError
 from symphony_core.model.quant import DenseLinear
-from symphony_core.model.weight_formats import INT8_MAX_ROWS
+from symphony_core.model.weight_formats import QUANTISED_MAX_ROWS
 
 HELD_PROMPTS = [
     "The capital of France is",
@@ -56,12 +56,12 @@ def test_quantised_engine_generates_close_to_fp32_and_keeps_pages_exact(fmt, fp3
     assert not isinstance(eng.model.layers[0].wqkv, torch.Tensor)  # really the quantised linears
     before = eng.kvfs.stats()["pages_used"]
     # decode in groups the quantised kernels take (wider batches run the fp32 tier: weight_formats.py)
-    group = HELD_PROMPTS[:INT8_MAX_ROWS]
+    group = HELD_PROMPTS[:QUANTISED_MAX_ROWS]
     assert not isinstance(eng.model.layers[0].wqkv.pick(len(group)), DenseLinear)
     ours = [
         o
-        for i in range(0, len(HELD_PROMPTS), INT8_MAX_ROWS)
-        for o in greedy(eng, HELD_PROMPTS[i : i + INT8_MAX_ROWS], NEW)
+        for i in range(0, len(HELD_PROMPTS), QUANTISED_MAX_ROWS)
+        for o in greedy(eng, HELD_PROMPTS[i : i + QUANTISED_MAX_ROWS], NEW)
     ]
     assert eng.kvfs.stats()["pages_used"] == before  # every page handed back
     agree = sum(a == b for a, b in zip(ours, fp32_tokens))

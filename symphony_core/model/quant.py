@@ -1,44 +1,68 @@
-"""Quantised linear layers for CPU decoding: int8 (fbgemm) and int4 weight-only (torch's own kernels).
+"""Quantised linear layers for CPU decoding: int8 and int4 weight-only, and the fp32 tier above them.
 
 Each layer computes `x @ Wᵀ` for x [T, in] fp32 and returns [T, out] fp32, like `F.linear`.
 Kernels were chosen by measurement at SmolLM2-135M's shapes on a 2-core AVX2 CPU
-(bench/kernels.py; bench/RESULTS.md):
+(bench/kernels.py; bench/RESULTS.md). The weight-only ones run Symphony's compiled kernels
+(cpu_kernels/gemv.cpp: fp32 activations, weights widened in registers) where they load, else
+torch's own (bf16 activations); `use_compiled` / `SYMPHONY_CPU_KERNELS=torch` choose.
 
-- `Int8Linear`: per-row int8 weights, bf16 activations (torch's int8 weight-only kernel).
-  fbgemm's dynamic int8 (activations quantised per tensor) was measured and rejected: fast, but
-  it agrees with fp32 on under half of the next tokens of this model.
-- `Int4Linear`: `aten._weight_int4pack_mm_for_cpu`, 4-bit weights in groups of 32 with a scale
-  and zero per group (the GGUF's Q4_1 blocks map onto it exactly), bf16 activations. Reads half
-  the bytes of int8, fastest for one or two rows; slower than int8 from ~8 rows.
+- `Int8Linear`: per-row int8 weights. fbgemm's dynamic int8 (activations quantised per tensor)
+  was measured and rejected: fast, but it agrees with fp32 on under half of the next tokens of
+  this model.
+- `Int4Linear`: 4-bit weights in groups of 32 with a scale and minimum per group (the GGUF's Q4_1
+  blocks map onto it exactly). Reads half the bytes of int8; fastest for one or two rows, slower
+  than int8 from ~4 rows (its widening costs more per weight).
 - `DenseLinear`: the fp32 weight, for wide batches and prefill, where MKL's sgemm is compute-bound
   and faster than either weight-only kernel.
-- `RowsSwitchLinear`: one weight held in two forms, run by whichever is faster at the batch's rows.
+- `RowsSwitchLinear`: one weight held in several forms, run by whichever is fastest at the batch's rows.
 
 fp32 stays `torch.mm` on the plain tensors in llama.py, the exact reference.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
+
+from .cpu_kernels import compiled
 
 INT4_GROUP = 32
 
 
-class Int8Linear:
-    """Per-row int8 weights, bf16 activations (`aten._weight_int8pack_mm`): weight-only, so the
-    activations keep bf16's per-element precision (fbgemm's dynamic int8 quantises each call's
-    activations per tensor, which this model's outlier channels do not survive: bench/RESULTS.md)."""
+def _kernels(use_compiled: bool | None) -> ModuleType | None:
+    """The compiled kernels to run, or None for torch's: None asks cpu_kernels (built and allowed?)."""
+    if use_compiled is False:
+        return None
+    mod = compiled()
+    if use_compiled and mod is None:
+        raise RuntimeError("the compiled CPU kernels are not available here (see the note above; `make kernels`)")
+    return mod
 
-    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor) -> None:
-        """qweight int8 [out, in]; scales fp32 [out] (w ≈ qweight * scale)."""
+
+class Int8Linear:
+    """Per-row int8 weights, weight-only: the activations are never quantised (fbgemm's dynamic int8
+    quantises each call's activations per tensor, which this model's outlier channels do not survive:
+    bench/RESULTS.md). Runs the compiled kernel (fp32 activations) when cpu_kernels has it, else
+    `aten._weight_int8pack_mm` (bf16 activations)."""
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, use_compiled: bool | None = None) -> None:
+        """qweight int8 [out, in]; scales fp32 [out] (w ≈ qweight * scale). use_compiled: None picks
+        the compiled kernel where it loads; True demands it; False runs torch's."""
+        self.kernels = _kernels(use_compiled)
+        self.backend = "compiled" if self.kernels is not None else "torch"
         self.qweight = qweight.contiguous()
-        self.scales = scales.to(torch.bfloat16).contiguous()
+        self.scales = (
+            scales.float().contiguous() if self.kernels is not None else scales.to(torch.bfloat16).contiguous()
+        )
         self.shape = tuple(qweight.shape)
 
     def numel(self) -> int:
         return self.shape[0] * self.shape[1]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.int8_linear(x.float(), self.qweight, self.scales)
         return torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.qweight, self.scales).float()
 
 
@@ -64,23 +88,37 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Int4Linear:
-    """4-bit weights in groups of 32 along `in` (w = q * scale + min, q in 0..15), bf16 activations."""
+    """4-bit weights in groups of 32 along `in` (w = q * scale + min, q in 0..15): the compiled kernel
+    (fp32 activations) when cpu_kernels has it, else torch's int4 kernel (bf16 activations)."""
 
-    def __init__(self, nibbles: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> None:
-        """nibbles uint8 [out, in] with values 0..15; scale, minimum fp32 [out, in / 32]."""
+    def __init__(
+        self, nibbles: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, use_compiled: bool | None = None
+    ) -> None:
+        """nibbles uint8 [out, in] with values 0..15; scale, minimum fp32 [out, in / 32]; use_compiled
+        as for Int8Linear."""
         out_f, in_f = nibbles.shape
         if in_f % (2 * 16) or in_f % INT4_GROUP:
             raise ValueError(f"int4 weights need the input size to be a multiple of 32, got {in_f}")
+        self.kernels = _kernels(use_compiled)
+        self.backend = "compiled" if self.kernels is not None else "torch"
+        self.shape = (out_f, in_f)
+        if self.kernels is not None:
+            # gemv.cpp's layout: byte j of a group's 16 holds element j (low nibble) and j + 16 (high)
+            g = nibbles.to(torch.uint8).view(out_f, in_f // INT4_GROUP, INT4_GROUP)
+            self.packed = (g[..., :16] | (g[..., 16:] << 4)).reshape(out_f, in_f // 2).contiguous()
+            self.scale, self.minimum = scale.float().contiguous(), minimum.float().contiguous()
+            return
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(nibbles.to(torch.int32).contiguous(), 2)
         # The kernel computes (q - 8) * scale + zero: zero = minimum + 8 * scale.
         zero = minimum + 8 * scale
         self.scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16).contiguous()
-        self.shape = (out_f, in_f)
 
     def numel(self) -> int:
         return self.shape[0] * self.shape[1]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.kernels.int4_linear(x.float(), self.packed, self.scale, self.minimum)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16).contiguous(), self.packed, INT4_GROUP, self.scales_zeros
         )

@@ -7,9 +7,10 @@
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).
 
-Both keep the fp32 weights too and switch kernels by the rows of the call (`INT4_MAX_ROWS`,
-`INT8_MAX_ROWS`): the weight-only kernels win while reading the weights is the cost (decode),
-MKL's fp32 sgemm wins once the matmul is compute-bound (wide batches, prefill).
+Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`):
+the weight-only kernels win while reading the weights is the cost (decode), MKL's fp32 sgemm wins
+once the matmul is compute-bound (wide batches, prefill). The weight-only kernels are Symphony's own
+compiled ones (cpu_kernels/, built by `make kernels`) where they load, else torch's.
 
 Quantised tensors are cached beside the converted fp32 weights (`quant-q8.safetensors`,
 `quant-q4.safetensors`), so they are computed once; packing them for the kernels happens at load.
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError
+from .cpu_kernels import compiled
 from .quant import (
     DenseLinear,
     Int4Linear,
@@ -34,13 +36,22 @@ from .quant import (
 )
 
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
-# Which kernel runs at how many rows: the int4 kernel up to INT4_MAX_ROWS (q4 only), the int8 one up
-# to INT8_MAX_ROWS, MKL's fp32 sgemm above (wide batches and prefill are compute-bound there, and the
-# weight-only kernels lose). Measured by `python -m bench.kernels` on the 2-core AVX2 machine (ms per
-# step's matmuls, fp32 / int8 / int4): 1 row 46.8 / 26.4 / 23.5, 4 rows 49.4 / 43.4 / 42.9, 8 rows
-# 71.3 / 84.6 / 83.2 — the weight-only kernels win up to 4 rows and lose from 8 (bench/RESULTS.md).
-INT4_MAX_ROWS = 4
-INT8_MAX_ROWS = 4
+# Which kernel runs at how many rows, by kernel backend: (int4 up to, int8 up to) rows; MKL's fp32
+# sgemm above (wide batches and prefill are compute-bound, and the weight-only kernels lose). int4 is
+# q4's only (q8 has no int4 tier). Measured by `python -m bench.kernels` on the 2-core AVX2 EPYC
+# (Zen 1), ms per step's matmuls, alternating, median; a shared, noisy machine:
+# - 2 threads, fp32 / torch int8 / torch int4 / compiled int8 / compiled int4 (a quiet moment):
+#   1 row 44.9 / 25.7 / 22.5 / 15.1 / 18.3; 2 rows 45.3 / 28.4 / 28.0 / 18.8 / 23.7; 4 rows 46.1 / 42.6 /
+#   42.2 / 26.2 / 37.1; 8 rows 67.9 / 79.3 / 78.8 / 48.2 / 70.8; 16 rows 112.4 / 151.4 / 155.5 / 94.6 / 138.5.
+# - 1 thread, same order: 1 row 80.2 / 45.7 / 40.7 / 25.8 / 32.1; 16 rows 213 / 304 / 309 / 187 / 270.
+# The compiled int8 kernel beats fp32 to 16 rows; torch's lose from 8. On this CPU widening nibbles
+# costs more than the bytes it saves, so the compiled int4 trails the compiled int8 even at 1 row;
+# q4 keeps it for 1-2 rows (its 4-bit weights are what q4 means) — (0, 16) would trade that for
+# ~15-20% of the matmul time.
+KERNEL_MAX_ROWS = {"compiled": (2, 16), "torch": (4, 4)}
+# Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
+# and bench/quality.py decode in groups of this, so they measure those kernels.
+QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -137,17 +148,20 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     if fmt == "fp32":
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
+    use_compiled = compiled() is not None
+    int4_rows, int8_rows = KERNEL_MAX_ROWS["compiled" if use_compiled else "torch"]
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             key = f"{i}.{attr}"
-            tiers: list[tuple[int, TierLinear]] = [(INT8_MAX_ROWS, Int8Linear(t[key + ".q8"], t[key + ".q8_scale"]))]
+            int8 = Int8Linear(t[key + ".q8"], t[key + ".q8_scale"], use_compiled=use_compiled)
+            tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8)]
             if fmt == "q4":
-                int4 = Int4Linear(_unpack_nibbles(t[key + ".q4"]), t[key + ".q4_scale"], t[key + ".q4_min"])
-                tiers.insert(0, (INT4_MAX_ROWS, int4))
+                nibbles = _unpack_nibbles(t[key + ".q4"])
+                int4 = Int4Linear(nibbles, t[key + ".q4_scale"], t[key + ".q4_min"], use_compiled=use_compiled)
+                tiers.insert(0, (int4_rows, int4))
             tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
-    model.lm_head = RowsSwitchLinear(
-        [(INT8_MAX_ROWS, Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"])), (WIDE, DenseLinear(model.lm_head))]
-    )
+    head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
+    model.lm_head = RowsSwitchLinear([(int8_rows, head), (WIDE, DenseLinear(model.lm_head))])
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt

@@ -1,0 +1,9 @@
+"""Symphony's own compiled CPU kernels (gemv.cpp): weight-only int8 / int4 matmuls for decode's few rows.
+
+Built by `make kernels` (part of `make setup`): `python -m symphony_core.model.cpu_kernels`.
+`compiled()` returns the built module, or None — then the quantised linears run torch's kernels.
+"""
+
+from .loader import BUILD_DIR, build, compiled
+
+__all__ = ["BUILD_DIR", "build", "compiled"]

@@ -1,0 +1,125 @@
+"""The compiled CPU kernels (symphony_core/model/cpu_kernels): same results as the dequantised weights and
+as torch's kernels, at the model's shapes and odd ones; the fallback to torch's kernels when forced.
+
+`make setup` builds them (`make kernels`); on an AVX2 CPU they must load, so a failed build fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from symphony_core.model import cpu_kernels
+from symphony_core.model.cpu_kernels import loader
+from symphony_core.model.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8
+
+needs_avx2 = pytest.mark.skipif(not loader.cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
+
+# SmolLM2-135M's projections (out, in) and its LM head, then odd sizes (in not a multiple of 8 for int8)
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576), (3, 32), (37, 100), (130, 96)]
+
+
+def _dequant4(nib, scale, lo):
+    out_f, in_f = nib.shape
+    return (nib.float().view(out_f, -1, 32) * scale[..., None] + lo[..., None]).view(out_f, in_f)
+
+
+@needs_avx2
+def test_compiled_kernels_load_here():
+    assert cpu_kernels.compiled() is not None, "the CPU kernels did not load: run `make kernels` and read its log"
+
+
+@needs_avx2
+@pytest.mark.parametrize("shape", SHAPES)
+def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape):
+    torch.manual_seed(sum(shape))
+    out_f, in_f = shape
+    w = torch.randn(out_f, in_f) * 0.05
+    w[:, 3] *= 40  # an outlier input channel, as this model has
+    q, s = quantize_int8(w)
+    deq8 = q.float() * s[:, None]
+    int8 = Int8Linear(q, s, use_compiled=True)
+    four = in_f % 32 == 0
+    # torch's int8 kernel crashes at in = 100 (torch 2.13): compare with it on multiples of 32 only
+    int8_torch = Int8Linear(q, s, use_compiled=False) if four else None
+    assert int8.backend == "compiled"
+    if four:
+        nib, scale, lo = quantize_int4(w)
+        deq4 = _dequant4(nib, scale, lo)
+        int4 = Int4Linear(nib, scale, lo, use_compiled=True)
+        int4_torch = Int4Linear(nib, scale, lo, use_compiled=False) if out_f % 16 == 0 else None  # torch's needs it
+    for rows in (1, 2, 3, 4, 5, 9):  # above 4 the kernel runs 4 rows at a time
+        x = torch.randn(rows, in_f)
+        x[:, 7] *= 30  # an outlier activation: fp32 activations keep it exactly
+        ref = x @ deq8.t()
+        got = int8(x)
+        assert got.shape == (rows, out_f) and got.dtype == torch.float32
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4 * ref.abs().max().item())
+        # torch's kernel rounds the activations to bf16: the same up to that rounding
+        if int8_torch is not None:
+            assert (int8_torch(x) - got).abs().max() < 0.02 * ref.abs().max()
+        if four:
+            ref4 = x @ deq4.t()
+            got4 = int4(x)
+            torch.testing.assert_close(got4, ref4, rtol=1e-4, atol=1e-4 * ref4.abs().max().item())
+            if int4_torch is not None:  # bf16 activations, scales and zeros: the outlier costs it ~3.5%
+                assert (int4_torch(x) - got4).abs().max() < 0.06 * ref4.abs().max()
+
+
+@needs_avx2
+def test_compiled_kernels_refuse_bad_input_clearly():
+    mod = cpu_kernels.compiled()
+    q, s = quantize_int8(torch.randn(8, 64))
+    with pytest.raises(RuntimeError, match="x has 32 features but the weight takes 64"):
+        mod.int8_linear(torch.randn(1, 32), q, s)
+    with pytest.raises(RuntimeError, match="2-D float32"):
+        mod.int8_linear(torch.randn(1, 64, dtype=torch.float64), q, s)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        Int4Linear(torch.zeros(8, 48, dtype=torch.uint8), torch.ones(8, 1), torch.zeros(8, 1))
+
+
+def test_env_var_forces_torchs_kernels(monkeypatch, capsys):
+    q, s = quantize_int8(torch.randn(16, 64))
+    x = torch.randn(2, 64)
+    monkeypatch.setenv(loader.ENV, "torch")
+    forced = Int8Linear(q, s)
+    assert forced.backend == "torch" and cpu_kernels.compiled() is None
+    assert f"{loader.ENV}=torch" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="not available"):
+        Int8Linear(q, s, use_compiled=True)
+    monkeypatch.setenv(loader.ENV, "fast")
+    with pytest.raises(ValueError, match="choose one of auto, torch"):
+        Int8Linear(q, s)
+    monkeypatch.setenv(loader.ENV, "auto")
+    auto = Int8Linear(q, s)
+    assert auto.backend == ("compiled" if loader.cpu_ok() else "torch")
+    assert (auto(x) - forced(x)).abs().max() < 0.02 * forced(x).abs().max()
+
+
+@pytest.mark.slow  # ~25 s: loads a q4 engine
+def test_q4_engine_runs_torchs_kernels_when_forced(monkeypatch, engine):
+    """The whole engine honours the variable: torch's kernels in every quantised tier, at their own
+    row limits, and the same first greedy tokens as fp32 on a held prompt."""
+    from symphony_core import Engine, PredCall
+    from symphony_core.model.quant import RowsSwitchLinear
+    from symphony_core.model.weight_formats import KERNEL_MAX_ROWS
+
+    monkeypatch.setenv(loader.ENV, "torch")
+    eng = Engine(num_pages=32, weights="q4")
+    try:
+        linears = [lin for layer in eng.model.layers for lin in (layer.wqkv, layer.w_down)] + [eng.model.lm_head]
+        assert all(isinstance(s, RowsSwitchLinear) for s in linears)
+        assert {lin.backend for s in linears for _, lin in s.tiers[:-1]} == {"torch"}
+        assert eng.model.layers[0].wqkv.tiers[0][0] == KERNEL_MAX_ROWS["torch"][0]
+        prompt = "The capital of France is"
+
+        def two(e):  # the prompt runs the fp32 tier (5 rows), the next token the quantised one
+            kv = e.kv_create()
+            toks = [e.pred_batch([PredCall(kv, e.tokenize(prompt))])[0].argmax()]
+            toks.append(e.pred_batch([PredCall(kv, toks[-1:])])[0].argmax())
+            e.kv_close(kv)
+            return toks
+
+        assert two(eng) == two(engine)
+    finally:
+        eng.shutdown()
