@@ -135,6 +135,10 @@ class PagedLlama:
         cos = self.cos.index_select(0, fb.positions)[:, None, :]
         sin = self.sin.index_select(0, fb.positions)[:, None, :]
         plan: list = self.attention.plan(fb.groups)  # each backend reads back its own plan
+        # Padded rows of the attention output stay zero: each layer copies its t real rows in
+        # (one call, where F.pad would allocate, fill and copy every layer).
+        attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
+        act = None  # SwiGLU's row-major output for small batches, reused by every layer
         for li, layer in enumerate(self.layers):
             # Token-major views of the feature-major result: RoPE's first multiply writes q and k
             # row-major (attention wants D contiguous); v is only copied into the cache.
@@ -145,11 +149,17 @@ class PagedLlama:
             kc.index_copy_(0, fb.write_slots, k)
             vc.index_copy_(0, fb.write_slots, v)
             a = self.attention(qk[:, :h], kc, vc, plan)
-            x.add_(project(pad_rows(a.reshape(t, h * d), rows), layer.wo).t())
+            if attn_out is None:
+                a = a.reshape(t, h * d)
+            else:
+                attn_out[:t].copy_(a.reshape(t, h * d))
+                a = attn_out
+            x.add_(project(a, layer.wo).t())
 
             gate, up = project(rms_norm(x, layer.mlp_norm, cfg.rms_eps), layer.w_gate_up).chunk(2)
             if rows < ROW_MAJOR_ACT_BELOW:
-                act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
+                if act is None:
+                    act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
                 torch.mul(F.silu(gate), up, out=act.t())
                 x.add_(project(act, layer.w_down).t())
             else:
