@@ -37,7 +37,11 @@ class LayerWeights:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
+        # HF's formula in five tensor calls (two of them in place on a [T, 1] column): CPU
+        # F.rms_norm is a composite of ~10 calls, and at decode sizes each call's dispatch
+        # costs more than its arithmetic (61 norms a step).
+        r = x.square().sum(-1, keepdim=True).div_(x.shape[-1]).add_(eps).rsqrt_()
+        return (x * r).mul_(weight)
     xf = x.float()  # half precision: normalise in fp32 and round before the weight, as HF does
     return weight * (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -116,8 +120,9 @@ class PagedLlama:
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [T, heads, D]; cos/sin [T, 1, D]. The half-split rotation of HF Llama checkpoints."""
         half = x.shape[-1] // 2
-        swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
-        return torch.addcmul(x * cos, swapped, sin)
+        swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)  # row-major, whatever x's strides
+        # The row-major operand first: the result takes its layout (x may be a transposed view).
+        return torch.addcmul(swapped * sin, x, cos)
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
@@ -130,20 +135,31 @@ class PagedLlama:
         cos = self.cos.index_select(0, fb.positions)[:, None, :]
         sin = self.sin.index_select(0, fb.positions)[:, None, :]
         plan: list = self.attention.plan(fb.groups)  # each backend reads back its own plan
+        # Padded rows of the attention output stay zero: each layer copies its t real rows in
+        # (one call, where F.pad would allocate, fill and copy every layer).
+        attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
+        act = None  # SwiGLU's row-major output for small batches, reused by every layer
         for li, layer in enumerate(self.layers):
-            # The real rows, row-major again (a small copy): attention wants D contiguous.
-            qkv = project(rms_norm(x, layer.attn_norm, cfg.rms_eps), layer.wqkv)[:, :t].t().contiguous()
+            # Token-major views of the feature-major result: RoPE's first multiply writes q and k
+            # row-major (attention wants D contiguous); v is only copied into the cache.
+            qkv = project(rms_norm(x, layer.attn_norm, cfg.rms_eps), layer.wqkv)[:, :t].t()
             qk = self.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
             k, v = qk[:, h:], qkv[:, (h + kvh) * d :].view(t, kvh, d)
             kc, vc = k_cache[li], v_cache[li]
             kc.index_copy_(0, fb.write_slots, k)
             vc.index_copy_(0, fb.write_slots, v)
             a = self.attention(qk[:, :h], kc, vc, plan)
-            x.add_(project(pad_rows(a.reshape(t, h * d), rows), layer.wo).t())
+            if attn_out is None:
+                a = a.reshape(t, h * d)
+            else:
+                attn_out[:t].copy_(a.reshape(t, h * d))
+                a = attn_out
+            x.add_(project(a, layer.wo).t())
 
             gate, up = project(rms_norm(x, layer.mlp_norm, cfg.rms_eps), layer.w_gate_up).chunk(2)
             if rows < ROW_MAJOR_ACT_BELOW:
-                act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
+                if act is None:
+                    act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
                 torch.mul(F.silu(gate), up, out=act.t())
                 x.add_(project(act, layer.w_down).t())
             else:
