@@ -26,7 +26,7 @@ from .machine import describe
 def measure(rows: list[int], repeats: int) -> list[dict]:
     from symphony_core import Engine
     from symphony_core.model.llama import matmul_rows
-    from symphony_core.model.quant import Int4Linear, Int8Linear, quantize_int8
+    from symphony_core.model.quant import Int8Linear, quantize_int8
 
     fp32 = Engine(num_pages=16)
     q4 = Engine(num_pages=16, weights="q4")
@@ -36,10 +36,12 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     head8 = q4.model.lm_head.tiers[0][1]
     int4 = [s.tiers[0][1] for s in switch] + [head8]  # the LM head stays int8 in q4
     int8 = [Int8Linear(*quantize_int8(w)) for w in dense[:-1]] + [head8]  # as weights="q8" makes them
-    forms = {"int8": [as_int8(lin, Int8Linear, False) for lin in int8]}
-    forms["int4"] = [as_int4(lin, Int4Linear, False) for lin in int4[:-1]] + [forms["int8"][-1]]
-    if head8.backend == "compiled":
-        forms["int8 compiled"], forms["int4 compiled"] = int8, int4
+    if head8.backend == "compiled":  # the same weights again, run by torch's kernels
+        torch8 = [torch_int8(lin) for lin in int8]
+        torch4 = [torch_int4(lin) for lin in int4[:-1]] + [torch8[-1]]
+        forms = {"int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
+    else:  # not built: the engine's own linears already run torch's kernels
+        forms = {"int8": int8, "int4": int4}
     out = []
     for t in rows:
         xs = {k: torch.randn(t, k) for k in {w.shape[1] for w in dense}}
@@ -63,19 +65,21 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     return out
 
 
-def as_int8(lin, cls, use_compiled: bool):
-    """The same int8 weights as `lin`, run by the other backend."""
-    return cls(lin.qweight, lin.scales.float(), use_compiled=use_compiled)
+def torch_int8(lin):
+    """The same int8 weights as the compiled `lin`, run by torch's kernel."""
+    from symphony_core.model.quant import Int8Linear
+
+    return Int8Linear(lin.qweight, lin.scales.float(), use_compiled=False)
 
 
-def as_int4(lin, cls, use_compiled: bool):
-    """The same int4 weights as `lin`, run by the other backend (from the compiled form's packing)."""
-    if lin.backend != "compiled":
-        raise ValueError("as_int4 takes the compiled form (its nibbles are recoverable)")
+def torch_int4(lin):
+    """The same int4 weights as the compiled `lin` (unpacked from gemv.cpp's layout), run by torch's kernel."""
+    from symphony_core.model.quant import INT4_GROUP, Int4Linear
+
     out_f, in_f = lin.shape
-    g = lin.packed.view(out_f, in_f // 32, 16)
+    g = lin.packed.view(out_f, in_f // INT4_GROUP, INT4_GROUP // 2)
     nibbles = torch.cat([g & 0x0F, g >> 4], dim=-1).view(out_f, in_f)
-    return cls(nibbles, lin.scale, lin.minimum, use_compiled=use_compiled)
+    return Int4Linear(nibbles, lin.scale, lin.minimum, use_compiled=False)
 
 
 def main(argv=None) -> str:

@@ -1,8 +1,8 @@
 """Weight formats a CPU engine can run: "fp32" (exact), "q8" (int8) and "q4" (4-bit, its LM head int8).
 
 - fp32: the dequantised weights as they are; the reference the parity tests check.
-- q8: every projection and the LM head as per-row int8 weights (bf16 activations), quantised
-  from the fp32 weights.
+- q8: every projection and the LM head as per-row int8 weights, quantised from the fp32 weights
+  (weight-only: the activations stay fp32 in the compiled kernels, bf16 in torch's).
 - q4: the projections as 4-bit groups of 32 — straight from the GGUF's Q4_1 blocks when the model
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).

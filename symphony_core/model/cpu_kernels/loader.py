@@ -12,6 +12,7 @@ when they load).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -31,7 +32,6 @@ LDFLAGS = ["-fopenmp"]
 ENV = "SYMPHONY_CPU_KERNELS"
 CHOICES = ("auto", "torch")
 
-_loaded: dict[str, ModuleType | None] = {}
 _noted: set[str] = set()
 
 
@@ -69,8 +69,9 @@ def cpu_ok() -> bool:
     )
 
 
+@functools.cache
 def _import_built() -> tuple[ModuleType | None, str]:
-    """(module, "") or (None, why not)."""
+    """(module, "") or (None, why not); looked at once a process."""
     if not cpu_ok():
         return None, f"this CPU lacks AVX2/FMA ({torch.backends.cpu.get_cpu_capability()})"
     so = BUILD_DIR / f"{NAME}.so"
@@ -103,8 +104,7 @@ def compiled() -> ModuleType | None:
     if choice == "torch":
         _note(f"{ENV}=torch")
         return None
-    if "mod" not in _loaded:
-        _loaded["mod"], why = _import_built()
-        if why:
-            _note(why)
-    return _loaded["mod"]
+    mod, why = _import_built()
+    if why:
+        _note(why)
+    return mod
