@@ -1,11 +1,12 @@
 """The matmul kernels behind the weight formats, timed at the model's own shapes: which wins at how many rows.
 
 For T rows, one model step's worth of matmuls (the 30 layers' four projections + the LM head)
-through: fp32 `W·xᵀ` (padded as the forward pads it), int8 weight-only and int4 weight-only, each
-by torch's kernels (bf16 activations) and by Symphony's compiled ones (symphony_core/model/cpu_kernels,
-fp32 activations; skipped when not built: `make kernels`). The kernels alternate within each repeat (a noisy
-shared machine then slows all of them alike); the figure is the median. This is what set
-`KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
+through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) and by Symphony's compiled
+fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded), int8 weight-only and int4
+weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (fp32 activations); the
+compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
+noisy shared machine then slows all of them alike); the figure is the median. This is what set
+`KERNEL_MAX_ROWS` and `FP32_KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
 
     python -m bench.kernels [--quick] [--rows 1,2,4,8,16,32,512] [--repeats 7]
 """
@@ -26,12 +27,14 @@ from .machine import describe
 def measure(rows: list[int], repeats: int) -> list[dict]:
     from symphony_core import Engine
     from symphony_core.model.llama import matmul_rows
-    from symphony_core.model.quant import Int8Linear, quantize_int8
+    from symphony_core.model.quant import CompiledDenseLinear, Int8Linear, quantize_int8
+    from symphony_core.model.weight_formats import fp32_weight
 
     fp32 = Engine(num_pages=16)
     q4 = Engine(num_pages=16, weights="q4")
     attrs = ("wqkv", "wo", "w_gate_up", "w_down")
-    dense = [getattr(layer, a) for layer in fp32.model.layers for a in attrs] + [fp32.model.lm_head]
+    dense = [fp32_weight(getattr(layer, a)) for layer in fp32.model.layers for a in attrs]
+    dense.append(fp32_weight(fp32.model.lm_head))
     switch = [getattr(layer, a) for layer in q4.model.layers for a in attrs]
     head8 = q4.model.lm_head.tiers[0][1]
     int4 = [s.tiers[0][1] for s in switch] + [head8]  # the LM head stays int8 in q4
@@ -39,7 +42,8 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
     if head8.backend == "compiled":  # the same weights again, run by torch's kernels
         torch8 = [torch_int8(lin) for lin in int8]
         torch4 = [torch_int4(lin) for lin in int4[:-1]] + [torch8[-1]]
-        forms = {"int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
+        fp32c = [CompiledDenseLinear(w) for w in dense]
+        forms = {"fp32 compiled": fp32c, "int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
     else:  # not built: the engine's own linears already run torch's kernels
         forms = {"int8": int8, "int4": int4}
     out = []
@@ -98,11 +102,11 @@ def main(argv=None) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| rows | fp32 W·xᵀ (padded) | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
+        "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
         "| int8, compiled (fp32 act.) | int4, compiled (fp32 act.) | fastest |",
-        "|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "int8", "int4", "int8 compiled", "int4 compiled")
+    kinds = ("fp32", "fp32 compiled", "int8", "int4", "int8 compiled", "int4 compiled")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])
         cells = " | ".join(f"{r[k]:.1f}" if k in r else "not built" for k in kinds)

@@ -34,9 +34,10 @@ def _time(fn, repeats: int) -> float:
 
 def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict]:
     from symphony_core.model.llama import matmul_rows
+    from symphony_core.model.weight_formats import fp32_weight
 
-    weights = [w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
-    weights.append(model.lm_head)
+    weights = [fp32_weight(w) for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    weights.append(fp32_weight(model.lm_head))
     params = sum(w.numel() for w in weights)
     inputs = {n: {w.shape[1] for w in weights} for n in rows}
     out = []

@@ -1,5 +1,6 @@
 """The compiled CPU kernels (symphony_core/model/cpu_kernels): same results as the dequantised weights and
-as torch's kernels, at the model's shapes and odd ones; the fallback to torch's kernels when forced.
+as torch's kernels, at the model's shapes and odd ones; the fp32 kernel as torch's fp32 matmul, on the fp32
+engine's own tensors; the fallback to torch's kernels when forced.
 
 `make setup` builds them (`make kernels`); on an AVX2 CPU they must load, so a failed build fails here.
 """
@@ -11,7 +12,7 @@ import torch
 
 from symphony_core.model import cpu_kernels
 from symphony_core.model.cpu_kernels import loader
-from symphony_core.model.quant import Int4Linear, Int8Linear, quantize_int4, quantize_int8
+from symphony_core.model.quant import CompiledDenseLinear, Int4Linear, Int8Linear, quantize_int4, quantize_int8
 
 needs_avx2 = pytest.mark.skipif(not loader.cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
 
@@ -67,6 +68,43 @@ def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape):
 
 
 @needs_avx2
+@pytest.mark.parametrize("shape", SHAPES)
+def test_compiled_fp32_matches_torchs_fp32_matmul(shape):
+    torch.manual_seed(sum(shape) + 1)
+    out_f, in_f = shape
+    w = torch.randn(out_f, in_f) * 0.05
+    w[:, 3] *= 40
+    lin = CompiledDenseLinear(w)
+    assert lin.weight is w  # read in place, never copied
+    for rows in (1, 2, 3, 4, 5, 9):  # the kernel runs up to 4 rows a pass, with 4 or 3 output rows at once
+        x = torch.randn(rows, in_f)
+        x[:, 7] *= 30
+        ref = x @ w.t()
+        got = lin(x)
+        assert got.shape == (rows, out_f) and got.dtype == torch.float32
+        # fp32 products and sums in another order: within a few fp32 roundings of the largest term
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * (x.abs() @ w.abs().t()).max().item())
+
+
+@needs_avx2
+def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
+    from symphony_core.model.quant import DenseLinear, RowsSwitchLinear
+    from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, fp32_weight
+
+    m = engine.model
+    assert engine.stats()["weights"] == "fp32" and m.pad is False
+    for lin in [m.layers[0].wqkv, m.layers[-1].w_down, m.lm_head]:
+        assert isinstance(lin, RowsSwitchLinear)
+        (rows, fast), (_, mkl) = lin.tiers
+        assert rows == FP32_KERNEL_MAX_ROWS and isinstance(fast, CompiledDenseLinear) and isinstance(mkl, DenseLinear)
+        assert fast.weight is mkl.weight is fp32_weight(lin)  # one tensor, shared
+        assert isinstance(lin.pick(1), CompiledDenseLinear)
+        assert isinstance(lin.pick(FP32_KERNEL_MAX_ROWS + 1), DenseLinear)
+    if engine.config.tie_embeddings:
+        assert fp32_weight(m.lm_head) is m.embed
+
+
+@needs_avx2
 def test_compiled_kernels_refuse_bad_input_clearly():
     mod = cpu_kernels.compiled()
     q, s = quantize_int8(torch.randn(8, 64))
@@ -76,6 +114,13 @@ def test_compiled_kernels_refuse_bad_input_clearly():
         mod.int8_linear(torch.randn(1, 64, dtype=torch.float64), q, s)
     with pytest.raises(ValueError, match="multiple of 32"):
         Int4Linear(torch.zeros(8, 48, dtype=torch.uint8), torch.ones(8, 1), torch.zeros(8, 1))
+    w = torch.randn(8, 64)
+    with pytest.raises(RuntimeError, match="x has 32 features but the weight takes 64"):
+        mod.f32_linear(torch.randn(1, 32), w)
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        mod.f32_linear(torch.randn(1, 8), w.t())
+    with pytest.raises(ValueError, match="not contiguous"):
+        CompiledDenseLinear(w.t())
 
 
 def test_env_var_forces_torchs_kernels(monkeypatch, capsys):
@@ -94,6 +139,30 @@ def test_env_var_forces_torchs_kernels(monkeypatch, capsys):
     auto = Int8Linear(q, s)
     assert auto.backend == ("compiled" if loader.cpu_ok() else "torch")
     assert (auto(x) - forced(x)).abs().max() < 0.02 * forced(x).abs().max()
+
+
+def test_fp32_engine_forced_to_torch_keeps_mkl_and_agrees(monkeypatch, engine):
+    """SYMPHONY_CPU_KERNELS=torch leaves fp32 on the plain tensors (MKL, padded rows); its logits are the
+    compiled kernel's to fp32 rounding, prefill and decode."""
+    from symphony_core import Engine, PredCall
+
+    monkeypatch.setenv(loader.ENV, "torch")
+    eng = Engine(num_pages=32)
+    try:
+        assert isinstance(eng.model.layers[0].wqkv, torch.Tensor) and eng.model.pad is True
+
+        def logits(e):
+            kv = e.kv_create()
+            first = e.pred_batch([PredCall(kv, e.tokenize("The capital of France is"))])[0]
+            second = e.pred_batch([PredCall(kv, [first.argmax()])])[0]
+            e.kv_close(kv)
+            return [torch.as_tensor(d.logits) for d in (first, second)]
+
+        for mkl, ours in zip(logits(eng), logits(engine)):
+            assert mkl.argmax() == ours.argmax()
+            torch.testing.assert_close(ours, mkl, rtol=1e-4, atol=1e-4)
+    finally:
+        eng.shutdown()
 
 
 @pytest.mark.slow  # ~25 s: loads a q4 engine

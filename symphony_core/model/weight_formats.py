@@ -1,6 +1,9 @@
 """Weight formats a CPU engine can run: "fp32" (exact), "q8" (int8) and "q4" (4-bit, its LM head int8).
 
-- fp32: the dequantised weights as they are; the reference the parity tests check.
+- fp32: the dequantised weights as they are; the reference the parity tests check. Where the compiled
+  kernels load, each projection and the LM head runs the compiled fp32 kernel up to `FP32_KERNEL_MAX_ROWS`
+  rows and MKL's sgemm above, on the same tensors (no copy; fp32 throughout, only the summation order
+  differs).
 - q8: every projection and the LM head as per-row int8 weights, quantised from the fp32 weights
   (weight-only: the activations stay fp32 in the compiled kernels, bf16 in torch's).
 - q4: the projections as 4-bit groups of 32 — straight from the GGUF's Q4_1 blocks when the model
@@ -26,6 +29,7 @@ import torch
 from ..errors import ModelError
 from .cpu_kernels import compiled
 from .quant import (
+    CompiledDenseLinear,
     DenseLinear,
     Int4Linear,
     Int8Linear,
@@ -52,6 +56,12 @@ KERNEL_MAX_ROWS = {"compiled": (2, 16), "torch": (4, 4)}
 # Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
 # and bench/quality.py decode in groups of this, so they measure those kernels.
 QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
+# fp32: the compiled kernel up to this many rows, MKL's sgemm above. `python -m bench.kernels` on the 2-core
+# Zen 1 EPYC, ms per step's matmuls, MKL padded / compiled, 2 threads (a quiet moment): 1 row 38.4 / 27.7;
+# 4 rows 37.4 / 30.1; 8 rows 57.8 / 42.8; 16 rows 94.2 / 69.8; 32 rows 147 / 127; 48 rows 200 / 184.
+# 1 thread the compiled kernel loses from ~32 rows (32: 341 / 359; 64: 559 / 625): MKL's sgemm computes
+# faster once the weights are no longer the cost, and takes wide batches and prefill.
+FP32_KERNEL_MAX_ROWS = 32
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -143,9 +153,38 @@ def _reachable(tiers: list[tuple[int, TierLinear]]) -> list[tuple[int, TierLinea
     return out
 
 
+def fp32_weight(linear) -> torch.Tensor:
+    """The fp32 tensor behind one of the model's projections: the tensor itself, or its MKL tier's weight."""
+    if isinstance(linear, torch.Tensor):
+        return linear
+    if isinstance(linear, RowsSwitchLinear):
+        linear = linear.tiers[-1][1]
+    if not isinstance(linear, DenseLinear | CompiledDenseLinear):
+        raise TypeError(f"{type(linear).__name__} holds no fp32 weight")
+    return linear.weight
+
+
+def _fp32_rows_switch(w: torch.Tensor) -> RowsSwitchLinear | torch.Tensor:
+    """The compiled kernel for a few rows and MKL above, sharing `w`; `w` as it is where the kernel cannot read it."""
+    if w.dtype != torch.float32 or w.device.type != "cpu" or not w.is_contiguous():
+        return w
+    return RowsSwitchLinear([(FP32_KERNEL_MAX_ROWS, CompiledDenseLinear(w)), (WIDE, DenseLinear(w))])
+
+
+def _apply_fp32(model) -> None:
+    if model.device.type != "cpu" or model.dtype != torch.float32 or compiled() is None:
+        return  # llama.py's plain torch.mm on the tensors, padded as MKL likes
+    for layer in model.layers:
+        for attr in PARTS:
+            setattr(layer, attr, _fp32_rows_switch(getattr(layer, attr)))
+    model.lm_head = _fp32_rows_switch(model.lm_head)
+    model.pad = False  # the padding is for MKL's sgemm, which now runs from FP32_KERNEL_MAX_ROWS + 1 rows only
+
+
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
     """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
     if fmt == "fp32":
+        _apply_fp32(model)
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
     use_compiled = compiled() is not None
