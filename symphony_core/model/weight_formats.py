@@ -57,10 +57,12 @@ KERNEL_MAX_ROWS = {"compiled": (2, 16), "torch": (4, 4)}
 # and bench/quality.py decode in groups of this, so they measure those kernels.
 QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
 # fp32: the compiled kernel up to this many rows, MKL's sgemm above. `python -m bench.kernels` on the 2-core
-# Zen 1 EPYC, ms per step's matmuls, MKL padded / compiled, 2 threads (a quiet moment): 1 row 38.4 / 27.7;
-# 4 rows 37.4 / 30.1; 8 rows 57.8 / 42.8; 16 rows 94.2 / 69.8; 32 rows 147 / 127; 48 rows 200 / 184.
-# 1 thread the compiled kernel loses from ~32 rows (32: 341 / 359; 64: 559 / 625): MKL's sgemm computes
-# faster once the weights are no longer the cost, and takes wide batches and prefill.
+# Zen 1 EPYC, ms per step's matmuls, MKL padded / compiled, medians, alternating:
+# - 2 threads: 1 row 42.4 / 29.5; 2 rows 42.2 / 31.1; 4 rows 41.4 / 34.0; 8 rows 66.9 / 50.9; 16 rows
+#   104.5 / 85.9; 32 rows 161.2 / 149.2; 64 rows 299.6 / 283.8.
+# - 1 thread: 1 row 80.7 / 48.0; 16 rows 209.7 / 176.7; 32 rows 331.3 / 335.1; 64 rows 573.6 / 645.0.
+# Once the weights are no longer the cost MKL's sgemm computes faster (from ~32 rows on one thread, ~64 on
+# two, where memory stays the bottleneck longer): 32 holds on both, and MKL takes wide batches and prefill.
 FP32_KERNEL_MAX_ROWS = 32
 WIDE = 1 << 30
 CACHE_VERSION = "2"
