@@ -180,7 +180,7 @@ class PagedLlama:
                 attn_out[:t].copy_(a.reshape(t, h * d))
                 a = attn_out
             gate_up = project(self.add_norm(x, project(a, layer.wo).t(), layer.mlp_norm), layer.w_gate_up)
-            if ops is not None and rows < ROW_MAJOR_ACT_BELOW:
+            if ops is not None:  # row-major out of the fused call at any row count
                 delta = project(ops.silu_mul(gate_up.t()), layer.w_down).t()
             elif rows < ROW_MAJOR_ACT_BELOW:
                 gate, up = gate_up.chunk(2)
