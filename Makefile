@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m symphony_core.cli models --prepare
 	touch $(STAMP)
 
-# Symphony's compiled CPU kernels (weight-only int8/int4 matmuls for decode; symphony_core/model/cpu_kernels),
+# Symphony's compiled CPU kernels (weight-only int8/int4 matmuls and the fused decode steps; symphony_core/model/cpu_kernels),
 # built with torch's cpp_extension into that package's build/ (~1 min on 2 cores; log in build.log there).
-# A CPU without AVX2/FMA skips the build, and a failed build only warns: the quantised weights then run
+# A CPU without AVX2/FMA skips the build, and a failed build only warns: the decode steps and quantised weights run
 # torch's own kernels (a one-line note says so when an engine loads them).
 KERNEL_DIR := symphony_core/model/cpu_kernels
 KERNEL_STAMP := $(KERNEL_DIR)/build/.make-done
@@ -32,12 +32,12 @@ KERNEL_STAMP := $(KERNEL_DIR)/build/.make-done
 setup: kernels
 kernels: $(KERNEL_STAMP)
 
-$(KERNEL_STAMP): $(STAMP) $(KERNEL_DIR)/gemv.cpp $(KERNEL_DIR)/loader.py
+$(KERNEL_STAMP): $(STAMP) $(wildcard $(KERNEL_DIR)/*.cpp) $(KERNEL_DIR)/loader.py
 	@mkdir -p $(KERNEL_DIR)/build
 	@echo "building the CPU kernels ($(KERNEL_DIR), ~1 min)"
 	@$(BIN)/python -m symphony_core.model.cpu_kernels > $(KERNEL_DIR)/build/build.log 2>&1 \
 	  && tail -1 $(KERNEL_DIR)/build/build.log \
-	  || { tail -20 $(KERNEL_DIR)/build/build.log; echo "warning: the CPU kernels did not build (log: $(KERNEL_DIR)/build/build.log); int8/int4 weights will run torch's kernels"; }
+	  || { tail -20 $(KERNEL_DIR)/build/build.log; echo "warning: the CPU kernels did not build (log: $(KERNEL_DIR)/build/build.log); torch's kernels will run instead"; }
 	@touch $@
 
 demo: setup

@@ -19,6 +19,10 @@ once per layer instead of once per fork, and all queries meet it in one matmul p
 Measured with 16 forks of a 1,024-token file at ~1,050 context, per layer: 5.0 ms for the
 padded SDPA path (gather 16 copies + SDPA) vs 0.8 ms (2 CPU threads, idle machine).
 
+`CompiledDecode` (CPU with Symphony's compiled kernels, fp32): single-token decode groups read K/V
+from the pool in place (cpu_kernels/decode_ops.cpp: one call a layer, no gather); shared-prefix
+groups and chunks take SDPA's path as above.
+
 `FlashPaged` (CUDA with flash-attn installed): `flash_attn_with_kvcache` reads K/V straight
 from the pool through a block table, no gather. flash-attn 2's paged KV needs blocks of a
 multiple of 256 tokens, so the pool is read as 256-slot blocks, and a group goes there only
@@ -97,6 +101,28 @@ class TorchSDPA:
         return _scatter(q, [(g, _sdpa_group(q, k_cache, v_cache, g)) for g in plan])
 
 
+class CompiledDecode:
+    name = "compiled_decode"
+
+    def __init__(self, ops) -> None:
+        self.ops = ops  # the compiled kernels' module
+
+    def plan(self, groups: list[AttentionGroup]) -> list[tuple[AttentionGroup, torch.Tensor | None]]:
+        """Each group with its lengths tensor where the in-place decode kernel takes it, else None."""
+        return [(g, torch.tensor(g.lengths) if g.n_query == 1 and g.prefix_slots is None else None) for g in groups]
+
+    def __call__(self, q, k_cache, v_cache, plan) -> torch.Tensor:
+        parts = []
+        for g, lengths in plan:
+            if lengths is None:
+                parts.append((g, _sdpa_group(q, k_cache, v_cache, g)))
+                continue
+            qg = q if g.all_rows else q.index_select(0, g.rows)
+            slots = g.context_slots.view(g.n_seqs, g.context_len)
+            parts.append((g, self.ops.decode_attention(qg, k_cache, v_cache, slots, lengths, q.shape[-1] ** -0.5)))
+        return _scatter(q, parts)
+
+
 # --- CUDA: flash-attn's paged kernel ---------------------------------------------------------
 
 FLASH_BLOCK = 256  # flash-attn 2's paged KV needs blocks of a multiple of 256 tokens
@@ -157,8 +183,11 @@ class FlashPaged:
         return _scatter(q, parts)
 
 
-def choose_backend(device: torch.device) -> TorchSDPA | FlashPaged:
-    """flash-attn's paged kernel on CUDA when installed, torch SDPA otherwise."""
+def choose_backend(device: torch.device, cpu_ops=None) -> TorchSDPA | CompiledDecode | FlashPaged:
+    """flash-attn's paged kernel on CUDA when installed; on CPU the compiled decode kernel when
+    `cpu_ops` (the compiled kernels, given for fp32 with a head size they take) is set; else torch SDPA."""
+    if cpu_ops is not None and device.type == "cpu":
+        return CompiledDecode(cpu_ops)
     if device.type == "cuda":
         try:
             return FlashPaged()

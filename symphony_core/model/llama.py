@@ -11,6 +11,12 @@ Matmul layout (measured with MKL on 2 CPU threads, SmolLM2-135M; see bench/RESUL
 - Small batches are padded with zero rows to a count MKL streams the weights fastest at
   (`matmul_rows`): one decode row runs 25-30% faster as two. Padded rows stay exactly zero
   through every layer and are never attended to or written to the cache.
+
+On CPU in fp32 with Symphony's compiled kernels loaded (cpu_kernels/, `make kernels`), a layer's small
+steps run fused, one call each (decode_ops.cpp): the residual add with the RMSNorm after it, RoPE
+with the K/V write, SwiGLU's activation, and decode attention over the pool in place. At decode
+sizes the torch formulas below cost ~25 calls a layer whose dispatch outweighs their arithmetic.
+They stay the path everywhere else (CUDA, half precision, `SYMPHONY_CPU_KERNELS=torch`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch.nn.functional as F
 
 from .attention import choose_backend
 from .config import ModelConfig
+from .cpu_kernels import compiled
 from .forward_batch import ForwardBatch
 
 
@@ -111,7 +118,10 @@ class PagedLlama:
         self.sin = torch.cat((-sin, sin), dim=-1).to(device=self.device, dtype=dtype)
         self.pad = self.device.type == "cpu"  # the row padding is an MKL effect
         self.weight_format = "fp32"  # weight_formats.apply_weight_format swaps in quantised linears
-        self.attention = choose_backend(self.device)
+        # The fused steps (module docstring): fp32 on CPU, where the compiled kernels load.
+        fused = self.device.type == "cpu" and dtype == torch.float32
+        self.ops = compiled() if fused else None
+        self.attention = choose_backend(self.device, self.ops if cfg.head_dim in (64, 128) else None)
 
     def rows_for(self, t: int) -> int:
         return matmul_rows(t) if self.pad else t
@@ -123,6 +133,15 @@ class PagedLlama:
         swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)  # row-major, whatever x's strides
         # The row-major operand first: the result takes its layout (x may be a transposed view).
         return torch.addcmul(swapped * sin, x, cos)
+
+    def add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor) -> torch.Tensor:
+        """x += delta (in place; none before the first layer), then RMSNorm(x)."""
+        eps = self.cfg.rms_eps
+        if self.ops is not None:
+            return self.ops.rms_norm(x, weight, eps) if delta is None else self.ops.add_rms_norm(x, delta, weight, eps)
+        if delta is not None:
+            x.add_(delta)
+        return rms_norm(x, weight, eps)
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
@@ -138,33 +157,43 @@ class PagedLlama:
         # Padded rows of the attention output stay zero: each layer copies its t real rows in
         # (one call, where F.pad would allocate, fill and copy every layer).
         attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
-        act = None  # SwiGLU's row-major output for small batches, reused by every layer
+        act = None  # SwiGLU's row-major output for small batches, reused by every layer (torch path)
+        cos2, sin2 = cos[:, 0], sin[:, 0]
+        ops = self.ops
+        delta = None  # the last sublayer's output, added to x by the next norm (one fused call)
         for li, layer in enumerate(self.layers):
-            # Token-major views of the feature-major result: RoPE's first multiply writes q and k
-            # row-major (attention wants D contiguous); v is only copied into the cache.
-            qkv = project(rms_norm(x, layer.attn_norm, cfg.rms_eps), layer.wqkv)[:, :t].t()
-            qk = self.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
-            k, v = qk[:, h:], qkv[:, (h + kvh) * d :].view(t, kvh, d)
+            # Token-major views of the feature-major result: RoPE writes q and k row-major
+            # (attention wants D contiguous); v is only copied into the cache.
+            qkv = project(self.add_norm(x, delta, layer.attn_norm), layer.wqkv)[:, :t].t()
             kc, vc = k_cache[li], v_cache[li]
-            kc.index_copy_(0, fb.write_slots, k)
-            vc.index_copy_(0, fb.write_slots, v)
-            a = self.attention(qk[:, :h], kc, vc, plan)
+            if ops is not None:
+                q = ops.rope_write_kv(qkv, cos2, sin2, fb.write_slots, kc, vc, h)
+            else:
+                qk = self.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
+                kc.index_copy_(0, fb.write_slots, qk[:, h:])
+                vc.index_copy_(0, fb.write_slots, qkv[:, (h + kvh) * d :].view(t, kvh, d))
+                q = qk[:, :h]
+            a = self.attention(q, kc, vc, plan)
             if attn_out is None:
                 a = a.reshape(t, h * d)
             else:
                 attn_out[:t].copy_(a.reshape(t, h * d))
                 a = attn_out
-            x.add_(project(a, layer.wo).t())
-
-            gate, up = project(rms_norm(x, layer.mlp_norm, cfg.rms_eps), layer.w_gate_up).chunk(2)
-            if rows < ROW_MAJOR_ACT_BELOW:
+            gate_up = project(self.add_norm(x, project(a, layer.wo).t(), layer.mlp_norm), layer.w_gate_up)
+            if ops is not None:  # row-major out of the fused call at any row count
+                delta = project(ops.silu_mul(gate_up.t()), layer.w_down).t()
+            elif rows < ROW_MAJOR_ACT_BELOW:
+                gate, up = gate_up.chunk(2)
                 if act is None:
                     act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
                 torch.mul(F.silu(gate), up, out=act.t())
-                x.add_(project(act, layer.w_down).t())
+                delta = project(act, layer.w_down).t()
             else:
-                x.add_(project(F.silu(gate).mul_(up).t(), layer.w_down).t())
-        x = rms_norm(x.index_select(0, fb.output_rows), self.norm, cfg.rms_eps)
+                gate, up = gate_up.chunk(2)
+                delta = project(F.silu(gate).mul_(up).t(), layer.w_down).t()
+        assert delta is not None  # a model has layers
+        x.add_(delta)
+        x = self.add_norm(x.index_select(0, fb.output_rows), None, self.norm)
         r = x.shape[0]
         logits = project(pad_rows(x, self.rows_for(r)), self.lm_head)[:, :r]
         return logits.t().contiguous().float()

@@ -8,7 +8,7 @@ import time
 from .loader import BUILD_DIR, build, cpu_ok
 
 if not cpu_ok():
-    print("symphony: this CPU lacks AVX2/FMA: the CPU kernels are not built; torch's kernels run every weight format")
+    print("symphony: this CPU lacks AVX2/FMA: the CPU kernels are not built; torch's kernels run instead")
     sys.exit(0)
 t0 = time.perf_counter()
 try:

@@ -299,10 +299,13 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
 
 }  // namespace
 
+void add_decode_ops(pybind11::module_& m);  // decode_ops.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "Symphony's fp32 and weight-only int8 / int4 matmuls for a few rows (AVX2 + FMA)";
     m.def("f32_linear", &f32_linear, "y[T, out] = x[T, in] · wᵀ; w fp32 [out, in], read in place");
     m.def("int8_linear", &int8_linear, "y[T, out] = x[T, in] · (q * scale)ᵀ; q int8 [out, in], scale fp32 [out]");
     m.def("int4_linear", &int4_linear,
           "y[T, out] = x[T, in] · (q * scale + minimum)ᵀ; groups of 32, packed as the source file describes");
+    add_decode_ops(m);
 }

@@ -1,4 +1,4 @@
-"""Build and load gemv.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
+"""Build and load gemv.cpp and decode_ops.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
 
 `build()` compiles it with `torch.utils.cpp_extension.load` into `BUILD_DIR` (inside the package,
 git-ignored) and records a digest of the source, flags and torch version beside it. `compiled()`
@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 
 NAME = "symphony_cpu_kernels"
-SOURCE = Path(__file__).with_name("gemv.cpp")
+SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "decode_ops.cpp")]
 BUILD_DIR = Path(__file__).with_name("build")
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
 LDFLAGS = ["-fopenmp"]
@@ -36,7 +36,7 @@ _noted: set[str] = set()
 
 
 def _digest() -> str:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES))
     h.update(" ".join(CFLAGS + LDFLAGS + [torch.__version__]).encode())
     return h.hexdigest()[:16]
 
@@ -46,13 +46,13 @@ def _stamp() -> Path:
 
 
 def build(verbose: bool = False) -> ModuleType:
-    """Compile gemv.cpp (about 30-60 s on 2 cores) and return the module."""
+    """Compile the kernels (about 30-60 s on 2 cores) and return the module."""
     from torch.utils.cpp_extension import load
 
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     mod = load(
         name=NAME,
-        sources=[str(SOURCE)],
+        sources=[str(src) for src in SOURCES],
         extra_cflags=list(CFLAGS),  # load() appends to the lists it is given
         extra_ldflags=list(LDFLAGS),
         build_directory=str(BUILD_DIR),
@@ -93,7 +93,7 @@ def _import_built() -> tuple[ModuleType | None, str]:
 def _note(why: str) -> None:
     if why not in _noted:
         _noted.add(why)
-        print(f"symphony: {why}; int8/int4 weights run torch's kernels", file=sys.stderr)
+        print(f"symphony: {why}; torch's kernels run instead", file=sys.stderr)
 
 
 def compiled() -> ModuleType | None:

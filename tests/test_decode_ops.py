@@ -1,0 +1,155 @@
+"""The fused decode steps (cpu_kernels/decode_ops.cpp) against llama.py's torch formulas, op by op and
+through the real model: the same greedy tokens and logits to float rounding. Bad input is refused with
+a message naming it (a wrong slot must never write outside the pool)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from symphony_core import PredCall
+from symphony_core.model import cpu_kernels
+from symphony_core.model.attention import CompiledDecode, TorchSDPA
+from symphony_core.model.cpu_kernels import loader
+from symphony_core.model.llama import PagedLlama, rms_norm
+
+pytestmark = pytest.mark.skipif(not loader.cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
+
+
+@pytest.fixture(scope="module")
+def ops():
+    mod = cpu_kernels.compiled()
+    assert mod is not None, "the CPU kernels did not load: run `make kernels` and read its log"
+    return mod
+
+
+def _rope_tables(d: int, n: int = 2048):
+    freqs = torch.outer(torch.arange(float(n)), 1 / (100000 ** (torch.arange(0, d, 2) / d)))
+    return torch.cat([freqs.cos()] * 2, -1), torch.cat([-freqs.sin(), freqs.sin()], -1)
+
+
+def test_norms_match_torch(ops):
+    torch.manual_seed(0)
+    for rows in (1, 3, 200):  # 200 rows run on several threads
+        x = torch.randn(rows, 576) * 3
+        x[:, 5] *= 50  # an outlier channel, as this model has
+        w = torch.randn(576)
+        torch.testing.assert_close(ops.rms_norm(x, w, 1e-5), rms_norm(x, w, 1e-5))
+        delta = torch.randn(576, rows).t()  # a feature-major matmul result, read transposed
+        for d in (delta, delta.contiguous()):
+            x2 = x.clone()
+            got = ops.add_rms_norm(x2, d, w, 1e-5)
+            torch.testing.assert_close(x2, x + d, rtol=0, atol=0)
+            torch.testing.assert_close(got, rms_norm(x + d, w, 1e-5))
+    zero = torch.zeros(2, 576)  # padded rows stay exactly zero
+    assert ops.rms_norm(zero, torch.randn(576), 1e-5).abs().max() == 0
+
+
+def test_silu_mul_matches_torch(ops):
+    torch.manual_seed(1)
+    for rows in (1, 5):
+        gu = torch.randn(3072, rows).t() * 4
+        ref = F.silu(gu[:, :1536]) * gu[:, 1536:]
+        for layout in (gu, gu.contiguous()):
+            torch.testing.assert_close(ops.silu_mul(layout), ref, rtol=2e-6, atol=1e-6)
+    g = torch.tensor([[-1e4, -100.0, -88.0, -20.0, -1.0, 0.0, 1e-8, 1.0, 20.0, 88.0, 100.0, 1e4, 3.0]])
+    got = ops.silu_mul(torch.cat([g, torch.ones_like(g)], 1))
+    torch.testing.assert_close(got, F.silu(g), rtol=2e-6, atol=1e-30)  # exp clamps, never inf or nan
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_rope_writes_the_cache_and_attention_reads_it_in_place(ops, d):
+    torch.manual_seed(d)
+    h, kvh, t = 9, 3, 4
+    cos, sin = _rope_tables(d)
+    pos, slots = torch.tensor([0, 5, 77, 1000]), torch.tensor([3, 50, 7, 99])
+    qkv = torch.randn((h + 2 * kvh) * d, t).t()  # feature-major, as llama.py's projection leaves it
+    kc, vc = torch.zeros(128, kvh, d), torch.zeros(128, kvh, d)
+    q = ops.rope_write_kv(qkv, cos[pos], sin[pos], slots, kc, vc, h)
+    qk = PagedLlama.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos[pos][:, None], sin[pos][:, None])
+    torch.testing.assert_close(q, qk[:, :h])
+    torch.testing.assert_close(kc[slots], qk[:, h:])
+    assert torch.equal(vc[slots], qkv[:, (h + kvh) * d :].reshape(t, kvh, d))
+    untouched = torch.ones(128, dtype=torch.bool)
+    untouched[slots] = False
+    assert kc[untouched].abs().max() == 0 and vc[untouched].abs().max() == 0
+
+    pool = 4096
+    kc, vc = torch.randn(pool, kvh, d), torch.randn(pool, kvh, d)
+    lens = [1, 17, 300, 561, 9]
+    table = torch.zeros(len(lens), max(lens), dtype=torch.long)  # padding repeats slot 0, as batch groups do
+    for i, n in enumerate(lens):
+        table[i, :n] = torch.randperm(pool)[:n]
+    q = torch.randn(len(lens), h, d)
+    got = ops.decode_attention(q, kc, vc, table, torch.tensor(lens), d**-0.5)
+    for i, n in enumerate(lens):
+        k, v = kc[table[i, :n]].transpose(0, 1), vc[table[i, :n]].transpose(0, 1)
+        ref = F.scaled_dot_product_attention(q[i][:, None], k, v, enable_gqa=True)[:, 0]
+        torch.testing.assert_close(got[i], ref)
+
+
+def test_bad_input_is_refused_by_name(ops):
+    kc, vc = torch.zeros(16, 3, 64), torch.zeros(16, 3, 64)
+    cos, sin = _rope_tables(64)
+    qkv = torch.randn(1, 15 * 64)
+    with pytest.raises(RuntimeError, match="slot 16 is outside the pool"):
+        ops.rope_write_kv(qkv, cos[:1], sin[:1], torch.tensor([16]), kc, vc, 9)
+    with pytest.raises(RuntimeError, match=r"expected \(heads \+ 2 \* kv_heads\) \* head_dim = 960"):
+        ops.rope_write_kv(torch.randn(1, 900), cos[:1], sin[:1], torch.tensor([0]), kc, vc, 9)
+    q = torch.randn(1, 9, 64)
+    with pytest.raises(RuntimeError, match="slot -1 is outside the pool"):
+        ops.decode_attention(q, kc, vc, torch.tensor([[0, -1]]), torch.tensor([2]), 0.125)
+    with pytest.raises(RuntimeError, match="length 3 of sequence 0 is outside 1..2"):
+        ops.decode_attention(q, kc, vc, torch.tensor([[0, 1]]), torch.tensor([3]), 0.125)
+    with pytest.raises(RuntimeError, match="head_dim 64 or 128"):
+        ops.decode_attention(
+            torch.randn(1, 9, 32),
+            torch.zeros(4, 3, 32),
+            torch.zeros(4, 3, 32),
+            torch.tensor([[0]]),
+            torch.tensor([1]),
+            0.2,
+        )
+    with pytest.raises(RuntimeError, match="2-D float32"):
+        ops.rms_norm(torch.randn(2, 8, dtype=torch.float64), torch.randn(8), 1e-5)
+    with pytest.raises(RuntimeError, match="delta must have x's shape"):
+        ops.add_rms_norm(torch.randn(2, 8), torch.randn(3, 8), torch.randn(8), 1e-5)
+
+
+def _decode(engine, n_seqs: int, steps: int) -> tuple[list[list[int]], torch.Tensor]:
+    rng = random.Random(n_seqs)
+    kvs = [engine.kv_create() for _ in range(n_seqs)]
+    try:
+        toks = [
+            engine.pred(kv, [rng.randrange(100, 40000) for _ in range(20 + 9 * i)]).argmax() for i, kv in enumerate(kvs)
+        ]
+        seqs = [[t] for t in toks]
+        for _ in range(steps):
+            res = engine.pred_batch([PredCall(kv, [t]) for kv, t in zip(kvs, toks)])
+            toks = [d.argmax() for d in res]
+            for s, t in zip(seqs, toks):
+                s.append(t)
+        return seqs, torch.stack([d.logits for d in res])
+    finally:
+        for kv in kvs:
+            engine.kv_close(kv)
+
+
+def test_fused_and_torch_paths_decode_alike(engine):
+    """The real model, the same prompts, fused steps and the torch formulas: same greedy tokens, logits
+    to float rounding (1 and 3 sequences: padded and unpadded rows)."""
+    model = engine.model
+    assert model.ops is not None and isinstance(model.attention, CompiledDecode)
+    fused = {n: _decode(engine, n, 6) for n in (1, 3)}
+    ops, attention = model.ops, model.attention
+    model.ops, model.attention = None, TorchSDPA()
+    try:
+        plain = {n: _decode(engine, n, 6) for n in (1, 3)}
+    finally:
+        model.ops, model.attention = ops, attention
+    for n in fused:
+        assert fused[n][0] == plain[n][0]
+        torch.testing.assert_close(fused[n][1], plain[n][1], rtol=1e-4, atol=1e-4)
