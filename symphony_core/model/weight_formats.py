@@ -61,9 +61,12 @@ QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
 # - 2 threads: 1 row 42.4 / 29.5; 2 rows 42.2 / 31.1; 4 rows 41.4 / 34.0; 8 rows 66.9 / 50.9; 16 rows
 #   104.5 / 85.9; 32 rows 161.2 / 149.2; 64 rows 299.6 / 283.8.
 # - 1 thread: 1 row 80.7 / 48.0; 16 rows 209.7 / 176.7; 32 rows 331.3 / 335.1; 64 rows 573.6 / 645.0.
-# Once the weights are no longer the cost MKL's sgemm computes faster (from ~32 rows on one thread, ~64 on
-# two, where memory stays the bottleneck longer): 32 holds on both, and MKL takes wide batches and prefill.
-FP32_KERNEL_MAX_ROWS = 32
+# - 2 threads, another alternating run (MKL padded / MKL unpadded / compiled): 33 rows 223 / 223 /
+#   172; 37 rows 222 / 257 / 190; 45 rows 246 / 293 / 225; 57 rows 316 / 333 / 292; 64 rows 298 / 298 / 290.
+# Once the weights are no longer the cost MKL's sgemm computes faster: from ~64 rows on two threads (the
+# engine's default here: memory stays the bottleneck that long) and ~32 on one. MKL takes 64 rows and up,
+# where llama.py never pads (so the fp32 model runs unpadded); on one thread 32-63 rows lose up to ~12%.
+FP32_KERNEL_MAX_ROWS = 63
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -180,7 +183,7 @@ def _apply_fp32(model) -> None:
         for attr in PARTS:
             setattr(layer, attr, _fp32_rows_switch(getattr(layer, attr)))
     model.lm_head = _fp32_rows_switch(model.lm_head)
-    model.pad = False  # the padding is for MKL's sgemm, which now runs from FP32_KERNEL_MAX_ROWS + 1 rows only
+    model.pad = False  # padding is for MKL, which now runs from 64 rows only: matmul_rows pads none of those
 
 
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
