@@ -11,8 +11,9 @@ import torch
 
 from symphony_core import Engine, PredCall
 from symphony_core.errors import ModelError
-from symphony_core.model.quant import DenseLinear
-from symphony_core.model.weight_formats import QUANTISED_MAX_ROWS
+from symphony_core.model.cpu_kernels import compiled
+from symphony_core.model.quant import CompiledDenseLinear, DenseLinear
+from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, QUANTISED_MAX_ROWS
 
 HELD_PROMPTS = [
     "The capital of France is",
@@ -58,6 +59,9 @@ def test_quantised_engine_generates_close_to_fp32_and_keeps_pages_exact(fmt, fp3
     # decode in groups the quantised kernels take (wider batches run the fp32 tier: weight_formats.py)
     group = HELD_PROMPTS[:QUANTISED_MAX_ROWS]
     assert not isinstance(eng.model.layers[0].wqkv.pick(len(group)), DenseLinear)
+    if compiled() is not None:  # wider batches: fp32 on the shared tensors, the compiled kernel before MKL
+        assert isinstance(eng.model.lm_head.pick(FP32_KERNEL_MAX_ROWS), CompiledDenseLinear)
+        assert isinstance(eng.model.layers[0].wqkv.pick(FP32_KERNEL_MAX_ROWS + 1), DenseLinear)
     ours = [
         o
         for i in range(0, len(HELD_PROMPTS), QUANTISED_MAX_ROWS)

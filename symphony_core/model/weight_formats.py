@@ -11,9 +11,10 @@
   int8 (the shipped file keeps it at 8 bits).
 
 Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`):
-the weight-only kernels win while reading the weights is the cost (decode), MKL's fp32 sgemm wins
-once the matmul is compute-bound (wide batches, prefill). The weight-only kernels are Symphony's own
-compiled ones (cpu_kernels/, built by `make kernels`) where they load, else torch's.
+the weight-only kernels win while reading the weights is the cost (decode), fp32 above: fp32's own
+tiers (the compiled fp32 kernel to `FP32_KERNEL_MAX_ROWS`, MKL's sgemm for wide batches and prefill,
+where the matmul is compute-bound). The weight-only kernels are Symphony's own compiled ones
+(cpu_kernels/, built by `make kernels`) where they load, else torch's.
 
 Quantised tensors are cached beside the converted fp32 weights (`quant-q8.safetensors`,
 `quant-q4.safetensors`), so they are computed once; packing them for the kernels happens at load.
@@ -169,11 +170,13 @@ def fp32_weight(linear) -> torch.Tensor:
     return linear.weight
 
 
-def _fp32_rows_switch(w: torch.Tensor) -> RowsSwitchLinear | torch.Tensor:
-    """The compiled kernel for a few rows and MKL above, sharing `w`; `w` as it is where the kernel cannot read it."""
-    if w.dtype != torch.float32 or w.device.type != "cpu" or not w.is_contiguous():
-        return w
-    return RowsSwitchLinear([(FP32_KERNEL_MAX_ROWS, CompiledDenseLinear(w)), (WIDE, DenseLinear(w))])
+def _fp32_tiers(w: torch.Tensor, use_compiled: bool) -> list[tuple[int, TierLinear]]:
+    """The fp32 forms of `w`, sharing it: the compiled kernel up to FP32_KERNEL_MAX_ROWS rows where it can
+    read `w` (contiguous fp32 on the CPU), then MKL's sgemm."""
+    tiers: list[tuple[int, TierLinear]] = [(WIDE, DenseLinear(w))]
+    if use_compiled and w.dtype == torch.float32 and w.device.type == "cpu" and w.is_contiguous():
+        tiers.insert(0, (FP32_KERNEL_MAX_ROWS, CompiledDenseLinear(w)))
+    return tiers
 
 
 def _apply_fp32(model) -> None:
@@ -181,8 +184,8 @@ def _apply_fp32(model) -> None:
         return  # llama.py's plain torch.mm on the tensors, padded as MKL likes
     for layer in model.layers:
         for attr in PARTS:
-            setattr(layer, attr, _fp32_rows_switch(getattr(layer, attr)))
-    model.lm_head = _fp32_rows_switch(model.lm_head)
+            setattr(layer, attr, RowsSwitchLinear(_fp32_tiers(getattr(layer, attr), True)))
+    model.lm_head = RowsSwitchLinear(_fp32_tiers(model.lm_head, True))
     model.pad = False  # padding is for MKL, which now runs from 64 rows only: matmul_rows pads none of those
 
 
@@ -203,9 +206,9 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
                 nibbles = _unpack_nibbles(t[key + ".q4"])
                 int4 = Int4Linear(nibbles, t[key + ".q4_scale"], t[key + ".q4_min"], use_compiled=use_compiled)
                 tiers.insert(0, (int4_rows, int4))
-            tiers.append((WIDE, DenseLinear(getattr(layer, attr))))
+            tiers += _fp32_tiers(getattr(layer, attr), use_compiled)  # wider batches: fp32, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
     head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
-    model.lm_head = RowsSwitchLinear([(int8_rows, head), (WIDE, DenseLinear(model.lm_head))])
+    model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt
