@@ -46,29 +46,62 @@ inline __m256 widen_u8(__m128i v) {  // the low 8 bytes of v -> 8 fp32
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
 }
 
+// How a block reads its R adjacent output rows' weights, 8 values at a time (dot_block below).
+struct Int8Weights {  // w ≈ q * scale per row
+    static constexpr int64_t PER_LINE = 64;  // weights per 64-byte cache line
+    // (output rows at once, accumulators per row) for T activation rows
+    static constexpr int rows_at_once(int) { return 2; }
+    static constexpr int accumulators(int t) { return t == 1 ? 4 : t == 2 ? 2 : 1; }
+    const int8_t* w;
+    const float* scale;
+    int64_t in;
+    __m256 load(int64_t row, int64_t k) const { return widen_i8(w + row * in + k); }
+    float at(int64_t row, int64_t j) const { return float(w[row * in + j]); }
+    float finish(int64_t row, float sum) const { return sum * scale[row]; }
+    void prefetch(int64_t o, int rows, int64_t k) const {  // each row is its own stream
+        for (int r = 0; r < rows; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (o + r) * in + k + PREFETCH), _MM_HINT_T0);
+    }
+};
+
+// fp32: 1 row is load-bound (4 rows x 2 accumulators streams fastest, measured on the 2-core Zen 1 EPYC);
+// from 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x).
+struct F32Weights {
+    static constexpr int64_t PER_LINE = 16;
+    static constexpr int rows_at_once(int t) { return t == 1 ? 4 : 3; }
+    static constexpr int accumulators(int t) { return t == 1 ? 2 : 1; }
+    const float* w;
+    int64_t in;
+    __m256 load(int64_t row, int64_t k) const { return _mm256_loadu_ps(w + row * in + k); }
+    float at(int64_t row, int64_t j) const { return w[row * in + j]; }
+    float finish(int64_t, float sum) const { return sum; }
+    void prefetch(int64_t o, int rows, int64_t k) const {  // the block's rows are adjacent: in memory order
+        const char* ahead = reinterpret_cast<const char*>(w + o * in + rows * k) + F32_PREFETCH;
+        for (int r = 0; r < rows; ++r) _mm_prefetch(ahead + 64 * r, _MM_HINT_T0);
+    }
+};
+
 // R output rows at once, T activation rows, U independent accumulators per (row, T row) along `in`.
-template <int T, int R, int U>
-void int8_block(const int8_t* w, const float* scale, const float* x, float* y, int64_t in, int64_t out, int64_t o) {
+template <class W, int T, int R, int U>
+void dot_block(const W& wt, const float* x, float* y, int64_t in, int64_t out, int64_t o) {
     __m256 acc[R][T][U];
     for (int r = 0; r < R; ++r)
         for (int t = 0; t < T; ++t)
             for (int u = 0; u < U; ++u) acc[r][t][u] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 * U <= in; k += 8 * U) {
-        if (((k + 8 * U) & 63) < 8 * U)  // a new cache line of each row starts in this step
-            for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (o + r) * in + k + PREFETCH), _MM_HINT_T0);
+        if (((k + 8 * U) & (W::PER_LINE - 1)) < 8 * U) wt.prefetch(o, R, k);  // a new cache line starts here
         for (int u = 0; u < U; ++u) {
             __m256 xv[T];
             for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * in + k + 8 * u);
             for (int r = 0; r < R; ++r) {
-                __m256 wv = widen_i8(w + (o + r) * in + k + 8 * u);
+                __m256 wv = wt.load(o + r, k + 8 * u);
                 for (int t = 0; t < T; ++t) acc[r][t][u] = _mm256_fmadd_ps(wv, xv[t], acc[r][t][u]);
             }
         }
     }
     for (; k + 8 <= in; k += 8) {
         for (int r = 0; r < R; ++r) {
-            __m256 wv = widen_i8(w + (o + r) * in + k);
+            __m256 wv = wt.load(o + r, k);
             for (int t = 0; t < T; ++t) acc[r][t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * in + k), acc[r][t][0]);
         }
     }
@@ -77,19 +110,18 @@ void int8_block(const int8_t* w, const float* scale, const float* x, float* y, i
             __m256 s = acc[r][t][0];
             for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[r][t][u]);
             float sum = hsum(s);
-            for (int64_t j = k; j < in; ++j) sum += float(w[(o + r) * in + j]) * x[t * in + j];  // in % 8 tail
-            y[t * out + o + r] = sum * scale[o + r];
+            for (int64_t j = k; j < in; ++j) sum += wt.at(o + r, j) * x[t * in + j];  // in % 8 tail
+            y[t * out + o + r] = wt.finish(o + r, sum);
         }
     }
 }
 
-template <int T>
-void int8_rows(const int8_t* w, const float* scale, const float* x, float* y, int64_t in, int64_t out, int64_t o0,
-               int64_t o1) {
-    constexpr int U = T == 1 ? 4 : T == 2 ? 2 : 1;
+template <class W, int T>
+void dot_rows(const W& wt, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
+    constexpr int R = W::rows_at_once(T), U = W::accumulators(T);
     int64_t o = o0;
-    for (; o + 2 <= o1; o += 2) int8_block<T, 2, U>(w, scale, x, y, in, out, o);
-    for (; o < o1; ++o) int8_block<T, 1, U>(w, scale, x, y, in, out, o);
+    for (; o + R <= o1; o += R) dot_block<W, T, R, U>(wt, x, y, in, out, o);
+    for (; o < o1; ++o) dot_block<W, T, 1, U>(wt, x, y, in, out, o);
 }
 
 template <int T>
@@ -126,57 +158,6 @@ void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, 
     }
 }
 
-// fp32 weights: R output rows at once (their weights are R adjacent rows of w), T activation rows, U accumulators.
-template <int T, int R, int U>
-void f32_block(const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o) {
-    __m256 acc[R][T][U];
-    for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t)
-            for (int u = 0; u < U; ++u) acc[r][t][u] = _mm256_setzero_ps();
-    const float* wo = w + o * in;
-    int64_t k = 0;
-    for (; k + 8 * U <= in; k += 8 * U) {
-        if (((k + 8 * U) & 15) < 8 * U) {  // a new cache line of each row: R lines further along the block
-            const char* ahead = reinterpret_cast<const char*>(wo + R * k) + F32_PREFETCH;
-            for (int r = 0; r < R; ++r) _mm_prefetch(ahead + 64 * r, _MM_HINT_T0);
-        }
-        for (int u = 0; u < U; ++u) {
-            __m256 xv[T];
-            for (int t = 0; t < T; ++t) xv[t] = _mm256_loadu_ps(x + t * in + k + 8 * u);
-            for (int r = 0; r < R; ++r) {
-                __m256 wv = _mm256_loadu_ps(wo + r * in + k + 8 * u);
-                for (int t = 0; t < T; ++t) acc[r][t][u] = _mm256_fmadd_ps(wv, xv[t], acc[r][t][u]);
-            }
-        }
-    }
-    for (; k + 8 <= in; k += 8) {
-        for (int r = 0; r < R; ++r) {
-            __m256 wv = _mm256_loadu_ps(wo + r * in + k);
-            for (int t = 0; t < T; ++t) acc[r][t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * in + k), acc[r][t][0]);
-        }
-    }
-    for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) {
-            __m256 s = acc[r][t][0];
-            for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[r][t][u]);
-            float sum = hsum(s);
-            for (int64_t j = k; j < in; ++j) sum += wo[r * in + j] * x[t * in + j];  // in % 8 tail
-            y[t * out + o + r] = sum;
-        }
-    }
-}
-
-// Measured on the 2-core Zen 1 EPYC, one model step's matmuls: 1 row is load-bound (4 rows x 2 accumulators
-// streams fastest); from 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x).
-template <int T>
-void f32_rows(const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
-    constexpr int R = T == 1 ? 4 : 3;
-    constexpr int U = T == 1 ? 2 : 1;
-    int64_t o = o0;
-    for (; o + R <= o1; o += R) f32_block<T, R, U>(w, x, y, in, out, o);
-    for (; o < o1; ++o) f32_block<T, 1, U>(w, x, y, in, out, o);
-}
-
 void check_x(const torch::Tensor& x, int64_t in) {
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32,
                 "x must be a 2-D float32 tensor [rows, in], got ", x.sizes(), " ", x.scalar_type());
@@ -205,30 +186,35 @@ void parallel_rows(int64_t out, int64_t rows, const F& f) {
     });
 }
 
+// y[rows, out] = x · Wᵀ through dot_rows: one parallel pass over the output rows in chunks of `chunk`;
+// each chunk of weight rows serves every group of MAX_T rows of x while it is in cache.
+template <class W>
+torch::Tensor dot_linear(const W& wt, const torch::Tensor& x, int64_t out, int64_t chunk) {
+    const int64_t rows = x.size(0), in = wt.in;
+    auto y = torch::empty({rows, out}, x.options());
+    const float* x0 = x.data_ptr<float>();
+    float* y0 = y.data_ptr<float>();
+    parallel_rows(out, chunk, [&](int64_t o0, int64_t o1) {
+        for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
+            const float* xp = x0 + t0 * in;
+            float* yp = y0 + t0 * out;
+            switch (std::min(MAX_T, rows - t0)) {
+                case 1: dot_rows<W, 1>(wt, xp, yp, in, out, o0, o1); break;
+                case 2: dot_rows<W, 2>(wt, xp, yp, in, out, o0, o1); break;
+                case 3: dot_rows<W, 3>(wt, xp, yp, in, out, o0, o1); break;
+                default: dot_rows<W, 4>(wt, xp, yp, in, out, o0, o1); break;
+            }
+        }
+    });
+    return y;
+}
+
 torch::Tensor f32_linear(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.device().is_cpu(),
                 "w must be a contiguous float32 CPU tensor [out, in]");
     const int64_t out = w.size(0), in = w.size(1);
     check_x(x, in);
-    x = x.contiguous();
-    const int64_t rows = x.size(0);
-    auto y = torch::empty({rows, out}, x.options());
-    const float* wp = w.data_ptr<float>();
-    const float* x0 = x.data_ptr<float>();
-    float* y0 = y.data_ptr<float>();
-    parallel_rows(out, grain(in * 4, 128 << 10), [&](int64_t o0, int64_t o1) {
-        for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
-            const float* xp = x0 + t0 * in;
-            float* yp = y0 + t0 * out;
-            switch (std::min(MAX_T, rows - t0)) {
-                case 1: f32_rows<1>(wp, xp, yp, in, out, o0, o1); break;
-                case 2: f32_rows<2>(wp, xp, yp, in, out, o0, o1); break;
-                case 3: f32_rows<3>(wp, xp, yp, in, out, o0, o1); break;
-                default: f32_rows<4>(wp, xp, yp, in, out, o0, o1); break;
-            }
-        }
-    });
-    return y;
+    return dot_linear(F32Weights{w.data_ptr<float>(), in}, x.contiguous(), out, grain(in * 4, 128 << 10));
 }
 
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
@@ -237,27 +223,7 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale)
     TORCH_CHECK(scale.scalar_type() == torch::kFloat32 && scale.numel() == out && scale.is_contiguous(),
                 "scale must be contiguous float32 [out]");
     check_x(x, in);
-    x = x.contiguous();
-    const int64_t rows = x.size(0);
-    auto y = torch::empty({rows, out}, x.options());
-    const int8_t* wp = w.data_ptr<int8_t>();
-    const float* sp = scale.data_ptr<float>();
-    const float* x0 = x.data_ptr<float>();
-    float* y0 = y.data_ptr<float>();
-    // one parallel pass; each chunk of weight rows serves every group of MAX_T rows while it is in cache
-    parallel_rows(out, grain(in), [&](int64_t o0, int64_t o1) {
-        for (int64_t t0 = 0; t0 < rows; t0 += MAX_T) {
-            const float* xp = x0 + t0 * in;
-            float* yp = y0 + t0 * out;
-            switch (std::min(MAX_T, rows - t0)) {
-                case 1: int8_rows<1>(wp, sp, xp, yp, in, out, o0, o1); break;
-                case 2: int8_rows<2>(wp, sp, xp, yp, in, out, o0, o1); break;
-                case 3: int8_rows<3>(wp, sp, xp, yp, in, out, o0, o1); break;
-                default: int8_rows<4>(wp, sp, xp, yp, in, out, o0, o1); break;
-            }
-        }
-    });
-    return y;
+    return dot_linear(Int8Weights{w.data_ptr<int8_t>(), scale.data_ptr<float>(), in}, x.contiguous(), out, grain(in));
 }
 
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scale, torch::Tensor minimum) {
