@@ -134,30 +134,23 @@ def missed_notes(n: dict) -> str:
     sp = n.get("short_programs")
     if sp and sp["ratio"] < sp["target"]:
         ref, short = sp["rows"][0], sp["rows"][-1]
-        if "forward_share" in short:
-            out.append(
-                f"- **Short programs** ({sp['ratio']:.2f}×): {short['programs']} programs × {short['new']} tokens "
-                f"made {short['tok_s']:.0f} generated tok/s against {ref['tok_s']:.0f} for {ref['programs']} × "
-                f"{ref['new']}. {100 * short['forward_share']:.0f}% of its wall time is forward passes (the "
-                f"reference: {100 * ref['forward_share']:.0f}%), so the runtime around them (threads, KV files, "
-                f"scheduling) is not what is missing: the model runs {short['positions_per_token']:.2f} token "
-                f"positions per generated token against {ref['positions_per_token']:.2f} for the reference, because "
-                "each program prefills its own prompt for only a few tokens; per position the short programs run at "
-                f"{short['positions_s'] / ref['positions_s']:.2f}× the reference's rate"
-                + (
-                    " (wide mixed batches: many short prefill chunks, each its own attention call per layer). "
-                    if short["positions_s"] < 0.9 * ref["positions_s"]
-                    else ". "
-                )
-                + "What would close it: less prompt work per generated token (programs that fork one shared, "
-                "already-prefilled prefix)."
+        out.append(
+            f"- **Short programs** ({sp['ratio']:.2f}×): {short['programs']} programs × {short['new']} tokens "
+            f"made {short['tok_s']:.0f} generated tok/s against {ref['tok_s']:.0f} for {ref['programs']} × "
+            f"{ref['new']}. {100 * short['forward_share']:.0f}% of its wall time is forward passes (the "
+            f"reference: {100 * ref['forward_share']:.0f}%), so the runtime around them (threads, KV files, "
+            f"scheduling) is not what is missing: the model runs {short['positions_per_token']:.2f} token "
+            f"positions per generated token against {ref['positions_per_token']:.2f} for the reference, because "
+            "each program prefills its own prompt for only a few tokens; per position the short programs run at "
+            f"{short['positions_s'] / ref['positions_s']:.2f}× the reference's rate"
+            + (
+                " (wide mixed batches: many short prefill chunks, each its own attention call per layer). "
+                if short["positions_s"] < 0.9 * ref["positions_s"]
+                else ". "
             )
-        else:
-            out.append(
-                f"- **Short programs** ({sp['ratio']:.2f}×): {short['programs']} programs × {short['new']} tokens "
-                f"made {short['tok_s']:.0f} generated tok/s against {ref['tok_s']:.0f} for {ref['programs']} × "
-                f"{ref['new']}; each short program prefills its own prompt for only {short['new']} generated tokens."
-            )
+            + "What would close it: less prompt work per generated token (programs that fork one shared, "
+            "already-prefilled prefix)."
+        )
     w6 = n.get("debugger_overhead")
     if w6 and w6.get("paired_ratio", w6["wall_on"] / w6["wall_off"]) < 0.95:
         share = 100 * w6["extra_us_per_token"] / w6["us_per_token"]
