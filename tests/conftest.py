@@ -8,6 +8,19 @@ import torch
 torch.set_num_threads(2)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the tail of every running test server's log: a server's
+    own traceback is often the cause of what the client saw."""
+    from tests.server_harness import Server
+
+    report = yield
+    if report.failed:
+        for s in Server.running:
+            report.sections.append((f"server log {s.log_path} (tail)", s.log()[-6000:]))
+    return report
+
+
 @pytest.fixture(scope="session")
 def engine():
     from symphony_core import Engine

@@ -23,7 +23,10 @@ def symphony_cmd() -> list[str]:
 
 class Server:
     """`symphony serve --port P` in a subprocess; `.url`, `.users_file`, `.log()`, `.stop()`.
-    `extra`: more flags (a `--ray ADDRESS` front among them); `env`: the process's environment."""
+    `extra`: more flags (a `--ray ADDRESS` front among them); `env`: the process's environment.
+    A test that fails while servers run gets their log tails in its report (conftest.py)."""
+
+    running: list[Server] = []
 
     def __init__(
         self,
@@ -64,12 +67,15 @@ class Server:
             self._log.close()
             raise
         self.health = httpx.get(self.url + "/health").json()
+        Server.running.append(self)
 
     def log(self) -> str:
         with open(self.log_path) as f:
             return f.read()
 
     def stop(self, timeout: float = 30.0) -> int:
+        if self in Server.running:
+            Server.running.remove(self)
         code = terminate(self.proc, timeout)
         self._log.close()
         return code

@@ -14,7 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent / "symphony_core"
 # The floors, lowest first. A module may import from its own floor or any floor below it, never
 # from one above. Within a floor, modules may import each other as long as there is no circle.
 LAYERS: list[list[str]] = [
-    ["symphony_core.errors", "symphony_core.events"],  # errors; the clock, events and their bus
+    [
+        "symphony_core.errors",
+        "symphony_core.events",
+        "symphony_core.threadsafe_ast",
+    ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
     ["symphony_core.executor"],  # one forward pass over many preds (the forward lock lives here)
     ["symphony_core.sched"],  # processes, level-1 and level-2 schedulers

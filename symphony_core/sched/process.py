@@ -7,11 +7,11 @@ import itertools
 import os
 import queue
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import threadsafe_ast
 from ..errors import SymphonyError
 from ..events import now
 
@@ -236,7 +236,7 @@ class Process:
         if error is not None:
             if self.kill_reason is not None and isinstance(error, Cancelled):
                 error = self.kill_reason
-            tb = "".join(traceback.format_exception(error))
+            tb = threadsafe_ast.format_exception(error)
             self._error = (
                 error
                 if isinstance(error, LIPError)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
+from .. import threadsafe_ast
 from ..sandbox.confine import SandboxSpec
 from ..sandbox.job import SandboxJob
 from ..sandbox.twin import inprocess_lip, sandboxed_lip
@@ -65,7 +66,7 @@ def check_program(source: str, entry: str | None, where: str) -> int | None:
     """A program that cannot run is refused at submission (400): a syntax error, or no top-level
     `entry`. Returns the line of `def entry` (for a debugger's stop on entry)."""
     try:
-        tree = ast.parse(source, filename="<program>")
+        tree = threadsafe_ast.parse(source, "<program>")
     except SyntaxError as e:
         raise BadRequest(
             400, f"{where}: the program has a syntax error at line {e.lineno}: {e.msg}", param="source"

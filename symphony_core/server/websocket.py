@@ -4,6 +4,7 @@ messages both ways and the program's output, then its `result`. See docs/server.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -13,6 +14,8 @@ from .auth import owned_record, token_of
 from .launch import RUN_FIELDS, launch_program
 from .state import State
 from .validate import BadRequest, check_fields, parse_json, symphony_status
+
+log = logging.getLogger("symphony.server")
 
 WS_FIRST = {"op": ((str,), True), **RUN_FIELDS, "pid": ((int,), False), "detach": ((bool,), False)}
 
@@ -78,6 +81,10 @@ async def ws_session(state: State, ws: WebSocket) -> None:
         await _ws_error(ws, symphony_status(e), str(e), type(e).__name__)
         return
     except (TimeoutError, WebSocketDisconnect):
+        return
+    except Exception as e:  # the server's own fault: say so in a message rather than drop the connection
+        log.exception("unhandled error starting a program over the WebSocket")
+        await _ws_error(ws, 500, f"internal error: {type(e).__name__}: {e}", "internal_error", 1011)
         return
     await ws.send_json({"type": "started", "pid": rec.pid, "name": rec.proc.name, "sandboxed": rec.sandboxed})
 
