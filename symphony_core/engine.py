@@ -26,6 +26,23 @@ def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+KV_CACHE_DTYPES = {"auto": None, "fp32": torch.float32, "fp16": torch.float16}
+
+
+def choose_kv_dtype(choice: str, device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The pool's dtype: "auto" is the engine's dtype; "fp16" under fp32 activations halves the
+    pool's bytes (CPU only: there the compiled kernels write and read it)."""
+    if choice not in KV_CACHE_DTYPES:
+        raise SymphonyError(f"kv_cache_dtype={choice!r}: choose one of {', '.join(KV_CACHE_DTYPES)}")
+    chosen = KV_CACHE_DTYPES[choice] or dtype
+    if chosen != dtype and not (device.type == "cpu" and dtype == torch.float32):
+        raise SymphonyError(
+            f"kv_cache_dtype={choice!r} with {str(dtype).replace('torch.', '')} activations on {device.type}: "
+            "a cache of another dtype than the activations runs on the CPU with float32 activations only"
+        )
+    return chosen
+
+
 class Engine:
     """A loaded model with its KV page pool, KV file system, executor and (on first use) the
     LIP runtime: the two schedulers, the kernel and the event bus.
@@ -46,6 +63,11 @@ class Engine:
         num_pages: pages in the pool; default: as many as `kv_cache_gb` holds (at least 16).
         kv_cache_gb: the pool's size when `num_pages` is not given.
         threads: torch's CPU threads (`torch.set_num_threads`).
+        weights: "fp32" (exact), or on CPU "q8" / "q4" (quantised, faster; see
+            model/weight_formats.py).
+        kv_cache_dtype: the KV pool's dtype, as vLLM names the option: "auto" (the engine's dtype),
+            "fp32", or "fp16" (CPU): twice the pages in the same memory; K and V are rounded to
+            fp16 as they are written, so tokens may differ from an fp32 cache's.
 
     Raises:
         ModelError: the model cannot be found, converted or loaded (the message says which
@@ -66,11 +88,12 @@ class Engine:
         kv_cache_gb: float = 2.0,
         threads: int | None = None,
         weights: str = "fp32",
+        kv_cache_dtype: str = "auto",
     ) -> None:
-        """`weights`: "fp32" (exact), or on CPU "q8" / "q4" (quantised, faster; see model/weight_formats.py)."""
         self.device = torch.device(device) if device else _default_device()
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.weight_format = check_weight_format(weights, self.device)
+        self.kv_dtype = choose_kv_dtype(kv_cache_dtype, self.device, self.dtype)
         if threads:
             torch.set_num_threads(threads)
         loaded = load_model(model, dtype=self.dtype, device=str(self.device))
@@ -82,9 +105,11 @@ class Engine:
         self.model = PagedLlama(cfg, loaded.weights, self.device, self.dtype)
         apply_weight_format(self.model, weights, loaded.gguf_path, loaded.directory if loaded.gguf_path else None)
         if num_pages is None:
-            per_page = PagePool.bytes_per_page(page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.dtype)
+            per_page = PagePool.bytes_per_page(page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype)
             num_pages = max(16, int(kv_cache_gb * 1e9) // per_page)
-        self.pool = PagePool(num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.dtype, self.device)
+        self.pool = PagePool(
+            num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype, self.device
+        )
         self.kvfs = KVFS(self.pool)
         self.executor = Executor(self.model, self.kvfs)
         self._runtime: Runtime | None = None
@@ -227,11 +252,12 @@ class Engine:
         return self.executor.run(calls, argmax=watched)
 
     def stats(self) -> dict:
-        """The model, device, dtype, weight format and the page pool's counts (`pages_total`, `pages_used`, …)."""
+        """The model, device, dtype, weight format, the KV cache's dtype and the page pool's counts (`pages_total`, `pages_used`, …)."""
         return {
             "model": self.model_name,
             "device": str(self.device),
             "dtype": str(self.dtype),
             "weights": self.weight_format,
+            "kv_cache_dtype": str(self.kv_dtype).replace("torch.", ""),
             **self.kvfs.stats(),
         }

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from symphony_core import PredCall
+from symphony_core.errors import SymphonyError
 from symphony_core.model import cpu_kernels
 from symphony_core.model.attention import CompiledDecode, TorchSDPA
 from symphony_core.model.cpu_kernels import loader
@@ -91,6 +92,35 @@ def test_rope_writes_the_cache_and_attention_reads_it_in_place(ops, d):
         torch.testing.assert_close(got[i], ref)
 
 
+def test_an_fp16_pool_is_written_rounded_and_read_widened(ops):
+    """kv_cache_dtype="fp16": K and V are rounded to fp16 as they are written; attention over the
+    pool gives what fp32 attention over the widened values gives."""
+    torch.manual_seed(7)
+    h, kvh, d, t = 9, 3, 64, 3
+    cos, sin = _rope_tables(d)
+    pos, slots = torch.tensor([0, 9, 400]), torch.tensor([5, 1, 30])
+    qkv = torch.randn((h + 2 * kvh) * d, t).t() * 4
+    kc, vc = torch.zeros(64, kvh, d, dtype=torch.half), torch.zeros(64, kvh, d, dtype=torch.half)
+    q = ops.rope_write_kv(qkv, cos[pos], sin[pos], slots, kc, vc, h)
+    qk = PagedLlama.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos[pos][:, None], sin[pos][:, None])
+    assert q.dtype == torch.float32
+    torch.testing.assert_close(q, qk[:, :h])
+    assert torch.equal(kc[slots], qk[:, h:].half())  # rounded once, to nearest
+    assert torch.equal(vc[slots], qkv[:, (h + kvh) * d :].reshape(t, kvh, d).half())
+
+    pool, lens = 2048, [1, 40, 333]
+    kc, vc = torch.randn(pool, kvh, d).half(), torch.randn(pool, kvh, d).half()
+    table = torch.zeros(len(lens), max(lens), dtype=torch.long)
+    for i, n in enumerate(lens):
+        table[i, :n] = torch.randperm(pool)[:n]
+    q = torch.randn(len(lens), h, d)
+    got = ops.decode_attention(q, kc, vc, table, torch.tensor(lens), d**-0.5)
+    for i, n in enumerate(lens):
+        k, v = kc[table[i, :n]].float().transpose(0, 1), vc[table[i, :n]].float().transpose(0, 1)
+        ref = F.scaled_dot_product_attention(q[i][:, None], k, v, enable_gqa=True)[:, 0]
+        torch.testing.assert_close(got[i], ref)
+
+
 def test_bad_input_is_refused_by_name(ops):
     kc, vc = torch.zeros(16, 3, 64), torch.zeros(16, 3, 64)
     cos, sin = _rope_tables(64)
@@ -113,6 +143,11 @@ def test_bad_input_is_refused_by_name(ops):
             torch.tensor([1]),
             0.2,
         )
+    q1 = torch.randn(1, 9, 64)
+    with pytest.raises(RuntimeError, match="must have one shape and dtype"):
+        ops.decode_attention(q1, kc, vc.half(), torch.tensor([[0]]), torch.tensor([1]), 0.125)
+    with pytest.raises(RuntimeError, match="float32 or float16"):
+        ops.rope_write_kv(qkv, cos[:1], sin[:1], torch.tensor([0]), kc.bfloat16(), vc.bfloat16(), 9)
     with pytest.raises(RuntimeError, match="2-D float32"):
         ops.rms_norm(torch.randn(2, 8, dtype=torch.float64), torch.randn(8), 1e-5)
     with pytest.raises(RuntimeError, match="delta must have x's shape"):
@@ -138,18 +173,41 @@ def _decode(engine, n_seqs: int, steps: int) -> tuple[list[list[int]], torch.Ten
             engine.kv_close(kv)
 
 
-def test_fused_and_torch_paths_decode_alike(engine):
-    """The real model, the same prompts, fused steps and the torch formulas: same greedy tokens, logits
-    to float rounding (1 and 3 sequences: padded and unpadded rows)."""
+def _fused_and_plain(engine, steps: int = 6):
     model = engine.model
     assert model.ops is not None and isinstance(model.attention, CompiledDecode)
-    fused = {n: _decode(engine, n, 6) for n in (1, 3)}
+    fused = {n: _decode(engine, n, steps) for n in (1, 3)}
     ops, attention = model.ops, model.attention
     model.ops, model.attention = None, TorchSDPA()
     try:
-        plain = {n: _decode(engine, n, 6) for n in (1, 3)}
+        plain = {n: _decode(engine, n, steps) for n in (1, 3)}
     finally:
         model.ops, model.attention = ops, attention
+    return fused, plain
+
+
+def test_fused_and_torch_paths_decode_alike_over_an_fp16_cache():
+    """kv_cache_dtype="fp16" (here under q8 weights): the fused steps and the torch formulas (which
+    convert what they gather) decode alike over it: the same greedy tokens; logits within
+    1e-2, since the two compute RoPE in another order and a last-bit difference can round a K
+    value to the neighbouring fp16 one (fp16's step is 1e-3 of the value)."""
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=128, weights="q8", kv_cache_dtype="fp16")
+    assert eng.pool.k.dtype == torch.float16 and eng.stats()["kv_cache_dtype"] == "float16"
+    assert Engine(num_pages=16, weights="q8").pool.k.dtype == torch.float32  # "auto": the engine's dtype
+    with pytest.raises(SymphonyError, match="kv_cache_dtype='int8': choose one of auto, fp32, fp16"):
+        Engine(num_pages=16, kv_cache_dtype="int8")
+    fused, plain = _fused_and_plain(eng)
+    for n in fused:
+        assert fused[n][0] == plain[n][0]
+        torch.testing.assert_close(fused[n][1], plain[n][1], rtol=0, atol=1e-2)
+
+
+def test_fused_and_torch_paths_decode_alike(engine):
+    """The real model, the same prompts, fused steps and the torch formulas: same greedy tokens, logits
+    to float rounding (1 and 3 sequences: padded and unpadded rows)."""
+    fused, plain = _fused_and_plain(engine)
     for n in fused:
         assert fused[n][0] == plain[n][0]
         torch.testing.assert_close(fused[n][1], plain[n][1], rtol=1e-4, atol=1e-4)

@@ -133,3 +133,14 @@ def test_bad_weight_formats_are_refused_clearly():
     with pytest.raises(SystemExit) as e:
         main(["demo", "--weights", "int2"])
     assert e.value.code == 2
+
+
+def test_the_command_line_offers_what_the_engine_takes():
+    """`symphony serve --weights / --kv-cache-dtype` spell their choices out (parsing flags imports
+    no torch): they must stay the engine's."""
+    from symphony_core.engine import KV_CACHE_DTYPES
+    from symphony_core.model.weight_formats import WEIGHT_FORMATS
+    from symphony_core.server import commands
+
+    assert tuple(commands.WEIGHT_FORMATS) == tuple(WEIGHT_FORMATS)
+    assert tuple(commands.KV_CACHE_DTYPES) == tuple(KV_CACHE_DTYPES)

@@ -20,8 +20,9 @@ Measured with 16 forks of a 1,024-token file at ~1,050 context, per layer: 5.0 m
 padded SDPA path (gather 16 copies + SDPA) vs 0.8 ms (2 CPU threads, idle machine).
 
 `CompiledDecode` (CPU with Symphony's compiled kernels, fp32): single-token decode groups read K/V
-from the pool in place (cpu_kernels/decode_ops.cpp: one call a layer, no gather); shared-prefix
-groups and chunks take SDPA's path as above.
+from the pool in place (cpu_kernels/decode_ops.cpp: one call a layer, no gather; an fp16 pool is
+widened as it is read); shared-prefix groups and chunks take SDPA's path as above, whose gather
+converts an fp16 pool's rows to fp32.
 
 `FlashPaged` (CUDA with flash-attn installed): `flash_attn_with_kvcache` reads K/V straight
 from the pool through a block table, no gather. flash-attn 2's paged KV needs blocks of a
@@ -38,6 +39,11 @@ import torch.nn.functional as F
 from .forward_batch import AttentionGroup
 
 
+def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The cache's rows at `slots`, in the activations' dtype (an fp16 cache under fp32 ones)."""
+    return cache.index_select(0, slots).to(dtype)
+
+
 def _cascade_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g: AttentionGroup) -> torch.Tensor:
     """Single-token decodes whose contexts share a prefix: the prefix K/V is gathered once and
     scored against all B queries in one matmul per KV head ([B*G, D] x [D, P], G query heads per
@@ -51,10 +57,10 @@ def _cascade_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, kvh, grp, d)
     qp = qg.transpose(0, 1).reshape(kvh, b * grp, d)  # [KVH, B*G, D]
     assert g.prefix_slots is not None  # only shared-prefix groups come here
-    kp = k_cache.index_select(0, g.prefix_slots)  # [P, KVH, D]
-    vp = v_cache.index_select(0, g.prefix_slots)
-    ks = k_cache.index_select(0, g.context_slots).view(b, s, kvh, d)
-    vs = v_cache.index_select(0, g.context_slots).view(b, s, kvh, d)
+    kp = _gather(k_cache, g.prefix_slots, q.dtype)  # [P, KVH, D]
+    vp = _gather(v_cache, g.prefix_slots, q.dtype)
+    ks = _gather(k_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
+    vs = _gather(v_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
     scores = torch.empty(kvh, b * grp, p + s, dtype=q.dtype, device=q.device)
     torch.bmm(qp, kp.permute(1, 2, 0), out=scores[:, :, :p])
     suffix = torch.matmul(qg, ks.permute(0, 2, 3, 1))  # [B, KVH, G, S]
@@ -76,8 +82,8 @@ def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g
     kvh = k_cache.shape[1]
     b, nq, length = g.n_seqs, g.n_query, g.context_len
     qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, nq, h, d).transpose(1, 2)
-    kg = k_cache.index_select(0, g.context_slots).view(b, length, kvh, d).transpose(1, 2)
-    vg = v_cache.index_select(0, g.context_slots).view(b, length, kvh, d).transpose(1, 2)
+    kg = _gather(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
+    vg = _gather(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
     o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, is_causal=g.causal, enable_gqa=kvh != h)
     return o.transpose(1, 2).reshape(b * nq, h, d)
 

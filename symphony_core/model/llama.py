@@ -170,8 +170,8 @@ class PagedLlama:
                 q = ops.rope_write_kv(qkv, cos2, sin2, fb.write_slots, kc, vc, h)
             else:
                 qk = self.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
-                kc.index_copy_(0, fb.write_slots, qk[:, h:])
-                vc.index_copy_(0, fb.write_slots, qkv[:, (h + kvh) * d :].view(t, kvh, d))
+                kc.index_copy_(0, fb.write_slots, qk[:, h:].to(kc.dtype))
+                vc.index_copy_(0, fb.write_slots, qkv[:, (h + kvh) * d :].view(t, kvh, d).to(vc.dtype))
                 q = qk[:, :h]
             a = self.attention(q, kc, vc, plan)
             if attn_out is None:

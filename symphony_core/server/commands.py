@@ -12,8 +12,10 @@ from typing import Any
 
 from ..errors import ModelError
 
-# symphony_core.model.weight_formats.WEIGHT_FORMATS, spelled out so that parsing flags imports no torch
+# symphony_core.model.weight_formats.WEIGHT_FORMATS and symphony_core.engine.KV_CACHE_DTYPES, spelled
+# out so that parsing flags imports no torch (tests/test_weights.py checks that they agree)
 WEIGHT_FORMATS = ("fp32", "q8", "q4")
+KV_CACHE_DTYPES = ("auto", "fp32", "fp16")
 WEIGHTS_HELP = (
     "weight format on CPU: fp32 (exact, default), q8 (int8) or q4 (4-bit from the GGUF's Q4_1 blocks); "
     "quantised formats decode faster and agree with fp32 less than fully (bench/RESULTS.md)"
@@ -169,6 +171,7 @@ def _serve(args: argparse.Namespace) -> int:
         keep_finished_s=args.keep_finished,
         drain_s=args.drain,
         weights=args.weights,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
 
 
@@ -196,6 +199,12 @@ def add_server_commands(sub) -> None:
     s.add_argument("--kv-cache-gb", type=float, default=1.0)
     s.add_argument("--threads", type=int, default=None, help="torch threads of the engine")
     s.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP)
+    s.add_argument(
+        "--kv-cache-dtype",
+        choices=KV_CACHE_DTYPES,
+        default="auto",
+        help="the KV cache's dtype: auto (the engine's), fp32, or fp16 (CPU; twice the pages per GB)",
+    )
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
     s.add_argument(
         "--keep-finished",

@@ -60,6 +60,7 @@ def serve(
     keep_finished_s: float = 600.0,
     drain_s: float = 5.0,
     weights: str = "fp32",
+    kv_cache_dtype: str = "auto",
 ) -> int:
     import uvicorn
 
@@ -97,7 +98,14 @@ def serve(
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve() must run on the main thread (the sandbox is tied to it)")
     try:
-        engine = Engine(model, num_pages=num_pages, kv_cache_gb=kv_cache_gb, threads=threads, weights=weights)
+        engine = Engine(
+            model,
+            num_pages=num_pages,
+            kv_cache_gb=kv_cache_gb,
+            threads=threads,
+            weights=weights,
+            kv_cache_dtype=kv_cache_dtype,
+        )
     except ModelError as e:
         print(f"symphony serve: {e}", file=sys.stderr)
         return 2

@@ -7,11 +7,16 @@
 // The formulas are llama.py's torch ones (HF Llama's), computed in fp32 with a different summation
 // order: results agree to float rounding, which tests/test_cpu_kernels.py checks against the torch
 // path and tests/test_parity.py against transformers.
+//
+// The K/V pool is fp32 or fp16 (`Engine(kv_cache_dtype=...)`; fp16 halves the pool's memory): K and
+// V are rounded to fp16 as they are written and widened back to fp32 (F16C) as they are read; all
+// arithmetic stays fp32.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -55,6 +60,21 @@ void check_f32(const torch::Tensor& t, const char* name, int64_t dim) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.dim() == dim, name,
                 " must be a ", dim, "-D float32 CPU tensor, got ", t.sizes(), " ", t.scalar_type());
 }
+
+// The pool's K and V: [slots, kv_heads, head_dim], contiguous, one shape, both fp32 or both fp16.
+void check_pool(const torch::Tensor& k, const torch::Tensor& v) {
+    for (const auto* t : {&k, &v})
+        TORCH_CHECK(t->device().is_cpu() && t->dim() == 3 && t->is_contiguous() &&
+                        (t->scalar_type() == torch::kFloat32 || t->scalar_type() == torch::kHalf),
+                    "k_cache and v_cache must be contiguous 3-D float32 or float16 CPU tensors, got ", t->sizes(),
+                    " ", t->scalar_type());
+    TORCH_CHECK(k.sizes() == v.sizes() && k.scalar_type() == v.scalar_type(),
+                "k_cache and v_cache must have one shape and dtype [slots, kv_heads, head_dim], got ", k.sizes(), " ",
+                k.scalar_type(), " and ", v.sizes(), " ", v.scalar_type());
+}
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // One row: y = x · rsqrt(mean(x²) + eps) · w (the sum of squares in double).
 inline void norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -118,10 +138,7 @@ torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor delta, torch::Tensor w
 torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor slots,
                             torch::Tensor k_cache, torch::Tensor v_cache, int64_t heads) {
     check_f32(qkv, "qkv", 2);
-    check_f32(k_cache, "k_cache", 3);
-    check_f32(v_cache, "v_cache", 3);
-    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
-                "k_cache and v_cache must be contiguous [slots, kv_heads, head_dim] of one shape");
+    check_pool(k_cache, v_cache);
     const int64_t t = qkv.size(0), kvh = k_cache.size(1), d = k_cache.size(2), half = d / 2;
     TORCH_CHECK(d % 2 == 0 && qkv.size(1) == (heads + 2 * kvh) * d, "qkv has ", qkv.size(1),
                 " features, expected (heads + 2 * kv_heads) * head_dim = ", (heads + 2 * kvh) * d);
@@ -137,25 +154,33 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
     auto q = torch::empty({t, heads, d}, qkv.options());
     const int64_t s0 = qkv.stride(0), s1 = qkv.stride(1);
     const float *src = qkv.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sn = sin.data_ptr<float>();
-    float *qp = q.data_ptr<float>(), *kp = k_cache.data_ptr<float>(), *vp = v_cache.data_ptr<float>();
-    over_rows(t, (heads + 2 * kvh) * d, [&](int64_t r) {
-        const float* row = src + r * s0;
-        const float *c = cp + r * d, *s = sn + r * d;
-        auto rotate = [&](int64_t head, float* dst) {
-            const float* x = row + head * d * s1;
-            for (int64_t i = 0; i < half; ++i) {
-                const float a = x[i * s1], b = x[(i + half) * s1];
-                dst[i] = b * s[i] + a * c[i];
-                dst[i + half] = a * s[i + half] + b * c[i + half];
-            }
-        };
-        for (int64_t h = 0; h < heads; ++h) rotate(h, qp + (r * heads + h) * d);
-        float* kdst = kp + sp[r] * kvh * d;
-        float* vdst = vp + sp[r] * kvh * d;
-        for (int64_t h = 0; h < kvh; ++h) rotate(heads + h, kdst + h * d);
-        const float* v = row + (heads + kvh) * d * s1;
-        for (int64_t i = 0; i < kvh * d; ++i) vdst[i] = v[i * s1];
-    });
+    float* qp = q.data_ptr<float>();
+    auto run = [&](auto* kp, auto* vp) {
+        using KV = std::remove_pointer_t<decltype(kp)>;
+        over_rows(t, (heads + 2 * kvh) * d, [&](int64_t r) {
+            const float* row = src + r * s0;
+            const float *c = cp + r * d, *s = sn + r * d;
+            auto rotate = [&](int64_t head, auto* dst) {
+                using T = std::remove_pointer_t<decltype(dst)>;
+                const float* x = row + head * d * s1;
+                for (int64_t i = 0; i < half; ++i) {
+                    const float a = x[i * s1], b = x[(i + half) * s1];
+                    dst[i] = T(b * s[i] + a * c[i]);
+                    dst[i + half] = T(a * s[i + half] + b * c[i + half]);
+                }
+            };
+            for (int64_t h = 0; h < heads; ++h) rotate(h, qp + (r * heads + h) * d);
+            KV* kdst = kp + sp[r] * kvh * d;
+            KV* vdst = vp + sp[r] * kvh * d;
+            for (int64_t h = 0; h < kvh; ++h) rotate(heads + h, kdst + h * d);
+            const float* v = row + (heads + kvh) * d * s1;
+            for (int64_t i = 0; i < kvh * d; ++i) vdst[i] = KV(v[i * s1]);
+        });
+    };
+    if (k_cache.scalar_type() == torch::kHalf)
+        run(k_cache.data_ptr<at::Half>(), v_cache.data_ptr<at::Half>());
+    else
+        run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
     return q;
 }
 
@@ -195,19 +220,21 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 }
 
 // One (sequence, KV head) of a decode: G query heads [G, D] against `len` slots of the pool.
-template <int D>
-void decode_head(const float* q, int64_t G, const float* kc, const float* vc, const int64_t* slots, int64_t len,
+template <int D, class KV>
+void decode_head(const float* q, int64_t G, const KV* kc, const KV* vc, const int64_t* slots, int64_t len,
                  int64_t kv_stride, float scale, float* out, std::vector<float>& scores) {
     scores.resize(G * len);
     for (int64_t j = 0; j < len; ++j) {
-        const float* k = kc + slots[j] * kv_stride;
+        const KV* kj = kc + slots[j] * kv_stride;
+        __m256 k[D / 8];  // widened once, scored against all G query heads
+        for (int i = 0; i < D / 8; ++i) k[i] = load8(kj + 8 * i);
         for (int64_t g = 0; g < G; ++g) {
             const float* qg = q + g * D;
-            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(k));
-            __m256 b = _mm256_mul_ps(_mm256_loadu_ps(qg + 8), _mm256_loadu_ps(k + 8));
-            for (int i = 16; i < D; i += 16) {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(k + i), a);
-                b = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(k + i + 8), b);
+            __m256 a = _mm256_mul_ps(_mm256_loadu_ps(qg), k[0]);
+            __m256 b = _mm256_mul_ps(_mm256_loadu_ps(qg + 8), k[1]);
+            for (int i = 2; i < D / 8; i += 2) {
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i), k[i], a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qg + 8 * i + 8), k[i + 1], b);
             }
             scores[g * len + j] = hsum8(_mm256_add_ps(a, b)) * scale;
         }
@@ -232,9 +259,9 @@ void decode_head(const float* q, int64_t G, const float* kc, const float* vc, co
         __m256 acc[D / 8];
         for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
         for (j = 0; j < len; ++j) {
-            const float* v = vc + slots[j] * kv_stride;
+            const KV* v = vc + slots[j] * kv_stride;
             const __m256 p = _mm256_set1_ps(s[j]);
-            for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+            for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(p, load8(v + 8 * i), acc[i]);
         }
         const __m256 iv = _mm256_set1_ps(inv);
         for (int i = 0; i < D / 8; ++i) _mm256_storeu_ps(out + g * D + 8 * i, _mm256_mul_ps(acc[i], iv));
@@ -246,10 +273,7 @@ void decode_head(const float* q, int64_t G, const float* kc, const float* vc, co
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor slots,
                                torch::Tensor lengths, double scale) {
     check_f32(q, "q", 3);
-    check_f32(k_cache, "k_cache", 3);
-    check_f32(v_cache, "v_cache", 3);
-    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.sizes() == v_cache.sizes(),
-                "k_cache and v_cache must be contiguous [slots, kv_heads, head_dim] of one shape");
+    check_pool(k_cache, v_cache);
     q = q.contiguous();
     const int64_t b = q.size(0), h = q.size(1), d = q.size(2), kvh = k_cache.size(1);
     TORCH_CHECK(k_cache.size(2) == d && h % kvh == 0, "q [B, H, D] does not match the pool's [S, ", kvh, ", ",
@@ -268,22 +292,28 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
                         " is outside the pool");
     }
     auto out = torch::empty_like(q);
-    const float *qp = q.data_ptr<float>(), *kp = k_cache.data_ptr<float>(), *vp = v_cache.data_ptr<float>();
+    const float* qp = q.data_ptr<float>();
     float* op = out.data_ptr<float>();
     const int64_t kv_stride = kvh * d;
-    at::parallel_for(0, b * kvh, 1, [&](int64_t t0, int64_t t1) {
-        std::vector<float> scores;
-        for (int64_t task = t0; task < t1; ++task) {
-            const int64_t i = task / kvh, g = task % kvh;
-            const float* qh = qp + (i * h + g * G) * d;
-            float* oh = op + (i * h + g * G) * d;
-            const float *kh = kp + g * d, *vh = vp + g * d;
-            if (d == 64)
-                decode_head<64>(qh, G, kh, vh, sp + i * width, lp[i], kv_stride, float(scale), oh, scores);
-            else
-                decode_head<128>(qh, G, kh, vh, sp + i * width, lp[i], kv_stride, float(scale), oh, scores);
-        }
-    });
+    auto run = [&](const auto* kp, const auto* vp) {
+        at::parallel_for(0, b * kvh, 1, [&](int64_t t0, int64_t t1) {
+            std::vector<float> scores;
+            for (int64_t task = t0; task < t1; ++task) {
+                const int64_t i = task / kvh, g = task % kvh;
+                const float* qh = qp + (i * h + g * G) * d;
+                float* oh = op + (i * h + g * G) * d;
+                const auto *kh = kp + g * d, *vh = vp + g * d;
+                if (d == 64)
+                    decode_head<64>(qh, G, kh, vh, sp + i * width, lp[i], kv_stride, float(scale), oh, scores);
+                else
+                    decode_head<128>(qh, G, kh, vh, sp + i * width, lp[i], kv_stride, float(scale), oh, scores);
+            }
+        });
+    };
+    if (k_cache.scalar_type() == torch::kHalf)
+        run(k_cache.data_ptr<at::Half>(), v_cache.data_ptr<at::Half>());
+    else
+        run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
     return out;
 }
 

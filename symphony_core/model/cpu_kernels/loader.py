@@ -27,7 +27,7 @@ import torch
 NAME = "symphony_cpu_kernels"
 SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "decode_ops.cpp")]
 BUILD_DIR = Path(__file__).with_name("build")
-CFLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
 LDFLAGS = ["-fopenmp"]
 ENV = "SYMPHONY_CPU_KERNELS"
 CHOICES = ("auto", "torch")
