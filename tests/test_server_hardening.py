@@ -1,8 +1,10 @@
 """The server's answers to floods and client mistakes (issue 19): message memory bounded per
 process and per user and given back when processes are reaped, the OpenAI endpoints' 400/429,
-bad token ids caught inside a program, the runtime forgetting reaped processes.
+bad token ids caught inside a program, the runtime forgetting reaped processes; and a fault of the
+server's own while it starts a program, reported rather than dropped.
 
-One real server on loopback for the module, keeping finished processes only 2 s.
+One real server on loopback for the module, keeping finished processes only 2 s (the last test
+runs the app in-process).
 """
 
 from __future__ import annotations
@@ -170,3 +172,32 @@ def test_runtime_table_drops_reaped_and_bounds_finished(engine, monkeypatch):
         ps[-1].result(30)
         time.sleep(0.05)  # the table is updated just after the result is set
     assert [q.pid in rt.processes for q in ps] == [False, False, True, True]
+
+
+def test_a_server_fault_starting_a_program_is_a_typed_500_not_a_dropped_socket(engine, monkeypatch):
+    """An unexpected exception while the WebSocket session starts a program (the server's own fault,
+    as CPython 3.11's spurious AST SystemError once was) reaches the client as an error message with
+    code 500 naming it, then a close frame (1011), rather than a connection cut without either."""
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from symphony_core.server import create_app, websocket
+    from symphony_core.server.state import ServerConfig
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the launcher broke")
+
+    monkeypatch.setattr(websocket, "launch_program", broken)
+    app = create_app(engine, config=ServerConfig(sandbox=False))
+    with TestClient(app) as tc, tc.websocket_connect("/v1/ws") as ws:
+        ws.send_json({"op": "run", "source": SOURCE, "entry": "bad_ids"})
+        msg = ws.receive_json()
+        assert msg["type"] == "error", msg
+        assert msg["error"] == {
+            "type": "internal_error",
+            "message": "internal error: RuntimeError: the launcher broke",
+            "code": 500,
+        }
+        with pytest.raises(WebSocketDisconnect) as closed:
+            ws.receive_json()
+        assert closed.value.code == 1011
