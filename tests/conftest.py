@@ -10,14 +10,25 @@ torch.set_num_threads(2)
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A failed test's report carries the tail of every running test server's log: a server's
-    own traceback is often the cause of what the client saw."""
+    """A failed test's report carries the tail of every running test server's log (a server's own
+    traceback is often the cause of what the client saw) and the session engine's pages and
+    processes when the test used it."""
     from tests.server_harness import Server
 
     report = yield
     if report.failed:
         for s in Server.running:
             report.sections.append((f"server log {s.log_path} (tail)", s.log()[-6000:]))
+        eng = item.funcargs.get("engine") if hasattr(item, "funcargs") else None
+        if eng is not None:  # the shared engine: a process queued for pages looks like a hang
+            procs = eng.runtime.procs
+            report.sections.append(
+                (
+                    "the session engine",
+                    f"{eng.stats()}\nrunning: {[p.summary() for p in list(procs.running.values())][:20]}\n"
+                    f"waiting: {len(procs.waiting)}",
+                )
+            )
     return report
 
 

@@ -385,3 +385,29 @@ def test_bridge_answers_while_the_kernel_thread_is_blocked(lab, tmp_path):
         assert got["resp"]["success"] and text.startswith(" Paris")
     finally:
         bridge.stop()
+
+
+def test_a_view_that_fails_to_build_is_built_again(lab, monkeypatch):
+    """The view pump builds a run's view again when building it failed (the engine moved under it):
+    a process stopped at a breakpoint sends no further event, so a dropped update would leave its
+    widget stale for good."""
+    run = lab.run(complete, "Hi", 2, stop_on_entry=True, display=False)
+    w = run.widget
+    pid = run.wait_launched()
+    wait_for(lambda: w.view.get("status") == "stopped", what="the entry stop")
+    real = lab.run_views.run_view
+    failed: list[int] = []
+
+    def flaky(r):
+        if not failed:
+            failed.append(r.pid)
+            raise RuntimeError("dictionary changed size during iteration")
+        return real(r)
+
+    monkeypatch.setattr(lab.run_views, "run_view", flaky)
+    run.scope = "engine"  # a change only a rebuilt view shows
+    lab.mark_dirty(pid)
+    wait_for(lambda: w.view.get("scope") == "engine", what="the view built again after a failure")
+    assert failed == [pid]
+    run.process.cancel("test over")
+    assert run.process.wait(30)

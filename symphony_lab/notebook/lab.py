@@ -9,6 +9,7 @@ client-side model (`self.state`, symphony_lab/session_state.py), which the run v
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from .token_tap import TokenTap
 from .views import RunViews
 
 VIEW_INTERVAL = 0.2  # seconds between view refreshes while something changes
+log = logging.getLogger("symphony.lab")
 RESERVED_KWARGS = ("stop_on_entry", "record", "profile", "user", "name", "priority", "limits")
 
 GLOBAL_WIDGETS: weakref.WeakSet = weakref.WeakSet()
@@ -363,18 +365,26 @@ class Lab:
             self.bridge.broadcast(msg)
 
     def _pump(self) -> None:
-        """Push fresh views to widgets and sidebar clients while something changes."""
+        """Push fresh views to widgets and sidebar clients while something changes. A view that
+        fails to build (the engine moved under it) stays dirty and is built again next round: a
+        stopped process sends no further event, so a dropped update would never be redone."""
         while not self._closed:
             time.sleep(VIEW_INTERVAL)
             with self._lock:
                 pids, self._dirty_pids = self._dirty_pids, set()
                 glob, self._global_dirty = self._global_dirty, False
-            try:
-                for pid in pids:
-                    run = self._runs.get(pid)
-                    if run is not None and run._widget is not None and run.pid == pid:
+            failed: set[int] = set()
+            lab_failed = False
+            for pid in pids:
+                run = self._runs.get(pid)
+                if run is not None and run._widget is not None and run.pid == pid:
+                    try:
                         run._widget.view = self.run_views.run_view(run)
-                if glob:
+                    except Exception:
+                        log.debug("the view of process %s failed to build; retrying", pid, exc_info=True)
+                        failed.add(pid)
+            if glob:
+                try:
                     for w in list(GLOBAL_WIDGETS):
                         w.view = self.run_views.lab_view()
                     if self.bridge is not None and self.bridge.n_clients:
@@ -387,8 +397,13 @@ class Lab:
                                 "body": self.run_views.lab_view(),
                             }
                         )
-            except Exception:
-                pass
+                except Exception:
+                    log.debug("the lab view failed to build; retrying", exc_info=True)
+                    lab_failed = True
+            if failed or lab_failed:
+                with self._lock:
+                    self._dirty_pids.update(failed)
+                    self._global_dirty = self._global_dirty or lab_failed
 
     # --- whole-engine widgets -------------------------------------------------------------------
     def views(self):
