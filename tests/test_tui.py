@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import threading
+import time
 import uuid
 
 import pytest
@@ -309,8 +310,21 @@ def test_same_session_over_the_debugger_websocket(engine):
         dbg.detach()
 
 
-def test_line_breakpoint_step_back_and_scheduler_step_mode(engine):
-    """`b` on a source line, continue to it, step twice, step back (a replay), batch step mode."""
+def test_line_breakpoint_step_back_and_scheduler_step_mode(engine, monkeypatch):
+    """`b` on a source line, continue to it, step twice, step back (a replay), batch step mode.
+
+    The second step meets the line breakpoint before the `pred` it steps to; the session steps on
+    from there at once and that stop never shows. Its step on is held back 0.3 s here, so that a
+    snapshot taken meanwhile is sure to find the stop (a CI run once caught it shown)."""
+    from symphony_lab.tui.debug_session import DebuggerSession
+
+    quiet_step = DebuggerSession._quiet_step
+
+    def slow_quiet_step(self, *args, **kwargs):
+        time.sleep(0.3)
+        quiet_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(DebuggerSession, "_quiet_step", slow_quiet_step)
     lips = os.path.join(ROOT, "tests", "lips_for_tests.py")
     src = open(lips).read().splitlines()
     def_line = next(i + 1 for i, ln in enumerate(src) if ln.startswith("def greedy("))

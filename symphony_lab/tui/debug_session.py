@@ -235,28 +235,37 @@ class DebuggerSession(Session):
             self._tracebacks[pid] = tb
         return tb
 
+    def _pass_over(self, b: dict) -> str | None:
+        """What the session does at once with stop `b` instead of showing it: "continue" (a line
+        breakpoint's stop at another line, or one met on the way back of a step back), the step
+        command in flight (the stop before the `pred` being stepped to), or None: a stop to show.
+        Asked of each `stopped` event and of every snapshot's stops, so that a stop about to be
+        passed over never shows, even before its event has arrived."""
+        reasons = b.get("reasons") or [b.get("reason")]
+        ids = b.get("breakpoints") or []
+        if reasons != ["breakpoint"] or not ids or not all(i in self._line_bps for i in ids):
+            return None
+        if b.get("pid") in self._replaying and b.get("where") != "after":
+            return "continue"
+        if not self._line_bps.hit(ids, b.get("file"), b.get("line")):
+            return "continue"
+        command = self._stepping.get((b.get("pid"), b.get("tid")))
+        if command is not None and b.get("where") == "before" and b.get("call") == "pred":
+            return command  # stepping to this very pred: go on to its result (one step = one token)
+        return None
+
     def _on_stopped(self, b: dict) -> None:
         pid, tid = b.get("pid"), b.get("tid")
-        key = (pid, tid)
         reasons = b.get("reasons") or [b.get("reason")]
-        if pid in self._replaying:
-            if b.get("where") == "after" or "diverged" in reasons or "entry" in reasons:
-                self._replaying.discard(pid)  # the step-back target (or where the replay went live)
-            elif reasons == ["breakpoint"] and all(i in self._line_bps for i in b.get("breakpoints") or []):
-                self._react(lambda: self._quiet_continue(pid, tid))  # a line breakpoint on the way back
-                return
-        if reasons == ["breakpoint"] and b.get("breakpoints"):
-            ids = b["breakpoints"]
-            line_ids = [i for i in ids if i in self._line_bps]
-            if line_ids and len(line_ids) == len(ids):
-                if not self._line_bps.hit(line_ids, b.get("file"), b.get("line")):
-                    self._react(lambda: self._quiet_continue(pid, tid))
-                    return
-                if key in self._stepping and b.get("where") == "before" and b.get("call") == "pred":
-                    # Stepping to this very pred: go on to its result (one step = one token).
-                    command = self._stepping[key]
-                    self._react(lambda: self._quiet_step(pid, tid, command))
-                    return
+        if pid in self._replaying and (b.get("where") == "after" or "diverged" in reasons or "entry" in reasons):
+            self._replaying.discard(pid)  # the step-back target (or where the replay went live)
+        action = self._pass_over(b)
+        if action == "continue":
+            self._react(lambda: self._quiet_continue(pid, tid))
+            return
+        if action is not None:
+            self._react(lambda: self._quiet_step(pid, tid, action))
+            return
         if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
             self._stepping = {k: c for k, c in self._stepping.items() if k[0] != pid}
         self._adopt_if_new(pid)
@@ -320,7 +329,7 @@ class DebuggerSession(Session):
 
     def state(self) -> dict:
         procs = self.request("threads", include_done=True)["processes"]
-        stops = self.request("stops")["stops"]
+        stops = [s for s in self.request("stops")["stops"] if self._pass_over(s) is None]
         for s in stops:
             self.model.remember_texts(s)
             rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
