@@ -318,13 +318,13 @@ def test_line_breakpoint_step_back_and_scheduler_step_mode(engine, monkeypatch):
     snapshot taken meanwhile is sure to find the stop (a CI run once caught it shown)."""
     from symphony_lab.tui.debug_session import DebuggerSession
 
-    quiet_step = DebuggerSession._quiet_step
+    resume = DebuggerSession._resume_quietly
 
-    def slow_quiet_step(self, *args, **kwargs):
+    def slow_resume(self, *args, **kwargs):
         time.sleep(0.3)
-        quiet_step(self, *args, **kwargs)
+        resume(self, *args, **kwargs)
 
-    monkeypatch.setattr(DebuggerSession, "_quiet_step", slow_quiet_step)
+    monkeypatch.setattr(DebuggerSession, "_resume_quietly", slow_resume)
     lips = os.path.join(ROOT, "tests", "lips_for_tests.py")
     src = open(lips).read().splitlines()
     def_line = next(i + 1 for i, ln in enumerate(src) if ln.startswith("def greedy("))

@@ -236,19 +236,16 @@ class DebuggerSession(Session):
         return tb
 
     def _pass_over(self, b: dict) -> str | None:
-        """What the session does at once with stop `b` instead of showing it: "continue" (a line
-        breakpoint's stop at another line, or one met on the way back of a step back), the step
-        command in flight (the stop before the `pred` being stepped to), or None: a stop to show.
-        Asked of each `stopped` event and of every snapshot's stops, so that a stop about to be
-        passed over never shows, even before its event has arrived."""
+        """What the session does at once with stop `b` rather than show it (None: show it). Asked of
+        each `stopped` event and of each snapshot's stops, so a stop to pass never shows."""
         reasons = b.get("reasons") or [b.get("reason")]
         ids = b.get("breakpoints") or []
         if reasons != ["breakpoint"] or not ids or not all(i in self._line_bps for i in ids):
             return None
         if b.get("pid") in self._replaying and b.get("where") != "after":
-            return "continue"
+            return "continue"  # a line breakpoint on a step back's way
         if not self._line_bps.hit(ids, b.get("file"), b.get("line")):
-            return "continue"
+            return "continue"  # a line breakpoint's syscall at another line
         command = self._stepping.get((b.get("pid"), b.get("tid")))
         if command is not None and b.get("where") == "before" and b.get("call") == "pred":
             return command  # stepping to this very pred: go on to its result (one step = one token)
@@ -260,11 +257,8 @@ class DebuggerSession(Session):
         if pid in self._replaying and (b.get("where") == "after" or "diverged" in reasons or "entry" in reasons):
             self._replaying.discard(pid)  # the step-back target (or where the replay went live)
         action = self._pass_over(b)
-        if action == "continue":
-            self._react(lambda: self._quiet_continue(pid, tid))
-            return
-        if action is not None:
-            self._react(lambda: self._quiet_step(pid, tid, action))
+        if action is not None:  # "continue", or the step in flight
+            self._react(lambda: self._resume_quietly(pid, tid, action))
             return
         if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
             self._stepping = {k: c for k, c in self._stepping.items() if k[0] != pid}
@@ -275,13 +269,8 @@ class DebuggerSession(Session):
             with self._lock:
                 self.pids.append(pid)
 
-    def _quiet_continue(self, pid: int, tid: int) -> None:
-        try:
-            self.request("continue", pid=pid, tid=tid)
-        except SessionError:
-            pass
-
-    def _quiet_step(self, pid: int, tid: int, command: str = "step") -> None:
+    def _resume_quietly(self, pid: int, tid: int, command: str) -> None:
+        """Resume a passed-over stop ("continue", or a step command); a stop gone meanwhile is fine."""
         try:
             self.request(command, pid=pid, tid=tid)
         except SessionError:
