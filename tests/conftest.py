@@ -20,8 +20,9 @@ def pytest_runtest_makereport(item, call):
         for s in Server.running:
             report.sections.append((f"server log {s.log_path} (tail)", s.log()[-6000:]))
         eng = item.funcargs.get("engine") if hasattr(item, "funcargs") else None
-        if eng is not None:  # the shared engine: a process queued for pages looks like a hang
-            procs = eng.runtime.procs
+        runtime = getattr(eng, "_runtime", None)  # never start one to report on it
+        if runtime is not None:  # the shared engine: a process queued for pages looks like a hang
+            procs = runtime.procs
             report.sections.append(
                 (
                     "the session engine",
