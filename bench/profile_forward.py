@@ -50,9 +50,9 @@ class _Recorded:
     def __getattr__(self, name: str):
         fn = getattr(self.mod, name)
 
-        def call(*args):
+        def call(*args, **kwargs):
             with torch.profiler.record_function(f"symphony::{name}"):
-                return fn(*args)
+                return fn(*args, **kwargs)
 
         return call
 

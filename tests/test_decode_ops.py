@@ -51,11 +51,15 @@ def test_norms_match_torch(ops):
 
 def test_silu_mul_matches_torch(ops):
     torch.manual_seed(1)
-    for rows in (1, 5):
+    for rows in (1, 5, 77):
         gu = torch.randn(3072, rows).t() * 4
         ref = F.silu(gu[:, :1536]) * gu[:, 1536:]
         for layout in (gu, gu.contiguous()):
             torch.testing.assert_close(ops.silu_mul(layout), ref, rtol=2e-6, atol=1e-6)
+            assert ops.silu_mul(layout).is_contiguous()
+            feature_major = ops.silu_mul(layout, feature_major=True)
+            torch.testing.assert_close(feature_major, ref, rtol=2e-6, atol=1e-6)
+            assert feature_major.t().is_contiguous()  # [I, T] in memory, read as [T, I]
     g = torch.tensor([[-1e4, -100.0, -88.0, -20.0, -1.0, 0.0, 1e-8, 1.0, 20.0, 88.0, 100.0, 1e4, 3.0]])
     got = ops.silu_mul(torch.cat([g, torch.ones_like(g)], 1))
     torch.testing.assert_close(got, F.silu(g), rtol=2e-6, atol=1e-30)  # exp clamps, never inf or nan

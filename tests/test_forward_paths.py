@@ -62,14 +62,22 @@ def test_groups_cover_every_path():
     assert len(equal.groups) == 1 and equal.groups[0].mask is None and not equal.groups[0].causal
     unequal = ForwardBatch.build([seq(1, 7), seq(1, 12)])
     assert unequal.groups[0].mask is not None
-    square = ForwardBatch.build([seq(5, 5)])
+    square = ForwardBatch.build([seq(40, 40)])
     assert square.groups[0].causal and square.groups[0].mask is None
-    prefixed = ForwardBatch.build([seq(5, 9)])
+    prefixed = ForwardBatch.build([seq(5, 200)])
     assert not prefixed.groups[0].causal and prefixed.groups[0].mask is not None
-    mixed = ForwardBatch.build([seq(1, 7), seq(5, 5), seq(1, 3), seq(4, 9)])
+    mixed = ForwardBatch.build([seq(1, 7), seq(40, 40), seq(1, 3), seq(4, 200)])
     assert len(mixed.groups) == 3
     rows = torch.cat([g.rows for g in mixed.groups]).sort().values
     assert rows.tolist() == list(range(mixed.token_ids.shape[0]))
+    # Short chunks over short contexts join the decodes' group, one row per token (the causal mask
+    # row by row); on CUDA every chunk keeps a group of its own.
+    folded = ForwardBatch.build([seq(1, 7), seq(5, 5), seq(3, 9)])
+    (g,) = folded.groups
+    assert g.n_query == 1 and g.lengths == [7, 1, 2, 3, 4, 5, 7, 8, 9]
+    assert g.rows.tolist() == list(range(9)) and g.all_rows
+    fourth = g.context_slots.view(9, 9)[4]  # the 4th token of the 5-token chunk sees slots 100..103
+    assert fourth[:4].tolist() == [100, 101, 102, 103] and g.mask[4, 0, 0].tolist() == [True] * 4 + [False] * 5
 
 
 def test_single_prompt_all_positions(engine, hf_model, kvs):

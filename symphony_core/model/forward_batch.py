@@ -3,7 +3,8 @@
 The model sees slots, never files: each sequence brings the slots its new tokens are written
 to and the slots of its whole context (prefix + new tokens, in cache order). Attention runs
 per *group*: all single-token decodes share one padded group; each multi-token chunk gets its
-own, so a long prefill pads nobody. On CPU, decodes that share leading slots (forks of one
+own, so a long prefill pads nobody (on CPU a short chunk over a short context joins the decodes'
+group instead, a row per token). On CPU, decodes that share leading slots (forks of one
 file) get a shared-prefix group instead (see attention.py). Every index tensor is built here,
 once per batch, and reused by all layers.
 """
@@ -95,9 +96,19 @@ class ForwardBatch:
         if decodes and _on_cpu(device):
             shared, decodes = _shared_prefixes(seqs, decodes)
             for members, n in shared:
-                groups.append(_decode_group([seqs[i] for i in members], [starts[i] for i in members], total, device, n))
-        if decodes:
-            groups.append(_decode_group([seqs[i] for i in decodes], [starts[i] for i in decodes], total, device))
+                ctx = [seqs[i].context_slots for i in members]
+                groups.append(_decode_group(ctx, [starts[i] for i in members], total, device, n))
+        contexts = [seqs[i].context_slots for i in decodes]
+        rows = [starts[i] for i in decodes]
+        if _on_cpu(device):
+            short = [i for i in chunks if _folds_into_rows(seqs[i])]
+            chunks = [i for i in chunks if not _folds_into_rows(seqs[i])]
+            for i in short:
+                q, length = len(seqs[i].token_ids), len(seqs[i].context_slots)
+                contexts += [seqs[i].context_slots[: length - q + j + 1] for j in range(q)]
+                rows += range(starts[i], starts[i] + q)
+        if contexts:
+            groups.append(_decode_group(contexts, rows, total, device))
         for i in chunks:
             groups.append(_chunk_group(seqs[i], starts[i], total, device))
 
@@ -111,31 +122,44 @@ class ForwardBatch:
         )
 
 
-def _decode_group(seqs: list[SeqInput], starts: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
-    """One query row per sequence over its context slots, padded to the longest. With `n_prefix`
-    (a shared-prefix group) the first n_prefix slots, the same for every member, are kept apart
-    as `prefix_slots` and the padded context holds only each sequence's own suffix."""
-    lens = [len(s.context_slots) for s in seqs]
+def _decode_group(contexts: list[list[int]], rows: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
+    """One query row per context (rows[b] of the batch attends over contexts[b]), padded to the
+    longest. With `n_prefix` (a shared-prefix group) the first n_prefix slots, the same for every
+    member, are kept apart as `prefix_slots` and the padded context holds only each row's own suffix."""
+    lens = [len(c) for c in contexts]
     own = [n - n_prefix for n in lens]
     width = max(own)
     flat: list[int] = []
-    for s, n in zip(seqs, own):
-        flat += s.context_slots[n_prefix:] if n_prefix else s.context_slots
+    for c, n in zip(contexts, own):
+        flat += c[n_prefix:] if n_prefix else c
         if n < width:
-            flat += [s.context_slots[n_prefix]] * (width - n)
+            flat += [c[n_prefix]] * (width - n)
     return AttentionGroup(
-        rows=_long(starts, device),
-        n_seqs=len(seqs),
+        rows=_long(rows, device),
+        n_seqs=len(contexts),
         n_query=1,
         context_slots=_long(flat, device),
         context_len=width,
         mask=_length_mask(own, width, device) if min(own) != width else None,
         causal=False,
-        all_rows=starts == list(range(total)),
+        all_rows=rows == list(range(total)),
         lengths=lens,
-        prefix_slots=_long(seqs[0].context_slots[:n_prefix], device) if n_prefix else None,
+        prefix_slots=_long(contexts[0][:n_prefix], device) if n_prefix else None,
         prefix_len=n_prefix,
     )
+
+
+# On CPU a short chunk over a short context joins the decode group as one query row per token (row
+# j sees its context up to its own slot: the causal mask, row by row), so a wide batch of many
+# programs' short prompts runs one attention call a layer instead of one per chunk, each with its own
+# gather (~130 µs a chunk a layer: 1000 programs prefilling 12 tokens spent ~8% of a forward there).
+# The limits keep the group's padding (every row is padded to the longest context) small.
+FOLD_MAX_QUERY = 32
+FOLD_MAX_CONTEXT = 128
+
+
+def _folds_into_rows(s: SeqInput) -> bool:
+    return len(s.token_ids) <= FOLD_MAX_QUERY and len(s.context_slots) <= FOLD_MAX_CONTEXT
 
 
 # A shared-prefix group needs this many sequences with this many common leading slots (one

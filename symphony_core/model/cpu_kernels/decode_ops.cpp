@@ -184,38 +184,45 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
     return q;
 }
 
-// gate_up [T, 2·I] (any strides; gate first): out [T, I] = silu(gate) · up, contiguous.
-torch::Tensor silu_mul(torch::Tensor gate_up) {
+inline __m256 silu_mul8(__m256 g, __m256 u) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+// n values silu(g[i·s]) · u[i·s] into o[0..n) (s: the input's stride along them).
+inline void silu_mul_run(const float* g, const float* u, int64_t s, float* o, int64_t n) {
+    int64_t i = 0;
+    if (s == 1) {
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, silu_mul8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    } else {
+        alignas(32) float gb[8], ub[8];
+        for (; i + 8 <= n; i += 8) {
+            for (int j = 0; j < 8; ++j) gb[j] = g[(i + j) * s], ub[j] = u[(i + j) * s];
+            _mm256_storeu_ps(o + i, silu_mul8(_mm256_load_ps(gb), _mm256_load_ps(ub)));
+        }
+    }
+    for (; i < n; ++i) o[i] = g[i * s] / (1.0f + std::exp(-g[i * s])) * u[i * s];
+}
+
+// gate_up [T, 2·I] (any strides; gate first) -> silu(gate) · up [T, I]. Row-major out ([T, I]
+// contiguous) by default: what the few-row kernels read. With feature_major the result is [I, T]
+// contiguous, returned as its [T, I] transposed view: a feature-major gate_up (a W·xᵀ result seen
+// transposed) is then read and written in memory order, where row-major output would gather every
+// value from a different row (~10x slower at hundreds of rows), and MKL's sgemm takes either layout.
+torch::Tensor silu_mul(torch::Tensor gate_up, bool feature_major) {
     check_f32(gate_up, "gate_up", 2);
     TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up must have an even number of features");
     const int64_t t = gate_up.size(0), n = gate_up.size(1) / 2, s0 = gate_up.stride(0), s1 = gate_up.stride(1);
-    auto out = torch::empty({t, n}, gate_up.options());
     const float* src = gate_up.data_ptr<float>();
+    if (feature_major) {
+        auto out = torch::empty({n, t}, gate_up.options());
+        float* op = out.data_ptr<float>();
+        over_rows(n, t * 8, [&](int64_t f) { silu_mul_run(src + f * s1, src + (f + n) * s1, s0, op + f * t, t); });
+        return out.t();
+    }
+    auto out = torch::empty({t, n}, gate_up.options());
     float* op = out.data_ptr<float>();
-    over_rows(t, n * 8, [&](int64_t r) {
-        const float* g = src + r * s0;
-        const float* u = g + n * s1;
-        float* o = op + r * n;
-        int64_t i = 0;
-        if (s1 == 1) {
-            const __m256 one = _mm256_set1_ps(1.0f);
-            for (; i + 8 <= n; i += 8) {
-                const __m256 gv = _mm256_loadu_ps(g + i);
-                const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
-                _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
-            }
-        } else {
-            alignas(32) float gb[8], ub[8];
-            const __m256 one = _mm256_set1_ps(1.0f);
-            for (; i + 8 <= n; i += 8) {
-                for (int j = 0; j < 8; ++j) gb[j] = g[(i + j) * s1], ub[j] = u[(i + j) * s1];
-                const __m256 gv = _mm256_load_ps(gb);
-                const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
-                _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_load_ps(ub)));
-            }
-        }
-        for (; i < n; ++i) o[i] = g[i * s1] / (1.0f + std::exp(-g[i * s1])) * u[i * s1];
-    });
+    over_rows(t, n * 8, [&](int64_t r) { silu_mul_run(src + r * s0, src + r * s0 + n * s1, s1, op + r * n, n); });
     return out;
 }
 
@@ -324,7 +331,8 @@ void add_decode_ops(pybind11::module_& m) {
     m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then rms_norm(x, w, eps)");
     m.def("rope_write_kv", &rope_write_kv,
           "rotate q, k of qkv [T, (H + 2 KVH) D] by RoPE, write k and v to the pool's slots; returns q [T, H, D]");
-    m.def("silu_mul", &silu_mul, "gate_up [T, 2 I] -> silu(gate) * up [T, I]");
+    m.def("silu_mul", &silu_mul, "gate_up [T, 2 I] -> silu(gate) * up [T, I] (feature_major: an [I, T] tensor's view)",
+          pybind11::arg("gate_up"), pybind11::arg("feature_major") = false);
     m.def("decode_attention", &decode_attention,
           "single-token attention over the pool's slots [B, L] (first lengths[b] of row b); returns [B, H, D]");
 }
