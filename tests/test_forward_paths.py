@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from symphony_core import PredCall
-from symphony_core.model.attention import FLASH_BLOCK, FlashPaged, TorchSDPA
+from symphony_core.model.attention import FLASH_BLOCK, QUERY_BLOCK, FlashPaged, TorchSDPA, _causal_in_blocks
 from symphony_core.model.forward_batch import ForwardBatch, SeqInput
 
 TOL = 1e-3
@@ -78,6 +78,16 @@ def test_groups_cover_every_path():
     assert g.rows.tolist() == list(range(9)) and g.all_rows
     fourth = g.context_slots.view(9, 9)[4]  # the 4th token of the 5-token chunk sees slots 100..103
     assert fourth[:4].tolist() == [100, 101, 102, 103] and g.mask[4, 0, 0].tolist() == [True] * 4 + [False] * 5
+
+
+@pytest.mark.parametrize(("before", "nq"), [(0, 3 * QUERY_BLOCK), (0, 150), (37, 2 * QUERY_BLOCK + 5)])
+def test_causal_attention_in_query_blocks_equals_one_causal_call(before, nq):
+    """A long chunk's blocks each see only their own keys, and together equal SDPA's masked whole."""
+    torch.manual_seed(before + nq)
+    q, k, v = torch.randn(1, 9, nq, 64), torch.randn(1, 3, before + nq, 64), torch.randn(1, 3, before + nq, 64)
+    visible = torch.arange(before + nq)[None, :] <= torch.arange(before, before + nq)[:, None]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, enable_gqa=True)
+    torch.testing.assert_close(_causal_in_blocks(q, k, v, before), want, rtol=1e-5, atol=1e-6)
 
 
 def test_single_prompt_all_positions(engine, hf_model, kvs):
