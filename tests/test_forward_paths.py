@@ -70,14 +70,14 @@ def test_groups_cover_every_path():
     assert len(mixed.groups) == 3
     rows = torch.cat([g.rows for g in mixed.groups]).sort().values
     assert rows.tolist() == list(range(mixed.token_ids.shape[0]))
-    # Short chunks over short contexts join the decodes' group, one row per token (the causal mask
-    # row by row); on CUDA every chunk keeps a group of its own.
-    folded = ForwardBatch.build([seq(1, 7), seq(5, 5), seq(3, 9)])
-    (g,) = folded.groups
-    assert g.n_query == 1 and g.lengths == [7, 1, 2, 3, 4, 5, 7, 8, 9]
-    assert g.rows.tolist() == list(range(9)) and g.all_rows
-    fourth = g.context_slots.view(9, 9)[4]  # the 4th token of the 5-token chunk sees slots 100..103
-    assert fourth[:4].tolist() == [100, 101, 102, 103] and g.mask[4, 0, 0].tolist() == [True] * 4 + [False] * 5
+    # Short chunks over short contexts share one decode-style group of their own, a row per token
+    # (the causal mask row by row); on CUDA every chunk keeps a group of its own.
+    folded = ForwardBatch.build([seq(1, 700), seq(5, 5), seq(3, 9)])
+    decode, g = folded.groups
+    assert decode.lengths == [700] and g.n_query == 1 and g.lengths == [1, 2, 3, 4, 5, 7, 8, 9]
+    assert g.rows.tolist() == list(range(1, 9)) and g.context_len == 9  # not padded to the decode's 700
+    fourth = g.context_slots.view(8, 9)[3]  # the 4th token of the 5-token chunk sees slots 100..103
+    assert fourth[:4].tolist() == [100, 101, 102, 103] and g.mask[3, 0, 0].tolist() == [True] * 4 + [False] * 5
 
 
 @pytest.mark.parametrize(("before", "nq"), [(0, 3 * QUERY_BLOCK), (0, 150), (37, 2 * QUERY_BLOCK + 5)])

@@ -3,8 +3,8 @@
 The model sees slots, never files: each sequence brings the slots its new tokens are written
 to and the slots of its whole context (prefix + new tokens, in cache order). Attention runs
 per *group*: all single-token decodes share one padded group; each multi-token chunk gets its
-own, so a long prefill pads nobody (on CPU a short chunk over a short context joins the decodes'
-group instead, a row per token). On CPU, decodes that share leading slots (forks of one
+own, so a long prefill pads nobody (on CPU the short chunks over short contexts share one
+decode-style group instead, a row per token). On CPU, decodes that share leading slots (forks of one
 file) get a shared-prefix group instead (see attention.py). Every index tensor is built here,
 once per batch, and reused by all layers.
 """
@@ -98,17 +98,14 @@ class ForwardBatch:
             for members, n in shared:
                 ctx = [seqs[i].context_slots for i in members]
                 groups.append(_decode_group(ctx, [starts[i] for i in members], total, device, n))
-        contexts = [seqs[i].context_slots for i in decodes]
-        rows = [starts[i] for i in decodes]
+        if decodes:
+            ctx = [seqs[i].context_slots for i in decodes]
+            groups.append(_decode_group(ctx, [starts[i] for i in decodes], total, device))
         if _on_cpu(device):
-            short = [i for i in chunks if _folds_into_rows(seqs[i])]
+            folded = [i for i in chunks if _folds_into_rows(seqs[i])]
             chunks = [i for i in chunks if not _folds_into_rows(seqs[i])]
-            for i in short:
-                q, length = len(seqs[i].token_ids), len(seqs[i].context_slots)
-                contexts += [seqs[i].context_slots[: length - q + j + 1] for j in range(q)]
-                rows += range(starts[i], starts[i] + q)
-        if contexts:
-            groups.append(_decode_group(contexts, rows, total, device))
+            if folded:
+                groups.append(_folded_chunks([seqs[i] for i in folded], [starts[i] for i in folded], total, device))
         for i in chunks:
             groups.append(_chunk_group(seqs[i], starts[i], total, device))
 
@@ -149,17 +146,30 @@ def _decode_group(contexts: list[list[int]], rows: list[int], total: int, device
     )
 
 
-# On CPU a short chunk over a short context joins the decode group as one query row per token (row
-# j sees its context up to its own slot: the causal mask, row by row), so a wide batch of many
-# programs' short prompts runs one attention call a layer instead of one per chunk, each with its own
-# gather (~130 µs a chunk a layer: 1000 programs prefilling 12 tokens spent ~8% of a forward there).
-# The limits keep the group's padding (every row is padded to the longest context) small.
+# On CPU the short chunks over short contexts form one decode-style group, a query row per token
+# (`_folded_chunks`), so a wide batch of many programs' short prompts runs one attention call a layer
+# instead of one per chunk, each with its own gather (~130 µs a chunk a layer: 100 programs
+# prefilling 12 tokens spent ~8% of a forward there). The limits keep the group's padding (every row
+# is padded to the longest context) small.
 FOLD_MAX_QUERY = 32
 FOLD_MAX_CONTEXT = 128
 
 
 def _folds_into_rows(s: SeqInput) -> bool:
     return len(s.token_ids) <= FOLD_MAX_QUERY and len(s.context_slots) <= FOLD_MAX_CONTEXT
+
+
+def _folded_chunks(seqs: list[SeqInput], starts: list[int], total: int, device) -> AttentionGroup:
+    """Short chunks as one decode-style group, a row per token: token j of a q-token chunk over
+    `length` slots attends over the first length - q + j + 1 (its own slot and those before). A
+    group of their own, so a long decode in the batch pads none of them."""
+    contexts: list[list[int]] = []
+    rows: list[int] = []
+    for s, start in zip(seqs, starts):
+        q, length = len(s.token_ids), len(s.context_slots)
+        contexts += [s.context_slots[: length - q + j + 1] for j in range(q)]
+        rows += range(start, start + q)
+    return _decode_group(contexts, rows, total, device)
 
 
 # A shared-prefix group needs this many sequences with this many common leading slots (one
