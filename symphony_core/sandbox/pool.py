@@ -364,6 +364,10 @@ class SandboxManager:
         elif op == "exited":
             w = self._by_pid.get(msg.get("pid"))
             if w is not None:
+                # What the worker sent before it exited (its exit frame above all) waits in its socket
+                # past its exit, and the zygote's report on another socket may be read first: read it now.
+                while not w.eof and w.violation is None and self._on_worker(w):
+                    pass
                 w.death = msg
                 w.dead.set()
                 w.push_all(("dead", {}, b""))
@@ -376,11 +380,12 @@ class SandboxManager:
                 if w.released:
                     self._forget(w)
 
-    def _on_worker(self, w: Worker) -> None:
+    def _on_worker(self, w: Worker) -> bool:
+        """Read and route what the worker's socket holds now; False if nothing was waiting."""
         try:
             data = w.sock.recv(1 << 18, socket.MSG_DONTWAIT)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if not data:
@@ -390,14 +395,15 @@ class SandboxManager:
                 pass
             w.eof = True
             w.push_all(("dead", {}, b""))
-            return
+            return True
         try:
             frames = w.reader.feed(data)
         except ProtocolError as e:
             self._violation(w, str(e))
-            return
+            return True
         for h, p in frames:
             self._route(w, h, p)
+        return True
 
     def _violation(self, w: Worker, why: str) -> None:
         if w.violation is None:
