@@ -79,9 +79,6 @@ def project(x: torch.Tensor, w) -> torch.Tensor:
 
 # Below this many rows the down projection wants its input row-major (W @ xᵀ is 2x faster
 # than W @ x there); above, both run alike and writing it transposed would cost 3x the multiply.
-# The fused SwiGLU (compiled kernels) writes row-major while the few-row kernels run the down
-# projection (they read rows) and feature-major from where MKL's sgemm takes over
-# (FP32_KERNEL_MAX_ROWS): at a 512-token prefill ~10x faster than gathering each row's values.
 ROW_MAJOR_ACT_BELOW = 16
 
 
@@ -185,6 +182,8 @@ class PagedLlama:
                 a = attn_out
             gate_up = project(self.add_norm(x, project(a, layer.wo).t(), layer.mlp_norm), layer.w_gate_up)
             if ops is not None:
+                # Row-major while the few-row kernels run the down projection (they read rows);
+                # feature-major where MKL's sgemm does, ~10x faster than gathering each row's values.
                 swiglu = ops.silu_mul(gate_up.t(), feature_major=rows > FP32_KERNEL_MAX_ROWS)
                 delta = project(swiglu, layer.w_down).t()
             elif rows < ROW_MAJOR_ACT_BELOW:
