@@ -3,7 +3,7 @@
 For T rows, one model step's worth of matmuls (the 30 layers' four projections + the LM head)
 through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) and by Symphony's compiled
 fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded), int8 weight-only and int4
-weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (fp32 activations); the
+weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations); the
 compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
 noisy shared machine then slows all of them alike); the figure is the median. This is what set
 `KERNEL_MAX_ROWS` and `FP32_KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
@@ -103,7 +103,7 @@ def main(argv=None) -> str:
         f"Machine: {describe()}",
         "",
         "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
-        "| int8, compiled (fp32 act.) | int4, compiled (fp32 act.) | fastest |",
+        "| int8, compiled (int16 act.) | int4, compiled (int16 act.) | fastest |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     kinds = ("fp32", "fp32 compiled", "int8", "int4", "int8 compiled", "int4 compiled")

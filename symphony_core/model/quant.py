@@ -3,7 +3,7 @@
 Each layer computes `x @ Wᵀ` for x [T, in] fp32 and returns [T, out] fp32, like `F.linear`.
 Kernels were chosen by measurement at SmolLM2-135M's shapes on a 2-core AVX2 CPU
 (bench/kernels.py; bench/RESULTS.md). The weight-only ones run Symphony's compiled kernels
-(cpu_kernels/gemv.cpp: fp32 activations, weights widened in registers) where they load, else
+(cpu_kernels/gemv.cpp: activations rounded to int16 per group of 32, weights widened in registers) where they load, else
 torch's own (bf16 activations); `use_compiled` / `SYMPHONY_CPU_KERNELS=torch` choose.
 
 - `Int8Linear`: per-row int8 weights. fbgemm's dynamic int8 (activations quantised per tensor)
@@ -44,9 +44,9 @@ def _kernels(use_compiled: bool | None) -> ModuleType | None:
 
 
 class Int8Linear:
-    """Per-row int8 weights, weight-only: the activations are never quantised (fbgemm's dynamic int8
-    quantises each call's activations per tensor, which this model's outlier channels do not survive:
-    bench/RESULTS.md). Runs the compiled kernel (fp32 activations) when cpu_kernels has it, else
+    """Per-row int8 weights. The activations are not quantised to int8: fbgemm's dynamic int8 does so per
+    tensor, which this model's outlier channels do not survive (bench/RESULTS.md). Runs the compiled
+    kernel (activations rounded to int16 per group of 32, 2^-16 of the group's largest) when cpu_kernels has it, else
     `aten._weight_int8pack_mm` (bf16 activations)."""
 
     def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, use_compiled: bool | None = None) -> None:
@@ -116,7 +116,7 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Int4Linear:
     """4-bit weights in groups of 32 along `in` (w = q * scale + min, q in 0..15): the compiled kernel
-    (fp32 activations) when cpu_kernels has it, else torch's int4 kernel (bf16 activations)."""
+    (int16 activations per group of 32) when cpu_kernels has it, else torch's int4 kernel (bf16 activations)."""
 
     def __init__(
         self, nibbles: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, use_compiled: bool | None = None

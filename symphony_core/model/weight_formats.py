@@ -5,7 +5,8 @@
   rows and MKL's sgemm above, on the same tensors (no copy; fp32 throughout, only the summation order
   differs).
 - q8: every projection and the LM head as per-row int8 weights, quantised from the fp32 weights
-  (weight-only: the activations stay fp32 in the compiled kernels, bf16 in torch's).
+  (the activations rounded only for the dot products: to int16 per group of 32 in the compiled kernels,
+  bf16 in torch's).
 - q4: the projections as 4-bit groups of 32 — straight from the GGUF's Q4_1 blocks when the model
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).
