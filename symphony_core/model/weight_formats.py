@@ -53,7 +53,10 @@ WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # The compiled int8 kernel beats MKL's fp32 to 16 rows; torch's lose from 8. Since the compiled fp32
 # kernel (FP32_KERNEL_MAX_ROWS below) it is the fp32 tier to beat: (bench.kernels, 2 threads, 09:47, compiled
 # int8 / compiled fp32) 4 rows 25.9 / 32.7, 8 rows 48.1 / 47.9, 16 rows 93.5 / 81.1, so the compiled int8
-# runs up to 8 rows and exact fp32 above. On this CPU widening nibbles costs more than the bytes it
+# runs up to 8 rows and exact fp32 above. Since the quantised kernels take int16 activations (gemv.cpp;
+# bench.kernels, 2 threads, 20:55, compiled fp32 / int8 / int4): 1 row 31.5 / 11.0 / 13.3; 2 rows 33.0 /
+# 16.0 / 19.1; 4 rows 32.9 / 26.8 / 32.8; 5 rows 39.4 / 33.7 / 42.9; 6 rows 44.6 / 42.3 / 49.1; 8 rows
+# 50.2 / 50.5 / 62.7: the same tiers. On this CPU unpacking nibbles costs more than the bytes it
 # saves, so the compiled int4 trails the compiled int8 even at 1 row; q4 keeps it for 1-2 rows (its
 # 4-bit weights are what q4 means) — (0, 8) would trade that for ~15-20% of the matmul time.
 KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
