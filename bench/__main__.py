@@ -44,7 +44,10 @@ WORKLOADS = {
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+        # the suite's own outputs from an earlier run do not change what is measured
+        own = [":!bench/RESULTS.md", ":!bench/results.json", ":!bench/plots"]
+        status = ["git", "status", "--porcelain", "--", ".", *own]
+        dirty = subprocess.run(status, capture_output=True, text=True).stdout.strip()
         return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -150,7 +150,7 @@ QuantisedX quantise_x(const torch::Tensor& x) {
 }
 
 // Σ over one group of 32: w (elements 0-15, 16-31) widened to int16, times x's int16 group, as 8 int32
-// partial sums (exact: |q| ≤ 127 · 32767 · 4 per lane) converted to fp32.
+// partial sums of 4 products each, converted to fp32. Both steps are exact: |sum| ≤ 4 · 128 · 32767 < 2^24.
 inline __m256 group_dot(__m256i w_lo, __m256i w_hi, const int16_t* xq) {
     __m256i a = _mm256_madd_epi16(w_lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
     __m256i b = _mm256_madd_epi16(w_hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16)));
