@@ -19,7 +19,7 @@
 // int4: groups of 32 along `in` (Q4_1): w = q * scale + minimum, q in 0..15; packed uint8
 //       [out, in / 2] where byte j of a group's 16 holds element j (low nibble) and element
 //       j + 16 (high nibble); scale, minimum fp32 [out, in / 32]. Then
-//       Σ w·x over a group = scale · Σ q·x + minimum · Σ x, and Σ x per group is computed once a call.
+//       Σ w·x over a group = scale · Σ q·x + minimum · Σ x, and Σ x per group is computed once a call (in quantise_x's pass).
 // fp32: the model's own fp32 [out, in] tensor, read in place (no copy), fp32 activations. At 1 row this
 //       reads the weights at the memory's speed where MKL's sgemm (a GEMM kernel packing for many rows)
 //       reaches ~2/3 of it.
@@ -111,15 +111,18 @@ void dot_rows(const W& wt, const float* x, float* y, int64_t in, int64_t out, in
 }
 
 // Activations quantised for the int16 kernels: q [rows, groups * 32] int16, scale [rows, groups] fp32.
+// With `sums`, also each group's fp32 Σ x [rows, groups] (int4's minimum term), from the same pass.
 struct QuantisedX {
-    torch::Tensor q, scale;
+    torch::Tensor q, scale, sum;
     int64_t groups;
 };
 
-QuantisedX quantise_x(const torch::Tensor& x) {
+QuantisedX quantise_x(const torch::Tensor& x, bool sums) {
     const int64_t rows = x.size(0), in = x.size(1), groups = in / GROUP;
     QuantisedX qx{torch::empty({rows, groups * GROUP}, x.options().dtype(torch::kInt16)),
-                  torch::empty({rows, groups}, x.options()), groups};
+                  torch::empty({rows, groups}, x.options()),
+                  sums ? torch::empty({rows, groups}, x.options()) : torch::Tensor(), groups};
+    float* sum0 = sums ? qx.sum.data_ptr<float>() : nullptr;
     const float* x0 = x.data_ptr<float>();
     int16_t* q0 = qx.q.data_ptr<int16_t>();
     float* s0 = qx.scale.data_ptr<float>();
@@ -136,6 +139,8 @@ QuantisedX quantise_x(const torch::Tensor& x) {
             h = _mm_max_ps(h, _mm_movehl_ps(h, h));
             const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
             s0[t * groups + g] = amax / 32767.f;
+            if (sum0)
+                sum0[t * groups + g] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
             const __m256 inv = _mm256_set1_ps(amax > 0.f ? 32767.f / amax : 0.f);
             int16_t* q = q0 + (t * groups + g) * GROUP;
             for (int i = 0; i < 4; i += 2) {  // packs interleaves the 128-bit halves: the permute restores order
@@ -187,11 +192,11 @@ void int8_rows(const int8_t* w, const float* scale, const QuantisedX& qx, const 
 }
 
 template <int T>
-void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, const QuantisedX& qx,
-               const float* xsum, float* y, int64_t t0, int64_t in, int64_t out, int64_t o0, int64_t o1) {
+void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, const QuantisedX& qx, float* y, int64_t t0, int64_t in, int64_t out, int64_t o0, int64_t o1) {
     const int64_t groups = qx.groups;
     const int16_t* xq = qx.q.data_ptr<int16_t>() + t0 * in;
     const float* xs = qx.scale.data_ptr<float>() + t0 * groups;
+    const float* xsum = qx.sum.data_ptr<float>() + t0 * groups;
     const __m128i low4 = _mm_set1_epi8(0x0F);
     for (int64_t o = o0; o < o1; ++o) {
         const uint8_t* p = packed + o * (in / 2);
@@ -210,7 +215,7 @@ void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, 
         const float* mn = minimum + o * groups;
         for (int t = 0; t < T; ++t) {
             float m = 0.f;
-            for (int64_t g = 0; g < groups; ++g) m += mn[g] * xsum[(t0 + t) * groups + g];
+            for (int64_t g = 0; g < groups; ++g) m += mn[g] * xsum[t * groups + g];
             y[(t0 + t) * out + o] = hsum(acc[t]) + m;
         }
     }
@@ -288,7 +293,7 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale)
                 "scale must be contiguous float32 [out]");
     check_x(x, in);
     x = x.contiguous();
-    const QuantisedX qx = quantise_x(x);
+    const QuantisedX qx = quantise_x(x, false);
     auto y = torch::empty({x.size(0), out}, x.options());
     const int8_t* wp = w.data_ptr<int8_t>();
     const float* sp = scale.data_ptr<float>();
@@ -315,17 +320,15 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
     check_x(x, in);
     x = x.contiguous();
     const int64_t rows = x.size(0);
-    const QuantisedX qx = quantise_x(x);
-    auto xsum = x.view({rows, groups, GROUP}).sum(-1).contiguous();
+    const QuantisedX qx = quantise_x(x, true);
     auto y = torch::empty({rows, out}, x.options());
     const uint8_t* pp = packed.data_ptr<uint8_t>();
     const float* sp = scale.data_ptr<float>();
     const float* mp = minimum.data_ptr<float>();
-    const float* xs0 = xsum.data_ptr<float>();
     float* y0 = y.data_ptr<float>();
     parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
         by_row_groups(rows, [&](int64_t t0, auto t) {
-            int4_rows<decltype(t)::value>(pp, sp, mp, qx, xs0, y0, t0, in, out, o0, o1);
+            int4_rows<decltype(t)::value>(pp, sp, mp, qx, y0, t0, in, out, o0, o1);
         });
     });
     return y;
