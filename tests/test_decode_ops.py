@@ -65,12 +65,13 @@ def test_silu_mul_matches_torch(ops):
     torch.testing.assert_close(got, F.silu(g), rtol=2e-6, atol=1e-30)  # exp clamps, never inf or nan
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_rope_writes_the_cache_and_attention_reads_it_in_place(ops, d):
-    torch.manual_seed(d)
-    h, kvh, t = 9, 3, 4
+@pytest.mark.parametrize("d,t", [(64, 4), (128, 4), (64, 21)])  # 21: several tiles of rows, the last one partial
+def test_rope_writes_the_cache_and_attention_reads_it_in_place(ops, d, t):
+    torch.manual_seed(d + t)
+    h, kvh = 9, 3
     cos, sin = _rope_tables(d)
-    pos, slots = torch.tensor([0, 5, 77, 1000]), torch.tensor([3, 50, 7, 99])
+    pos = torch.tensor([0, 5, 77, 1000])
+    pos, slots = (pos, torch.tensor([3, 50, 7, 99])) if t == 4 else (torch.randint(0, 1001, (t,)), torch.randperm(128)[:t])
     qkv = torch.randn((h + 2 * kvh) * d, t).t()  # feature-major, as llama.py's projection leaves it
     kc, vc = torch.zeros(128, kvh, d), torch.zeros(128, kvh, d)
     q = ops.rope_write_kv(qkv, cos[pos], sin[pos], slots, kc, vc, h)
