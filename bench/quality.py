@@ -144,7 +144,8 @@ def main(argv=None) -> str:
         "",
         "fp32 is the reference (the GGUF's Q4_1 weights dequantised exactly). q4 runs those same Q4_1 "
         "blocks, per-row int8 at more rows, fp32 above (KERNEL_MAX_ROWS in "
-        "symphony_core/model/weight_formats.py), so the batch size picks the kernel; q8 is per-row int8, "
+        "symphony_core/model/weight_formats.py; where int8 stops is measured per machine, kernel_tiers.py), "
+        "so the batch size picks the kernel; q8 is per-row int8, "
         "fp32 above. The compiled kernels (cpu_kernels/) round the activations to int16 in groups of 32, "
         "torch's fallback to bf16 with bf16 scales. Batches and chunks here are "
         f"{GROUP} wide, so the quantised kernels are what is measured. The LM head runs on the "

@@ -11,8 +11,9 @@
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).
 
-Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`):
-the weight-only kernels win while reading the weights is the cost (decode), fp32 above: fp32's own
+Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`, the
+compiled int8 limit measured per machine by kernel_tiers.py): the weight-only kernels win while reading
+the weights is the cost (decode), fp32 above: fp32's own
 tiers (the compiled fp32 kernel to `FP32_KERNEL_MAX_ROWS`, MKL's sgemm for wide batches and prefill,
 where the matmul is compute-bound). The weight-only kernels are Symphony's own compiled ones
 (cpu_kernels/, built by `make kernels`) where they load, else torch's.
@@ -30,6 +31,8 @@ import torch
 
 from ..errors import ModelError
 from .cpu_kernels import compiled
+from .cpu_kernels import digest as kernels_digest
+from .kernel_tiers import SAMPLE_LAYERS, int8_max_rows
 from .quant import (
     CompiledDenseLinear,
     DenseLinear,
@@ -59,6 +62,8 @@ WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # 50.2 / 50.5 / 62.7: the same tiers. On this CPU unpacking nibbles costs more than the bytes it
 # saves, so the compiled int4 trails the compiled int8 even at 1 row; q4 keeps it for 1-2 rows (its
 # 4-bit weights are what q4 means) — (0, 8) would trade that for ~15-20% of the matmul time.
+# The compiled int8 limit here is the floor: a q8 / q4 engine measures where int8 stops winning on its
+# machine (kernel_tiers.py; 8 rows on the Zen 1 above, 63 — the most it may take — on a Zen 3 EPYC).
 KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
 # Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
 # and bench/quality.py decode in groups of this, so they measure those kernels.
@@ -203,16 +208,32 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
     use_compiled = compiled() is not None
     int4_rows, int8_rows = KERNEL_MAX_ROWS["compiled" if use_compiled else "torch"]
+    int8s = {
+        (i, attr): Int8Linear(t[f"{i}.{attr}.q8"], t[f"{i}.{attr}.q8_scale"], use_compiled=use_compiled)
+        for i in range(len(model.layers))
+        for attr in PARTS
+    }
+    fp32s = {
+        (i, attr): _fp32_tiers(getattr(layer, attr), use_compiled)
+        for i, layer in enumerate(model.layers)
+        for attr in PARTS
+    }
+    if use_compiled:  # how far int8 wins depends on the CPU (kernel_tiers.py)
+        sample = [
+            (int8s[i, attr], RowsSwitchLinear(fp32s[i, attr]))
+            for i in range(min(SAMPLE_LAYERS, len(model.layers)))
+            for attr in PARTS
+        ]
+        int8_rows = int8_max_rows(sample, kernels_digest(), cache_dir)
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             key = f"{i}.{attr}"
-            int8 = Int8Linear(t[key + ".q8"], t[key + ".q8_scale"], use_compiled=use_compiled)
-            tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8)]
+            tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8s[i, attr])]
             if fmt == "q4":
                 nibbles = _unpack_nibbles(t[key + ".q4"])
                 int4 = Int4Linear(nibbles, t[key + ".q4_scale"], t[key + ".q4_min"], use_compiled=use_compiled)
                 tiers.insert(0, (int4_rows, int4))
-            tiers += _fp32_tiers(getattr(layer, attr), use_compiled)  # wider batches: fp32, compute-bound
+            tiers += fp32s[i, attr]  # wider batches: fp32, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
     head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
     model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))

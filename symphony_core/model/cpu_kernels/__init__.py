@@ -6,6 +6,6 @@ Built by `make kernels` (part of `make setup`): `python -m symphony_core.model.c
 torch's kernels.
 """
 
-from .loader import BUILD_DIR, build, compiled
+from .loader import BUILD_DIR, build, compiled, digest
 
-__all__ = ["BUILD_DIR", "build", "compiled"]
+__all__ = ["BUILD_DIR", "build", "compiled", "digest"]

@@ -35,7 +35,8 @@ CHOICES = ("auto", "torch")
 _noted: set[str] = set()
 
 
-def _digest() -> str:
+def digest() -> str:
+    """What the current build is built from: the sources, flags and torch version."""
     h = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES))
     h.update(" ".join(CFLAGS + LDFLAGS + [torch.__version__]).encode())
     return h.hexdigest()[:16]
@@ -58,7 +59,7 @@ def build(verbose: bool = False) -> ModuleType:
         build_directory=str(BUILD_DIR),
         verbose=verbose,
     )
-    _stamp().write_text(_digest())
+    _stamp().write_text(digest())
     return mod
 
 
@@ -77,7 +78,7 @@ def _import_built() -> tuple[ModuleType | None, str]:
     so = BUILD_DIR / f"{NAME}.so"
     if not so.exists():
         return None, "the CPU kernels are not built (run `make kernels`)"
-    if not _stamp().exists() or _stamp().read_text().strip() != _digest():
+    if not _stamp().exists() or _stamp().read_text().strip() != digest():
         return None, "the built CPU kernels are stale (run `make kernels`)"
     try:
         loader = importlib.machinery.ExtensionFileLoader(NAME, str(so))

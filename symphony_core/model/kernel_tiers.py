@@ -1,0 +1,139 @@
+"""Up to how many rows the compiled int8 kernel runs before fp32 takes over: measured on this machine, cached.
+
+The int8 kernel (cpu_kernels/gemv.cpp) reads a quarter of fp32's bytes and multiplies int16 pairs (one
+`vpmaddwd` does 16 products where an fp32 FMA does 8). Which of the two matters depends on the CPU, so the
+row count where fp32 starts to win does too. Measured with `python -m bench.kernels`, ms per model step's
+matmuls, int8 compiled / fp32 (the faster of compiled and MKL):
+- 2-core EPYC Zen 1 (256-bit instructions run as two halves): 8 rows 48.2 / 47.9, 16 rows 93.5 / 81.1:
+  fp32 from ~8 rows.
+- 2-core EPYC Zen 3: 8 rows 16.3 / 33.1, 32 rows 59.4 / 72.1, 48 rows 87.4 / 102.4, 64 rows 115.3 / 131.9,
+  128 rows 226.7 / 226.7: int8 to ~100 rows.
+A fixed limit is wrong on one of them by up to ~20% of a wide decode step. So a q8 or q4 engine times both
+kernels on a few of its own layers at each of `CANDIDATES` rows when it loads (~0.5 s) and runs int8 up to
+the widest count where int8 won at it and every count below (never fewer than `FLOOR`, the row count where
+int8 won everywhere it was measured). The answer is cached per machine in the model's directory
+(`kernel-tiers.json`, keyed by the CPU, the thread count, torch and the kernels' build), so only a
+machine's first load pays for it. `SYMPHONY_INT8_MAX_ROWS=<rows>` sets the limit instead (reproducible
+runs; the choice moves which batches round activations to int16, not what any kernel computes).
+
+The candidates stop below 64 rows: from there the model hands MKL's sgemm feature-major activations
+(llama.py), which the row-reading kernels would have to copy first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+CANDIDATES = (8, 16, 32, 48, 63)
+FLOOR = CANDIDATES[0]
+ENV = "SYMPHONY_INT8_MAX_ROWS"
+CACHE_FILE = "kernel-tiers.json"
+SAMPLE_LAYERS = 6  # ~84 MB of fp32 weights: more than the L3 of the machines measured, as a whole model is
+REPEATS = 3
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+_measured: dict[str, int] = {}  # per process, where there is no cache directory
+
+
+def _cpu_name() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return " ".join(fields.get(k, "?") for k in ("model name", "cpu family", "model", "stepping"))
+
+
+def machine_key(kernels_digest: str) -> str:
+    return f"{_cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__} | kernels {kernels_digest}"
+
+
+def _timed(linears: Sequence[Linear], xs: dict[int, torch.Tensor]) -> float:
+    t0 = time.perf_counter()
+    for lin in linears:
+        lin(xs[lin.shape[1]])  # type: ignore[attr-defined]
+    return time.perf_counter() - t0
+
+
+def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int] = CANDIDATES) -> int:
+    """The widest candidate row count at which the int8 linears ran faster than their fp32 forms, as they
+    did at every candidate below it (`FLOOR` if int8 lost at the first). pairs: (int8, fp32) per weight,
+    each with `.shape` (out, in). The two kernels alternate within each repeat; medians."""
+    int8s, fp32s = [p[0] for p in pairs], [p[1] for p in pairs]
+    chosen = FLOOR
+    for rows in candidates:
+        xs = {lin.shape[1]: torch.randn(rows, lin.shape[1]) for lin in int8s}  # type: ignore[attr-defined]
+        _timed(int8s, xs), _timed(fp32s, xs)  # warm-up
+        times: dict[int, list[float]] = {8: [], 32: []}
+        for r in range(REPEATS):
+            for bits in (8, 32) if r % 2 == 0 else (32, 8):
+                times[bits].append(_timed(int8s if bits == 8 else fp32s, xs))
+        if statistics.median(times[8]) >= statistics.median(times[32]):
+            break
+        chosen = max(chosen, rows)
+    return chosen
+
+
+def int8_max_rows(
+    pairs: Sequence[tuple[Linear, Linear]], kernels_digest: str, cache_dir: Path | None, measure_fn=measure
+) -> int:
+    """The int8 tier's row limit: `ENV` if set, else this machine's cached measurement, else `measure_fn(pairs)`
+    (then cached in `cache_dir`, or for this process where there is none)."""
+    override = os.environ.get(ENV, "").strip()
+    if override:
+        try:
+            rows = int(override)
+        except ValueError:
+            rows = 0
+        if rows < 1:
+            raise ValueError(f"{ENV}={override!r}: give a row count of at least 1")
+        return rows
+    key = machine_key(kernels_digest)
+    path = cache_dir / CACHE_FILE if cache_dir is not None else None
+    cached = _read(path)
+    entry = cached.get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("int8_max_rows"), int):
+        return entry["int8_max_rows"]
+    if path is None and key in _measured:
+        return _measured[key]
+    t0 = time.perf_counter()
+    rows = measure_fn(pairs)
+    took = time.perf_counter() - t0
+    print(
+        f"symphony: the int8 kernel runs up to {rows} rows on this machine (measured in {took:.1f} s)", file=sys.stderr
+    )
+    if path is None:
+        _measured[key] = rows
+        return rows
+    cached[key] = {"int8_max_rows": rows, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError as e:  # a read-only cache still runs: it measures again next load
+        print(f"symphony: could not cache the kernel tiers: {e}", file=sys.stderr)
+        tmp.unlink(missing_ok=True)
+    return rows
+
+
+def _read(path: Path | None) -> dict:
+    if path is None or not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # unreadable or half-written by a crashed process: measure again and rewrite it
+    return data if isinstance(data, dict) else {}

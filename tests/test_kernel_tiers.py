@@ -1,0 +1,126 @@
+"""kernel_tiers.py: the int8 tier's row limit is measured once per machine, cached, and can be set by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from symphony_core.model import kernel_tiers
+from symphony_core.model.kernel_tiers import CACHE_FILE, CANDIDATES, ENV, FLOOR, int8_max_rows, machine_key, measure
+
+
+class FakeClock:
+    """Stands in for time.perf_counter: only the fake linears move it, so the timings are exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeLinear:
+    def __init__(self, clock: FakeClock, cost, shape=(64, 32)) -> None:
+        self.clock, self.cost, self.shape = clock, cost, shape
+        self.rows_seen: list[int] = []
+
+    def __call__(self, x):
+        assert x.shape[1] == self.shape[1]
+        self.rows_seen.append(x.shape[0])
+        self.clock.now += self.cost(x.shape[0])
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(kernel_tiers.time, "perf_counter", c)
+    return c
+
+
+def test_measure_takes_the_widest_count_int8_wins_at_and_below(clock):
+    int8 = FakeLinear(clock, lambda rows: 1.0 if rows <= 32 else 3.0)
+    fp32 = FakeLinear(clock, lambda rows: 2.0)
+    assert measure([(int8, fp32)]) == 32
+    assert 48 in int8.rows_seen and 63 not in int8.rows_seen  # stops at the first loss
+    # a win above a loss does not count: the tier must cover every row count below its limit
+    int8 = FakeLinear(clock, lambda rows: 3.0 if rows == 16 else 1.0)
+    assert measure([(int8, fp32)]) == 8
+    int8 = FakeLinear(clock, lambda rows: 1.0)
+    assert measure([(int8, fp32)]) == CANDIDATES[-1]
+
+
+def test_measure_never_goes_below_the_floor(clock):
+    int8 = FakeLinear(clock, lambda rows: 5.0)
+    fp32 = FakeLinear(clock, lambda rows: 1.0)
+    assert measure([(int8, fp32)]) == FLOOR
+
+
+def test_the_answer_is_cached_per_machine_and_a_bad_cache_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    calls = []
+
+    def fake_measure(pairs):
+        calls.append(pairs)
+        return 48
+
+    assert int8_max_rows([], "digest-a", tmp_path, fake_measure) == 48
+    saved = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert saved[machine_key("digest-a")]["int8_max_rows"] == 48
+
+    def must_not_measure(pairs):
+        raise AssertionError("measured again though the answer is cached")
+
+    assert int8_max_rows([], "digest-a", tmp_path, must_not_measure) == 48
+    # another build of the kernels is another key: measured, and the first key is kept
+    assert int8_max_rows([], "digest-b", tmp_path, fake_measure) == 48
+    assert len(calls) == 2 and len(json.loads((tmp_path / CACHE_FILE).read_text())) == 2
+    (tmp_path / CACHE_FILE).write_text('{"half-writ')
+    assert int8_max_rows([], "digest-a", tmp_path, fake_measure) == 48 and len(calls) == 3
+    assert machine_key("digest-a") in json.loads((tmp_path / CACHE_FILE).read_text())
+
+
+def test_without_a_cache_directory_a_process_measures_once(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(kernel_tiers, "_measured", {})
+    calls = []
+
+    def fake_measure(pairs):
+        calls.append(1)
+        return 16
+
+    assert int8_max_rows([], "digest-c", None, fake_measure) == 16
+    assert int8_max_rows([], "digest-c", None, fake_measure) == 16
+    assert calls == [1]
+
+
+def test_the_variable_sets_the_limit_and_bad_values_are_named(tmp_path, monkeypatch):
+    def must_not_measure(pairs):
+        raise AssertionError("measured though the variable is set")
+
+    monkeypatch.setenv(ENV, "24")
+    assert int8_max_rows([], "d", tmp_path, must_not_measure) == 24
+    assert not (tmp_path / CACHE_FILE).exists()
+    for bad in ("lots", "0", "-3"):
+        monkeypatch.setenv(ENV, bad)
+        with pytest.raises(ValueError, match=f"{ENV}='{bad}'"):
+            int8_max_rows([], "d", tmp_path, must_not_measure)
+
+
+@pytest.mark.slow  # ~10 s: loads a q8 engine
+def test_a_q8_engine_runs_int8_up_to_the_limit_then_fp32(monkeypatch):
+    from symphony_core import Engine
+    from symphony_core.model.cpu_kernels import compiled
+    from symphony_core.model.quant import CompiledDenseLinear, DenseLinear, Int8Linear
+
+    if compiled() is None:
+        pytest.skip("the compiled kernels are not built here: torch's kernels keep their fixed limits")
+    monkeypatch.setenv(ENV, "16")
+    eng = Engine(num_pages=16, weights="q8")
+    try:
+        for lin in (eng.model.layers[0].wqkv, eng.model.layers[-1].w_down, eng.model.lm_head):
+            assert [rows for rows, _ in lin.tiers][:2] == [16, 63]
+            assert isinstance(lin.pick(16), Int8Linear) and isinstance(lin.pick(17), CompiledDenseLinear)
+            assert isinstance(lin.pick(64), DenseLinear)
+    finally:
+        eng.shutdown()
