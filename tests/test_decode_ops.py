@@ -71,7 +71,9 @@ def test_rope_writes_the_cache_and_attention_reads_it_in_place(ops, d, t):
     h, kvh = 9, 3
     cos, sin = _rope_tables(d)
     pos = torch.tensor([0, 5, 77, 1000])
-    pos, slots = (pos, torch.tensor([3, 50, 7, 99])) if t == 4 else (torch.randint(0, 1001, (t,)), torch.randperm(128)[:t])
+    pos, slots = (
+        (pos, torch.tensor([3, 50, 7, 99])) if t == 4 else (torch.randint(0, 1001, (t,)), torch.randperm(128)[:t])
+    )
     qkv = torch.randn((h + 2 * kvh) * d, t).t()  # feature-major, as llama.py's projection leaves it
     kc, vc = torch.zeros(128, kvh, d), torch.zeros(128, kvh, d)
     q = ops.rope_write_kv(qkv, cos[pos], sin[pos], slots, kc, vc, h)
