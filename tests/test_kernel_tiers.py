@@ -7,7 +7,9 @@ import json
 import pytest
 
 from symphony_core.model import kernel_tiers
-from symphony_core.model.kernel_tiers import CACHE_FILE, CANDIDATES, ENV, FLOOR, int8_max_rows, machine_key, measure
+from symphony_core.model.kernel_tiers import CACHE_FILE, ENV, int8_max_rows, machine_key, measure
+
+TRIED = (8, 16, 32, 48, 63)
 
 
 class FakeClock:
@@ -41,43 +43,44 @@ def clock(monkeypatch):
 def test_measure_takes_the_widest_count_int8_wins_at_and_below(clock):
     int8 = FakeLinear(clock, lambda rows: 1.0 if rows <= 32 else 3.0)
     fp32 = FakeLinear(clock, lambda rows: 2.0)
-    assert measure([(int8, fp32)]) == 32
+    assert measure([(int8, fp32)], TRIED) == 32
     assert 48 in int8.rows_seen and 63 not in int8.rows_seen  # stops at the first loss
     # a win above a loss does not count: the tier must cover every row count below its limit
     int8 = FakeLinear(clock, lambda rows: 3.0 if rows == 16 else 1.0)
-    assert measure([(int8, fp32)]) == 8
+    assert measure([(int8, fp32)], TRIED) == 8
     int8 = FakeLinear(clock, lambda rows: 1.0)
-    assert measure([(int8, fp32)]) == CANDIDATES[-1]
+    assert measure([(int8, fp32)], TRIED) == 63
 
 
 def test_measure_never_goes_below_the_floor(clock):
     int8 = FakeLinear(clock, lambda rows: 5.0)
     fp32 = FakeLinear(clock, lambda rows: 1.0)
-    assert measure([(int8, fp32)]) == FLOOR
+    assert measure([(int8, fp32)], TRIED) == 8
 
 
 def test_the_answer_is_cached_per_machine_and_a_bad_cache_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     calls = []
 
-    def fake_measure(pairs):
+    def fake_measure(pairs, tried):
         calls.append(pairs)
         return 48
 
-    assert int8_max_rows([], "digest-a", tmp_path, fake_measure) == 48
+    assert int8_max_rows([], TRIED, "digest-a", tmp_path, fake_measure) == 48
     saved = json.loads((tmp_path / CACHE_FILE).read_text())
-    assert saved[machine_key("digest-a")]["int8_max_rows"] == 48
+    (entry,) = saved.values()
+    assert entry["int8_max_rows"] == 48 and machine_key("digest-a") in next(iter(saved))
 
-    def must_not_measure(pairs):
+    def must_not_measure(pairs, tried):
         raise AssertionError("measured again though the answer is cached")
 
-    assert int8_max_rows([], "digest-a", tmp_path, must_not_measure) == 48
+    assert int8_max_rows([], TRIED, "digest-a", tmp_path, must_not_measure) == 48
     # another build of the kernels is another key: measured, and the first key is kept
-    assert int8_max_rows([], "digest-b", tmp_path, fake_measure) == 48
+    assert int8_max_rows([], TRIED, "digest-b", tmp_path, fake_measure) == 48
     assert len(calls) == 2 and len(json.loads((tmp_path / CACHE_FILE).read_text())) == 2
     (tmp_path / CACHE_FILE).write_text('{"half-writ')
-    assert int8_max_rows([], "digest-a", tmp_path, fake_measure) == 48 and len(calls) == 3
-    assert machine_key("digest-a") in json.loads((tmp_path / CACHE_FILE).read_text())
+    assert int8_max_rows([], TRIED, "digest-a", tmp_path, fake_measure) == 48 and len(calls) == 3
+    assert any(machine_key("digest-a") in k for k in json.loads((tmp_path / CACHE_FILE).read_text()))
 
 
 def test_without_a_cache_directory_a_process_measures_once(monkeypatch):
@@ -85,26 +88,26 @@ def test_without_a_cache_directory_a_process_measures_once(monkeypatch):
     monkeypatch.setattr(kernel_tiers, "_measured", {})
     calls = []
 
-    def fake_measure(pairs):
+    def fake_measure(pairs, tried):
         calls.append(1)
         return 16
 
-    assert int8_max_rows([], "digest-c", None, fake_measure) == 16
-    assert int8_max_rows([], "digest-c", None, fake_measure) == 16
+    assert int8_max_rows([], TRIED, "digest-c", None, fake_measure) == 16
+    assert int8_max_rows([], TRIED, "digest-c", None, fake_measure) == 16
     assert calls == [1]
 
 
 def test_the_variable_sets_the_limit_and_bad_values_are_named(tmp_path, monkeypatch):
-    def must_not_measure(pairs):
+    def must_not_measure(pairs, tried):
         raise AssertionError("measured though the variable is set")
 
     monkeypatch.setenv(ENV, "24")
-    assert int8_max_rows([], "d", tmp_path, must_not_measure) == 24
+    assert int8_max_rows([], TRIED, "d", tmp_path, must_not_measure) == 24
     assert not (tmp_path / CACHE_FILE).exists()
     for bad in ("lots", "0", "-3"):
         monkeypatch.setenv(ENV, bad)
         with pytest.raises(ValueError, match=f"{ENV}='{bad}'"):
-            int8_max_rows([], "d", tmp_path, must_not_measure)
+            int8_max_rows([], TRIED, "d", tmp_path, must_not_measure)
 
 
 @pytest.mark.slow  # ~10 s: loads a q8 engine

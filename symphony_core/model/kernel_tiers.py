@@ -9,15 +9,13 @@ matmuls, int8 compiled / fp32 (the faster of compiled and MKL):
 - 2-core EPYC Zen 3: 8 rows 16.3 / 33.1, 32 rows 59.4 / 72.1, 48 rows 87.4 / 102.4, 64 rows 115.3 / 131.9,
   128 rows 226.7 / 226.7: int8 to ~100 rows.
 A fixed limit is wrong on one of them by up to ~20% of a wide decode step. So a q8 or q4 engine times both
-kernels on a few of its own layers at each of `CANDIDATES` rows when it loads (~0.5 s) and runs int8 up to
-the widest count where int8 won at it and every count below (never fewer than `FLOOR`, the row count where
-int8 won everywhere it was measured). The answer is cached per machine in the model's directory
+kernels on a few of its own layers at each of a few candidate row counts when it loads (~0.5 s; the
+candidates are weight_formats.INT8_ROWS_TRIED) and runs int8 up to the widest count where int8 won at it
+and at every count below (never fewer than the first, a count where int8 won everywhere it was measured).
+The answer is cached per machine in the model's directory
 (`kernel-tiers.json`, keyed by the CPU, the thread count, torch and the kernels' build), so only a
 machine's first load pays for it. `SYMPHONY_INT8_MAX_ROWS=<rows>` sets the limit instead (reproducible
 runs; the choice moves which batches round activations to int16, not what any kernel computes).
-
-The candidates stop below 64 rows: from there the model hands MKL's sgemm feature-major activations
-(llama.py), which the row-reading kernels would have to copy first.
 """
 
 from __future__ import annotations
@@ -33,8 +31,6 @@ from pathlib import Path
 
 import torch
 
-CANDIDATES = (8, 16, 32, 48, 63)
-FLOOR = CANDIDATES[0]
 ENV = "SYMPHONY_INT8_MAX_ROWS"
 CACHE_FILE = "kernel-tiers.json"
 SAMPLE_LAYERS = 6  # ~84 MB of fp32 weights: more than the L3 of the machines measured, as a whole model is
@@ -68,12 +64,13 @@ def _timed(linears: Sequence[Linear], xs: dict[int, torch.Tensor]) -> float:
     return time.perf_counter() - t0
 
 
-def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int] = CANDIDATES) -> int:
-    """The widest candidate row count at which the int8 linears ran faster than their fp32 forms, as they
-    did at every candidate below it (`FLOOR` if int8 lost at the first). pairs: (int8, fp32) per weight,
-    each with `.shape` (out, in). The two kernels alternate within each repeat; medians."""
+def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int]) -> int:
+    """The widest of the (increasing) candidate row counts at which the int8 linears ran faster than their
+    fp32 forms, as they did at every candidate below it; the first candidate, the floor, if int8 lost there.
+    pairs: (int8, fp32) per weight, each with `.shape` (out, in). The two kernels alternate within each
+    repeat; medians."""
     int8s, fp32s = [p[0] for p in pairs], [p[1] for p in pairs]
-    chosen = FLOOR
+    chosen = candidates[0]
     for rows in candidates:
         xs = {lin.shape[1]: torch.randn(rows, lin.shape[1]) for lin in int8s}  # type: ignore[attr-defined]
         _timed(int8s, xs), _timed(fp32s, xs)  # warm-up
@@ -88,10 +85,14 @@ def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int] = 
 
 
 def int8_max_rows(
-    pairs: Sequence[tuple[Linear, Linear]], kernels_digest: str, cache_dir: Path | None, measure_fn=measure
+    pairs: Sequence[tuple[Linear, Linear]],
+    candidates: Sequence[int],
+    kernels_digest: str,
+    cache_dir: Path | None,
+    measure_fn=measure,
 ) -> int:
-    """The int8 tier's row limit: `ENV` if set, else this machine's cached measurement, else `measure_fn(pairs)`
-    (then cached in `cache_dir`, or for this process where there is none)."""
+    """The int8 tier's row limit: `ENV` if set, else this machine's cached measurement, else
+    `measure_fn(pairs, candidates)` (then cached in `cache_dir`, or for this process where there is none)."""
     override = os.environ.get(ENV, "").strip()
     if override:
         try:
@@ -101,7 +102,7 @@ def int8_max_rows(
         if rows < 1:
             raise ValueError(f"{ENV}={override!r}: give a row count of at least 1")
         return rows
-    key = machine_key(kernels_digest)
+    key = f"{machine_key(kernels_digest)} | rows {','.join(map(str, candidates))}"
     path = cache_dir / CACHE_FILE if cache_dir is not None else None
     cached = _read(path)
     entry = cached.get(key)
@@ -110,7 +111,7 @@ def int8_max_rows(
     if path is None and key in _measured:
         return _measured[key]
     t0 = time.perf_counter()
-    rows = measure_fn(pairs)
+    rows = measure_fn(pairs, candidates)
     took = time.perf_counter() - t0
     print(
         f"symphony: the int8 kernel runs up to {rows} rows on this machine (measured in {took:.1f} s)", file=sys.stderr

@@ -63,7 +63,7 @@ WEIGHT_FORMATS = ("fp32", "q8", "q4")
 # saves, so the compiled int4 trails the compiled int8 even at 1 row; q4 keeps it for 1-2 rows (its
 # 4-bit weights are what q4 means) — (0, 8) would trade that for ~15-20% of the matmul time.
 # The compiled int8 limit here is the floor: a q8 / q4 engine measures where int8 stops winning on its
-# machine (kernel_tiers.py; 8 rows on the Zen 1 above, 63 — the most it may take — on a Zen 3 EPYC).
+# machine at the counts of INT8_ROWS_TRIED below (kernel_tiers.py; 8 rows on the Zen 1 above, 63 on a Zen 3 EPYC).
 KERNEL_MAX_ROWS = {"compiled": (2, 8), "torch": (4, 4)}
 # Rows up to which every backend runs a format's own quantised kernel (q4's int4, q8's int8): tests
 # and bench/quality.py decode in groups of this, so they measure those kernels.
@@ -79,6 +79,10 @@ QUANTISED_MAX_ROWS = min(min(rows) for rows in KERNEL_MAX_ROWS.values())
 # engine's default here: memory stays the bottleneck that long) and ~32 on one. MKL takes 64 rows and up,
 # where llama.py never pads (so the fp32 model runs unpadded); on one thread 32-63 rows lose up to ~12%.
 FP32_KERNEL_MAX_ROWS = 63
+# The row counts a q8 / q4 engine times int8 against fp32 at, from KERNEL_MAX_ROWS's floor. They stop at
+# FP32_KERNEL_MAX_ROWS: above it llama.py hands MKL's sgemm feature-major activations, which the
+# row-reading kernels would have to copy first.
+INT8_ROWS_TRIED = (KERNEL_MAX_ROWS["compiled"][1], 16, 32, 48, FP32_KERNEL_MAX_ROWS)
 WIDE = 1 << 30
 CACHE_VERSION = "2"
 
@@ -224,7 +228,7 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
             for i in range(min(SAMPLE_LAYERS, len(model.layers)))
             for attr in PARTS
         ]
-        int8_rows = int8_max_rows(sample, kernels_digest(), cache_dir)
+        int8_rows = int8_max_rows(sample, INT8_ROWS_TRIED, kernels_digest(), cache_dir)
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             key = f"{i}.{attr}"

@@ -96,9 +96,9 @@ void over_rows(int64_t rows, int64_t work_per_row, const F& f) {
 
 // A strided [rows, n] input whose rows are not contiguous — above all a feature-major W·xᵀ result
 // seen transposed (stride 1 along the rows), what MKL's tier returns for prefill and wide batches —
-// is read TILE rows at a time: `f(row, width)` gets each row copied contiguous into a per-thread
-// buffer, gathered feature by feature so that one cache line serves the tile's rows. Read row by row
-// it would touch a different cache line for every value (~2x slower at 512 rows).
+// is read TILE rows at a time: `f(r, row)` gets row r copied contiguous into a per-thread buffer,
+// gathered feature by feature so that one cache line serves the tile's rows. Read row by row it
+// touched a different cache line for every value.
 constexpr int64_t TILE = 8;
 
 template <class F>

@@ -50,7 +50,10 @@ inline float hsum(__m256 v) {
 }
 
 // fp32: 1 row is load-bound (4 rows x 2 accumulators streams fastest, measured on the 2-core Zen 1 EPYC);
-// from 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x).
+// from 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x). On a 2-core Zen 3 EPYC one
+// row at a time without the software prefetch streams 7-9% faster instead (a step's fp32 matmuls at 1 row,
+// alternating, 15 repeats: 21.9-22.4 against 24.1 ms); a choice between them would have to be measured per
+// machine, as kernel_tiers.py does for the int8 tier.
 struct F32Weights {
     static constexpr int64_t PER_LINE = 16;
     static constexpr int rows_at_once(int t) { return t == 1 ? 4 : 3; }
