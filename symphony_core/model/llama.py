@@ -30,6 +30,7 @@ from .attention import choose_backend
 from .config import ModelConfig
 from .cpu_kernels import compiled
 from .forward_batch import ForwardBatch
+from .huge_pages import into_huge_pages
 from .weight_formats import FP32_KERNEL_MAX_ROWS
 
 
@@ -110,6 +111,8 @@ class PagedLlama:
                     w_down=w[p + "mlp.down_proj.weight"].contiguous(),
                 )
             )
+        if self.device.type == "cpu":  # a decode step streams every weight: fewer TLB misses (huge_pages.py)
+            self._into_huge_pages()
         # RoPE tables [max_positions, head_dim]; sin carries the rotation's sign, so that
         # rotate_half(x) * sin == swap_halves(x) * signed_sin.
         pos = torch.arange(cfg.max_positions, dtype=torch.float32)
@@ -123,6 +126,19 @@ class PagedLlama:
         fused = self.device.type == "cpu" and dtype == torch.float32
         self.ops = compiled() if fused else None
         self.attention = choose_backend(self.device, self.ops if cfg.head_dim in (64, 128) else None)
+
+    def _into_huge_pages(self) -> None:
+        """Move the embedding, the LM head and every projection into one huge-page mapping (same values)."""
+        attrs = ("wqkv", "wo", "w_gate_up", "w_down")
+        tied = self.lm_head is self.embed
+        tensors = [self.embed] + ([] if tied else [self.lm_head])
+        tensors += [getattr(layer, a) for layer in self.layers for a in attrs]
+        moved = iter(into_huge_pages(tensors))
+        self.embed = next(moved)
+        self.lm_head = self.embed if tied else next(moved)
+        for layer in self.layers:
+            for a in attrs:
+                setattr(layer, a, next(moved))
 
     def rows_for(self, t: int) -> int:
         return matmul_rows(t) if self.pad else t

@@ -32,6 +32,7 @@ import torch
 from ..errors import ModelError
 from .cpu_kernels import compiled
 from .cpu_kernels import digest as kernels_digest
+from .huge_pages import into_huge_pages
 from .kernel_tiers import SAMPLE_LAYERS, int8_max_rows
 from .quant import (
     CompiledDenseLinear,
@@ -210,6 +211,9 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
         _apply_fp32(model)
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
+    # The weights a decode step streams go into huge pages, as the fp32 ones did (huge_pages.py).
+    streamed = [k for k in t if k.endswith(".q8")]
+    t.update(zip(streamed, into_huge_pages([t[k] for k in streamed])))
     use_compiled = compiled() is not None
     int4_rows, int8_rows = KERNEL_MAX_ROWS["compiled" if use_compiled else "torch"]
     int8s = {
@@ -239,6 +243,16 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
                 tiers.insert(0, (int4_rows, int4))
             tiers += fp32s[i, attr]  # wider batches: fp32, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
+    if fmt == "q4" and use_compiled:  # the kernels' packing of the int4 weights is made above: move it too
+        int4s = [
+            lin
+            for layer in model.layers
+            for a in PARTS
+            for _, lin in getattr(layer, a).tiers
+            if isinstance(lin, Int4Linear)
+        ]
+        for lin, packed in zip(int4s, into_huge_pages([lin.packed for lin in int4s])):
+            lin.packed = packed
     head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
     model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
