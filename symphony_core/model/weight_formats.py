@@ -233,26 +233,23 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
             for attr in PARTS
         ]
         int8_rows = int8_max_rows(sample, INT8_ROWS_TRIED, kernels_digest(), cache_dir)
+    int4s = {
+        (i, attr): Int4Linear(
+            _unpack_nibbles(t[f"{i}.{attr}.q4"]), t[f"{i}.{attr}.q4_scale"], t[f"{i}.{attr}.q4_min"], use_compiled
+        )
+        for i in range(len(model.layers) if fmt == "q4" else 0)
+        for attr in PARTS
+    }
+    if use_compiled:  # the compiled kernels' packing of the int4 weights is made here: into huge pages too
+        for lin, packed in zip(int4s.values(), into_huge_pages([lin.packed for lin in int4s.values()])):
+            lin.packed = packed
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
-            key = f"{i}.{attr}"
             tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8s[i, attr])]
             if fmt == "q4":
-                nibbles = _unpack_nibbles(t[key + ".q4"])
-                int4 = Int4Linear(nibbles, t[key + ".q4_scale"], t[key + ".q4_min"], use_compiled=use_compiled)
-                tiers.insert(0, (int4_rows, int4))
+                tiers.insert(0, (int4_rows, int4s[i, attr]))
             tiers += fp32s[i, attr]  # wider batches: fp32, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
-    if fmt == "q4" and use_compiled:  # the kernels' packing of the int4 weights is made above: move it too
-        int4s = [
-            lin
-            for layer in model.layers
-            for a in PARTS
-            for _, lin in getattr(layer, a).tiers
-            if isinstance(lin, Int4Linear)
-        ]
-        for lin, packed in zip(int4s, into_huge_pages([lin.packed for lin in int4s])):
-            lin.packed = packed
     head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
     model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it

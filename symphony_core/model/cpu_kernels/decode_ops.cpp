@@ -181,14 +181,13 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
     float* qp = q.data_ptr<float>();
     auto run = [&](auto* kp, auto* vp) {
         using KV = std::remove_pointer_t<decltype(kp)>;
-        // row: qkv's row r; s1: its stride along the features
-        auto rope_row = [&](int64_t r, const float* row, int64_t s1) {
+        auto rope_row = [&](int64_t r, const float* row) {  // row: qkv's row r, contiguous
             const float *c = cp + r * d, *s = sn + r * d;
             auto rotate = [&](int64_t head, auto* dst) {
                 using T = std::remove_pointer_t<decltype(dst)>;
-                const float* x = row + head * d * s1;
+                const float* x = row + head * d;
                 for (int64_t i = 0; i < half; ++i) {
-                    const float a = x[i * s1], b = x[(i + half) * s1];
+                    const float a = x[i], b = x[i + half];
                     dst[i] = T(b * s[i] + a * c[i]);
                     dst[i + half] = T(a * s[i + half] + b * c[i + half]);
                 }
@@ -197,13 +196,13 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
             KV* kdst = kp + sp[r] * kvh * d;
             KV* vdst = vp + sp[r] * kvh * d;
             for (int64_t h = 0; h < kvh; ++h) rotate(heads + h, kdst + h * d);
-            const float* v = row + (heads + kvh) * d * s1;
-            for (int64_t i = 0; i < kvh * d; ++i) vdst[i] = KV(v[i * s1]);
+            const float* v = row + (heads + kvh) * d;
+            for (int64_t i = 0; i < kvh * d; ++i) vdst[i] = KV(v[i]);
         };
         if (s1 == 1)
-            over_rows(t, width, [&](int64_t r) { rope_row(r, src + r * s0, 1); });
+            over_rows(t, width, [&](int64_t r) { rope_row(r, src + r * s0); });
         else
-            over_strided_rows(src, s0, s1, t, width, [&](int64_t r, const float* row) { rope_row(r, row, 1); });
+            over_strided_rows(src, s0, s1, t, width, rope_row);
     };
     if (k_cache.scalar_type() == torch::kHalf)
         run(k_cache.data_ptr<at::Half>(), v_cache.data_ptr<at::Half>());

@@ -195,7 +195,8 @@ void int8_rows(const int8_t* w, const float* scale, const QuantisedX& qx, const 
 }
 
 template <int T>
-void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, const QuantisedX& qx, float* y, int64_t t0, int64_t in, int64_t out, int64_t o0, int64_t o1) {
+void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, const QuantisedX& qx, float* y,
+               int64_t t0, int64_t in, int64_t out, int64_t o0, int64_t o1) {
     const int64_t groups = qx.groups;
     const int16_t* xq = qx.q.data_ptr<int16_t>() + t0 * in;
     const float* xs = qx.scale.data_ptr<float>() + t0 * groups;
