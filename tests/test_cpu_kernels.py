@@ -100,6 +100,29 @@ def test_compiled_fp32_matches_torchs_fp32_matmul(shape):
 
 
 @needs_avx2
+@pytest.mark.parametrize("shape", [(960, 576), (37, 100), (3, 32)])
+def test_both_one_row_fp32_kernels_give_the_same_sums(shape):
+    """kernel_tiers.py picks one of two one-row fp32 kernels per machine: they must agree bit for bit."""
+    mod = cpu_kernels.compiled()
+    assert mod is not None
+    torch.manual_seed(sum(shape))
+    w, x = torch.randn(*shape), torch.randn(1, shape[1])
+    before = mod.get_f32_one_row()
+    try:
+        got = {}
+        for kernel in ("blocked", "streamed"):
+            mod.set_f32_one_row(kernel)
+            assert mod.get_f32_one_row() == kernel
+            got[kernel] = mod.f32_linear(x, w)
+        torch.testing.assert_close(got["blocked"], x @ w.t(), rtol=1e-5, atol=1e-4)
+        assert torch.equal(got["blocked"], got["streamed"])
+        with pytest.raises(RuntimeError, match="'blocked' or 'streamed'"):
+            mod.set_f32_one_row("fastest")
+    finally:
+        mod.set_f32_one_row(before)
+
+
+@needs_avx2
 def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
     from symphony_core.model.quant import DenseLinear, RowsSwitchLinear
     from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, fp32_weight

@@ -1,4 +1,5 @@
-"""kernel_tiers.py: the int8 tier's row limit is measured once per machine, cached, and can be set by hand."""
+"""kernel_tiers.py: the int8 tier's row limit and the fp32 one-row kernel are measured once per machine, cached,
+and can be set by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import json
 import pytest
 
 from symphony_core.model import kernel_tiers
-from symphony_core.model.kernel_tiers import CACHE_FILE, ENV, int8_max_rows, machine_key, measure
+from symphony_core.model.kernel_tiers import (
+    CACHE_FILE,
+    ENV,
+    F32_ENV,
+    f32_one_row,
+    int8_max_rows,
+    machine_key,
+    measure,
+    measure_one_row,
+)
 
 TRIED = (8, 16, 32, 48, 63)
 
@@ -108,6 +118,38 @@ def test_the_variable_sets_the_limit_and_bad_values_are_named(tmp_path, monkeypa
         monkeypatch.setenv(ENV, bad)
         with pytest.raises(ValueError, match=f"{ENV}='{bad}'"):
             int8_max_rows([], TRIED, "d", tmp_path, must_not_measure)
+
+
+def test_the_one_row_kernel_that_ran_faster_is_chosen_and_a_tie_keeps_blocked(clock):
+    costs = {"blocked": 2.0, "streamed": 1.0}
+    current = []
+    lin = FakeLinear(clock, lambda rows: costs[current[-1]])
+    assert measure_one_row([lin], current.append) == "streamed"
+    assert set(lin.rows_seen) == {1} and current.count("blocked") == current.count("streamed") > 1
+    costs["streamed"] = 3.0
+    assert measure_one_row([lin], current.append) == "blocked"
+    costs["streamed"] = 2.0
+    assert measure_one_row([lin], current.append) == "blocked"
+
+
+def test_the_one_row_kernel_is_cached_beside_the_int8_limit_and_the_variable_wins(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(F32_ENV, raising=False)
+
+    def must_not_measure(*args):
+        raise AssertionError("measured again though the answer is cached or set")
+
+    assert int8_max_rows([], TRIED, "d", tmp_path, lambda pairs, tried: 32) == 32
+    assert f32_one_row([], print, "d", tmp_path, lambda lins, use: "streamed") == "streamed"
+    assert f32_one_row([], print, "d", tmp_path, must_not_measure) == "streamed"
+    assert int8_max_rows([], TRIED, "d", tmp_path, must_not_measure) == 32
+    entries = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert sorted(str(v.get("f32_one_row", v.get("int8_max_rows"))) for v in entries.values()) == ["32", "streamed"]
+    monkeypatch.setenv(F32_ENV, "Blocked")
+    assert f32_one_row([], print, "d", tmp_path, must_not_measure) == "blocked"
+    monkeypatch.setenv(F32_ENV, "fastest")
+    with pytest.raises(ValueError, match=f"{F32_ENV}='fastest'"):
+        f32_one_row([], print, "d", tmp_path, must_not_measure)
 
 
 @pytest.mark.slow  # ~10 s: loads a q8 engine

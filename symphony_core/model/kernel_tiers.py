@@ -1,4 +1,6 @@
-"""Up to how many rows the compiled int8 kernel runs before fp32 takes over: measured on this machine, cached.
+"""Kernel choices that depend on the CPU, measured on this machine when a model loads and cached.
+
+1. Up to how many rows the compiled int8 kernel runs before fp32 takes over (q8 and q4 engines).
 
 The int8 kernel (cpu_kernels/gemv.cpp) reads a quarter of fp32's bytes and multiplies int16 pairs (one
 `vpmaddwd` does 16 products where an fp32 FMA does 8). Which of the two matters depends on the CPU, so the
@@ -16,6 +18,12 @@ The answer is cached per machine in the model's directory
 (`kernel-tiers.json`, keyed by the CPU, the thread count, torch and the kernels' build), so only a
 machine's first load pays for it. `SYMPHONY_INT8_MAX_ROWS=<rows>` sets the limit instead (reproducible
 runs; the choice moves which batches round activations to int16, not what any kernel computes).
+
+2. Which fp32 kernel runs one row (fp32 engines; cpu_kernels/gemv.cpp): "blocked", four weight rows at
+once with software prefetch, fastest on the Zen 1 EPYC, or "streamed", one row at a time without it, 7-9%
+faster on the Zen 3 one. Timed the same way on the model's layers at one row (~0.4 s), cached beside the first
+answer; `SYMPHONY_F32_ONE_ROW=blocked|streamed` sets it instead. Both compute the same fp32 sums in the
+same order per output, so the choice changes no result.
 """
 
 from __future__ import annotations
@@ -32,13 +40,16 @@ from pathlib import Path
 import torch
 
 ENV = "SYMPHONY_INT8_MAX_ROWS"
+F32_ENV = "SYMPHONY_F32_ONE_ROW"
+F32_ONE_ROW = ("blocked", "streamed")  # the first wins a tie
+ONE_ROW_REPEATS = 7
 CACHE_FILE = "kernel-tiers.json"
 SAMPLE_LAYERS = 6  # ~84 MB of fp32 weights: more than the L3 of the machines measured, as a whole model is
 REPEATS = 3
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
 
-_measured: dict[str, int] = {}  # per process, where there is no cache directory
+_measured: dict[str, object] = {}  # per process, where there is no cache directory
 
 
 def _cpu_name() -> str:
@@ -84,6 +95,21 @@ def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int]) -
     return chosen
 
 
+def measure_one_row(linears: Sequence[Linear], use: Callable[[str], None]) -> str:
+    """The fp32 one-row kernel (of F32_ONE_ROW) that ran `linears` fastest at one row; `use(name)` selects
+    a kernel. The kernels alternate within each repeat; medians."""
+    xs = {lin.shape[1]: torch.randn(1, lin.shape[1]) for lin in linears}  # type: ignore[attr-defined]
+    times: dict[str, list[float]] = {k: [] for k in F32_ONE_ROW}
+    for k in F32_ONE_ROW:  # warm-up
+        use(k)
+        _timed(linears, xs)
+    for r in range(ONE_ROW_REPEATS):
+        for k in F32_ONE_ROW if r % 2 == 0 else F32_ONE_ROW[::-1]:
+            use(k)
+            times[k].append(_timed(linears, xs))
+    return min(F32_ONE_ROW, key=lambda k: statistics.median(times[k]))
+
+
 def int8_max_rows(
     pairs: Sequence[tuple[Linear, Linear]],
     candidates: Sequence[int],
@@ -103,23 +129,58 @@ def int8_max_rows(
             raise ValueError(f"{ENV}={override!r}: give a row count of at least 1")
         return rows
     key = f"{machine_key(kernels_digest)} | rows {','.join(map(str, candidates))}"
+    return _cached(
+        "int8_max_rows",
+        key,
+        cache_dir,
+        lambda: measure_fn(pairs, candidates),
+        lambda v: isinstance(v, int) and not isinstance(v, bool),
+        lambda rows: f"the int8 kernel runs up to {rows} rows on this machine",
+    )
+
+
+def f32_one_row(
+    linears: Sequence[Linear],
+    use: Callable[[str], None],
+    kernels_digest: str,
+    cache_dir: Path | None,
+    measure_fn=measure_one_row,
+) -> str:
+    """The fp32 one-row kernel's name: `F32_ENV` if set, else this machine's cached measurement, else
+    `measure_fn(linears, use)` (cached as int8_max_rows's is). The caller selects it with `use`."""
+    override = os.environ.get(F32_ENV, "").strip().lower()
+    if override:
+        if override not in F32_ONE_ROW:
+            raise ValueError(f"{F32_ENV}={override!r}: choose one of {', '.join(F32_ONE_ROW)}")
+        return override
+    return _cached(
+        "f32_one_row",
+        f"{machine_key(kernels_digest)} | f32 one row",
+        cache_dir,
+        lambda: measure_fn(linears, use),
+        lambda v: v in F32_ONE_ROW,
+        lambda name: f"the {name} fp32 kernel runs one row on this machine",
+    )
+
+
+def _cached(name: str, key: str, cache_dir: Path | None, measure_fn, valid, says):
+    """`name`'s value for `key` from the cache in `cache_dir` (or this process's memo where there is
+    none), else measured by `measure_fn()` and stored there."""
     path = cache_dir / CACHE_FILE if cache_dir is not None else None
     cached = _read(path)
     entry = cached.get(key)
-    if isinstance(entry, dict) and isinstance(entry.get("int8_max_rows"), int):
-        return entry["int8_max_rows"]
+    if isinstance(entry, dict) and valid(entry.get(name)):
+        return entry[name]
     if path is None and key in _measured:
         return _measured[key]
     t0 = time.perf_counter()
-    rows = measure_fn(pairs, candidates)
+    value = measure_fn()
     took = time.perf_counter() - t0
-    print(
-        f"symphony: the int8 kernel runs up to {rows} rows on this machine (measured in {took:.1f} s)", file=sys.stderr
-    )
+    print(f"symphony: {says(value)} (measured in {took:.1f} s)", file=sys.stderr)
     if path is None:
-        _measured[key] = rows
-        return rows
-    cached[key] = {"int8_max_rows": rows, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+        _measured[key] = value
+        return value
+    cached[key] = {name: value, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
         tmp.write_text(json.dumps(cached, indent=1, sort_keys=True))
@@ -127,7 +188,7 @@ def int8_max_rows(
     except OSError as e:  # a read-only cache still runs: it measures again next load
         print(f"symphony: could not cache the kernel tiers: {e}", file=sys.stderr)
         tmp.unlink(missing_ok=True)
-    return rows
+    return value
 
 
 def _read(path: Path | None) -> dict:

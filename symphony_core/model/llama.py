@@ -16,7 +16,9 @@ On CPU in fp32 with Symphony's compiled kernels loaded (cpu_kernels/, `make kern
 steps run fused, one call each (decode_ops.cpp): the residual add with the RMSNorm after it, RoPE
 with the K/V write, SwiGLU's activation, and decode attention over the pool in place. At decode
 sizes the torch formulas below cost ~25 calls a layer whose dispatch outweighs their arithmetic.
-They stay the path everywhere else (CUDA, half precision, `SYMPHONY_CPU_KERNELS=torch`).
+They stay the path everywhere else (CUDA, half precision, `SYMPHONY_CPU_KERNELS=torch`). A decode step
+whose projections all run compiled kernels goes one step further: all its layers are one call
+(fused_decode.py), the same kernels chained in C++.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .attention import choose_backend
+from .attention import CompiledDecode, choose_backend
 from .config import ModelConfig
 from .cpu_kernels import compiled
 from .forward_batch import ForwardBatch
+from .fused_decode import FusedDecode
 from .huge_pages import into_huge_pages
 from .weight_formats import FP32_KERNEL_MAX_ROWS
 
@@ -126,6 +129,14 @@ class PagedLlama:
         fused = self.device.type == "cpu" and dtype == torch.float32
         self.ops = compiled() if fused else None
         self.attention = choose_backend(self.device, self.ops if cfg.head_dim in (64, 128) else None)
+        self.fused = FusedDecode(self)  # decode steps' layers as one compiled call, where they can be
+
+    def _one_decode_group(self, plan: list) -> bool:
+        """The batch is single-token decodes only, in one group the compiled kernel reads in place."""
+        if not isinstance(self.attention, CompiledDecode) or len(plan) != 1:
+            return False
+        g, lengths = plan[0]
+        return lengths is not None and g.all_rows
 
     def _into_huge_pages(self) -> None:
         """Move the embedding, the LM head and every projection into one huge-page mapping (same values)."""
@@ -166,11 +177,27 @@ class PagedLlama:
         cfg = self.cfg
         t = fb.token_ids.shape[0]
         rows = self.rows_for(t)
-        h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         x = pad_rows(self.embed.index_select(0, fb.token_ids), rows)  # residual stream [rows, hidden]
         cos = self.cos.index_select(0, fb.positions)[:, None, :]
         sin = self.sin.index_select(0, fb.positions)[:, None, :]
         plan: list = self.attention.plan(fb.groups)  # each backend reads back its own plan
+        stack = self.fused.stack(rows) if rows == t and self._one_decode_group(plan) else None
+        if stack is not None:  # every layer in one compiled call (fused_decode.py)
+            g, lengths = plan[0]
+            slots = g.context_slots.view(g.n_seqs, g.context_len)
+            x = stack.run(x, cos[:, 0], sin[:, 0], fb.write_slots, k_cache, v_cache, slots, lengths, cfg.head_dim**-0.5)
+        else:
+            self._layers(x, fb, cos, sin, plan, k_cache, v_cache, rows)
+        x = self.add_norm(x.index_select(0, fb.output_rows), None, self.norm)
+        r = x.shape[0]
+        logits = project(pad_rows(x, self.rows_for(r)), self.lm_head)[:, :r]
+        return logits.t().contiguous().float()
+
+    def _layers(self, x, fb: ForwardBatch, cos, sin, plan, k_cache, v_cache, rows: int) -> None:
+        """Every layer, a call at a time; the residual stream `x` [rows, hidden] is updated in place."""
+        cfg = self.cfg
+        t = fb.token_ids.shape[0]
+        h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # Padded rows of the attention output stay zero: each layer copies its t real rows in
         # (one call, where F.pad would allocate, fill and copy every layer).
         attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
@@ -213,7 +240,3 @@ class PagedLlama:
                 delta = project(F.silu(gate).mul_(up).t(), layer.w_down).t()
         assert delta is not None  # a model has layers
         x.add_(delta)
-        x = self.add_norm(x.index_select(0, fb.output_rows), None, self.norm)
-        r = x.shape[0]
-        logits = project(pad_rows(x, self.rows_for(r)), self.lm_head)[:, :r]
-        return logits.t().contiguous().float()

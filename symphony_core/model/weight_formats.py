@@ -33,7 +33,7 @@ from ..errors import ModelError
 from .cpu_kernels import compiled
 from .cpu_kernels import digest as kernels_digest
 from .huge_pages import into_huge_pages
-from .kernel_tiers import SAMPLE_LAYERS, int8_max_rows
+from .kernel_tiers import SAMPLE_LAYERS, f32_one_row, int8_max_rows
 from .quant import (
     CompiledDenseLinear,
     DenseLinear,
@@ -195,20 +195,26 @@ def _fp32_tiers(w: torch.Tensor, use_compiled: bool) -> list[tuple[int, TierLine
     return tiers
 
 
-def _apply_fp32(model) -> None:
-    if model.device.type != "cpu" or model.dtype != torch.float32 or compiled() is None:
+def _apply_fp32(model, cache_dir: Path | None) -> None:
+    if model.device.type != "cpu" or model.dtype != torch.float32 or (ops := compiled()) is None:
         return  # llama.py's plain torch.mm on the tensors, padded as MKL likes
     for layer in model.layers:
         for attr in PARTS:
             setattr(layer, attr, RowsSwitchLinear(_fp32_tiers(getattr(layer, attr), True)))
     model.lm_head = RowsSwitchLinear(_fp32_tiers(model.lm_head, True))
     model.pad = False  # padding is for MKL, which now runs from 64 rows only: matmul_rows pads none of those
+    # Which fp32 kernel streams one row fastest depends on the CPU (kernel_tiers.py); timed on every layer,
+    # as a decode step streams them: on 6 layers (85 MB) the two measured alike on a Zen 3 EPYC where the
+    # whole model's 420 MB showed streamed's 3-10%.
+    sample = [getattr(layer, attr).pick(1) for layer in model.layers for attr in PARTS]
+    ops.set_f32_one_row(f32_one_row(sample, ops.set_f32_one_row, kernels_digest(), cache_dir))
+    model.fused.clear()
 
 
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
     """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
     if fmt == "fp32":
-        _apply_fp32(model)
+        _apply_fp32(model, cache_dir)
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
     # The weights a decode step streams go into huge pages, as the fp32 ones did (huge_pages.py).
@@ -254,3 +260,4 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt
+    model.fused.clear()

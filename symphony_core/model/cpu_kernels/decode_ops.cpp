@@ -11,7 +11,8 @@
 // The K/V pool is fp32 or fp16 (`Engine(kv_cache_dtype=...)`; fp16 halves the pool's memory): K and
 // V are rounded to fp16 as they are written and widened back to fp32 (F16C) as they are read; all
 // arithmetic stays fp32.
-#include <torch/extension.h>
+#include "kernels.h"
+
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
@@ -117,6 +118,10 @@ void over_strided_rows(const float* src, int64_t s0, int64_t s1, int64_t rows, i
         }
     });
 }
+
+}  // namespace
+
+namespace symphony {
 
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
     check_f32(x, "x", 2);
@@ -351,9 +356,10 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
     return out;
 }
 
-}  // namespace
+}  // namespace symphony
 
 void add_decode_ops(pybind11::module_& m) {
+    using namespace symphony;
     m.def("rms_norm", &rms_norm, "rms_norm(x [T, n], w [n], eps) -> [T, n]");
     m.def("add_rms_norm", &add_rms_norm, "x += delta in place, then rms_norm(x, w, eps)");
     m.def("rope_write_kv", &rope_write_kv,

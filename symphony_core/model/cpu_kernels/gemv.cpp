@@ -23,7 +23,8 @@
 // fp32: the model's own fp32 [out, in] tensor, read in place (no copy), fp32 activations. At 1 row this
 //       reads the weights at the memory's speed where MKL's sgemm (a GEMM kernel packing for many rows)
 //       reaches ~2/3 of it.
-#include <torch/extension.h>
+#include "kernels.h"
+
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
@@ -49,11 +50,13 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// fp32: 1 row is load-bound (4 rows x 2 accumulators streams fastest, measured on the 2-core Zen 1 EPYC);
-// from 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x). On a 2-core Zen 3 EPYC one
-// row at a time without the software prefetch streams 7-9% faster instead (a step's fp32 matmuls at 1 row,
-// alternating, 15 repeats: 21.9-22.4 against 24.1 ms); a choice between them would have to be measured per
-// machine, as kernel_tiers.py does for the int8 tier.
+// fp32: 1 row is load-bound; how to stream it fastest depends on the CPU, so there are two kernels for it
+// and kernel_tiers.py times them on the machine (`set_f32_one_row`):
+// - blocked (the default): 4 rows x 2 accumulators, software-prefetched along the chunk. Fastest on the
+//   2-core Zen 1 EPYC this was first measured on.
+// - streamed: one row at a time, 2 accumulators, no software prefetch. On a 2-core Zen 3 EPYC 7-9% faster
+//   (a step's fp32 matmuls at 1 row, alternating, 15 repeats: 21.9-22.4 against 24.1 ms).
+// From 2 rows the FMAs count (3 rows x T accumulators, leaving registers for x), and both are the blocked one.
 struct F32Weights {
     static constexpr int64_t PER_LINE = 16;
     static constexpr int rows_at_once(int t) { return t == 1 ? 4 : 3; }
@@ -68,6 +71,14 @@ struct F32Weights {
         for (int r = 0; r < rows; ++r) _mm_prefetch(ahead + 64 * r, _MM_HINT_T0);
     }
 };
+
+struct F32StreamedWeights : F32Weights {
+    static constexpr int rows_at_once(int) { return 1; }
+    void prefetch(int64_t, int, int64_t) const {}
+};
+
+enum class F32OneRow : int { blocked = 0, streamed = 1 };
+std::atomic<int> f32_one_row{int(F32OneRow::blocked)};
 
 // R output rows at once, T activation rows, U independent accumulators per (row, T row) along `in`.
 template <class W, int T, int R, int U>
@@ -282,13 +293,28 @@ torch::Tensor dot_linear(const W& wt, const torch::Tensor& x, int64_t out, int64
     return y;
 }
 
+}  // namespace
+
+namespace symphony {
+
 torch::Tensor f32_linear(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.device().is_cpu(),
                 "w must be a contiguous float32 CPU tensor [out, in]");
     const int64_t out = w.size(0), in = w.size(1);
     check_x(x, in);
-    return dot_linear(F32Weights{w.data_ptr<float>(), in}, x.contiguous(), out, grain(in * 4, 128 << 10));
+    const int64_t chunk = grain(in * 4, 128 << 10);
+    if (x.size(0) == 1 && f32_one_row.load(std::memory_order_relaxed) == int(F32OneRow::streamed))
+        return dot_linear(F32StreamedWeights{{w.data_ptr<float>(), in}}, x.contiguous(), out, chunk);
+    return dot_linear(F32Weights{w.data_ptr<float>(), in}, x.contiguous(), out, chunk);
 }
+
+void set_f32_one_row(const std::string& kernel) {
+    TORCH_CHECK(kernel == "blocked" || kernel == "streamed", "the one-row fp32 kernel is 'blocked' or 'streamed', got '",
+                kernel, "'");
+    f32_one_row = int(kernel == "streamed" ? F32OneRow::streamed : F32OneRow::blocked);
+}
+
+std::string get_f32_one_row() { return f32_one_row == int(F32OneRow::streamed) ? "streamed" : "blocked"; }
 
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale) {
     TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kInt8 && w.is_contiguous(), "w must be contiguous int8 [out, in]");
@@ -338,15 +364,17 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
     return y;
 }
 
-}  // namespace
-
-void add_decode_ops(pybind11::module_& m);  // decode_ops.cpp
+}  // namespace symphony
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "Symphony's fp32 and int8 / int4-weight matmuls for a few rows (AVX2 + FMA)";
-    m.def("f32_linear", &f32_linear, "y[T, out] = x[T, in] · wᵀ; w fp32 [out, in], read in place");
-    m.def("int8_linear", &int8_linear, "y[T, out] = x[T, in] · (q * scale)ᵀ; q int8 [out, in], scale fp32 [out]");
-    m.def("int4_linear", &int4_linear,
+    m.def("f32_linear", &symphony::f32_linear, "y[T, out] = x[T, in] · wᵀ; w fp32 [out, in], read in place");
+    m.def("set_f32_one_row", &symphony::set_f32_one_row,
+          "which fp32 kernel runs one row, 'blocked' or 'streamed' (for the whole process; kernel_tiers.py sets it)");
+    m.def("get_f32_one_row", &symphony::get_f32_one_row, "which fp32 kernel runs one row");
+    m.def("int8_linear", &symphony::int8_linear, "y[T, out] = x[T, in] · (q * scale)ᵀ; q int8 [out, in], scale fp32 [out]");
+    m.def("int4_linear", &symphony::int4_linear,
           "y[T, out] = x[T, in] · (q * scale + minimum)ᵀ; groups of 32, packed as the source file describes");
     add_decode_ops(m);
+    add_decode_stack(m);
 }

@@ -1,4 +1,4 @@
-"""Build and load gemv.cpp and decode_ops.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
+"""Build and load gemv.cpp, decode_ops.cpp and decode_stack.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
 
 `build()` compiles it with `torch.utils.cpp_extension.load` into `BUILD_DIR` (inside the package,
 git-ignored) and records a digest of the source, flags and torch version beside it. `compiled()`
@@ -25,7 +25,8 @@ from types import ModuleType
 import torch
 
 NAME = "symphony_cpu_kernels"
-SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "decode_ops.cpp")]
+SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "decode_ops.cpp", "decode_stack.cpp")]
+HEADERS = [Path(__file__).with_name("kernels.h")]
 BUILD_DIR = Path(__file__).with_name("build")
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
 LDFLAGS = ["-fopenmp"]
@@ -37,7 +38,7 @@ _noted: set[str] = set()
 
 def digest() -> str:
     """What the current build is built from: the sources, flags and torch version."""
-    h = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES))
+    h = hashlib.sha256(b"".join(src.read_bytes() for src in SOURCES + HEADERS))
     h.update(" ".join(CFLAGS + LDFLAGS + [torch.__version__]).encode())
     return h.hexdigest()[:16]
 
