@@ -66,14 +66,15 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     from symphony_core import Engine
 
     hi = 64
-    pages = (max(batches) * (hi + new) + prefill_n) // 16 + 64
+    pages = (max(*batches, 2) * (hi + new) + prefill_n) // 16 + 64
     engines = {f: Engine(num_pages=pages, weights=f) for f in OURS}
     files, skipped = _peer_files(threads)
     peers = {}
+    seqs = max(*batches, 2)  # the warm-up decodes two prompts
     for ft, path in files.items():
         try:
             peers[ft] = llama_cpp_peer.Peer(
-                path, threads, n_seq=max(batches), n_ctx=max(batches) * (hi + new) + prefill_n
+                path, threads, n_seq=seqs, n_ctx=seqs * (hi + new) + prefill_n
             )
         except Exception as e:  # noqa: BLE001
             print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
