@@ -73,9 +73,7 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     seqs = max(*batches, 2)  # the warm-up decodes two prompts
     for ft, path in files.items():
         try:
-            peers[ft] = llama_cpp_peer.Peer(
-                path, threads, n_seq=seqs, n_ctx=seqs * (hi + new) + prefill_n
-            )
+            peers[ft] = llama_cpp_peer.Peer(path, threads, n_seq=seqs, n_ctx=seqs * (hi + new) + prefill_n)
         except Exception as e:  # noqa: BLE001
             print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
     names = [f"ours {f}" for f in OURS] + [f"llama.cpp {p}" for p in peers]

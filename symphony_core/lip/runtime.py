@@ -8,8 +8,11 @@ closed (so unnamed pages return to the pool) and the engine carries on.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +30,19 @@ from .kernel import Kernel
 from .syscalls import Sym
 
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
+EXIT_GRACE_S = 2.0  # how long shutdown waits for cancelled LIP threads to end
+
+# Runtimes not shut down yet. At interpreter exit each is shut down before finalisation: the batch
+# scheduler's forward passes and a LIP's torch calls let go of the GIL inside C++ frames, and a daemon
+# thread that wakes there to take it back during finalisation is ended by CPython mid-frame, which
+# aborts the whole process (a script that returns while its programs still decode).
+_live: weakref.WeakSet[Runtime] = weakref.WeakSet()
+
+
+@atexit.register
+def _shut_down_all_at_exit() -> None:
+    for rt in list(_live):
+        rt.shutdown()
 
 
 class Runtime:
@@ -53,6 +69,7 @@ class Runtime:
         self.batch = BatchScheduler(executor, self.procs, self.bus, token_budget=token_budget, policy=policy)
         self.batch.start()
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
+        _live.add(self)
 
     # --- launching -----------------------------------------------------------------------------
     def launch(
@@ -188,8 +205,19 @@ class Runtime:
         return r
 
     def shutdown(self) -> None:
-        for p in list(self.processes.values()):
+        """Cancel every live process, stop the batch scheduler, and give the LIP threads up to
+        EXIT_GRACE_S to end (one stuck in its own code is left to run: they are daemon threads)."""
+        _live.discard(self)
+        procs = list(self.processes.values())
+        for p in procs:
             if not p.done:
                 p.cancel("engine shutting down")
         self.batch.stop()
+        deadline = time.monotonic() + EXIT_GRACE_S
+        me = threading.current_thread()
+        for p in procs:
+            for th in list(p.threads):
+                t = th.os_thread
+                if t is not None and t is not me and t.is_alive():
+                    t.join(max(0.0, deadline - time.monotonic()))
         self.procs.stop()
