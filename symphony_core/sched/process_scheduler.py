@@ -138,7 +138,11 @@ class ProcessScheduler:
                     p.kill(LimitExceeded(f"process {p.pid} ({p.name}): wall-time limit of {lim}s exceeded"))
 
     def stop(self) -> None:
+        """Stop the watchdog and wait for it: a thread still running at interpreter exit may be the one
+        that drops the engine's last references, and freeing tensors there aborts the process."""
         self._stop.set()
+        if self._watchdog.is_alive() and self._watchdog is not threading.current_thread():
+            self._watchdog.join(timeout=5)
 
     # --- parking -------------------------------------------------------------------------------
     def _private_files(self, proc: Process):
