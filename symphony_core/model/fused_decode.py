@@ -55,7 +55,7 @@ class FusedDecode:
 
     def _make(self, rows: int):
         m = self.model
-        if m.ops is None or not hasattr(m.ops, "DecodeStack"):
+        if m.ops is None:
             return None
         norms, kinds, weights = [], [], []
         for layer in m.layers:
