@@ -97,6 +97,35 @@ def test_cancel(engine):
     assert engine.pool.free_pages == free_before
 
 
+def test_cancel_wakes_a_thread_asleep_in_pred_at_once(engine):
+    """A kill interrupts the sleep of a thread waiting for its batch; it does not wait for the
+    thread's own look at the kill flag (KILL_CHECK_S). The batch scheduler is held at its gate,
+    so the pred can never finish by itself."""
+    from symphony_core.sched.batch_scheduler import KILL_CHECK_S
+
+    held, release = threading.Event(), threading.Event()
+
+    def gate(chosen):
+        held.set()
+        release.wait(30)
+
+    batch = engine.runtime.batch
+    batch.gate = gate
+    try:
+        proc = engine.run(greedy, "Hello", 2)
+        assert held.wait(30), "the pred never reached the scheduler"
+        t0 = time.monotonic()
+        proc.cancel()
+        with pytest.raises(LIPError) as ei:
+            proc.result(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        batch.gate = None
+        release.set()
+    assert isinstance(ei.value.__cause__, Cancelled)
+    assert took < KILL_CHECK_S / 2, f"cancel took {took:.3f}s to reach a thread asleep in pred"
+
+
 def test_events_carry_lip_source_location(engine):
     q, unsubscribe = engine.bus.queue()
     try:

@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 _thread_time = time.thread_time
 
+# How often a thread asleep in `pred` looks at its process's kill flag by itself. Only a safety
+# net: `Process.kill` interrupts the sleep (see `Signal`).
+KILL_CHECK_S = 1.0
+
 
 class BatchScheduler:
     def __init__(
@@ -81,16 +85,20 @@ class BatchScheduler:
         """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process
         is killed); then wake the next thread of the batch and return the result (or raise it)."""
         proc = th.proc
-        self.submit(p)
         fin = p.finished
-        while not fin.wait(0.05):
+        p.thread = th
+        th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
+        self.submit(p)
+        if proc.kill_reason is not None:  # killed before the line above: Process.kill did not see `fin`
+            fin.interrupt()
+        while not fin.wait(KILL_CHECK_S):
             if proc.kill_reason is not None:
+                th.waiting = None
                 p.cancelled = True
                 fin.abandon()
                 self.wake()
                 raise proc.kill_reason
-            with proc.lock:
-                th.state = "in_syscall" if not p.waiting_pages else "waiting_pages"
+        th.waiting = None
         fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
         result = p.result
         if isinstance(result, BaseException):
@@ -229,9 +237,11 @@ class BatchScheduler:
         errors = 0
         for p, (a, b), r in zip(chosen, spans, results):
             if isinstance(r, OutOfPages):
-                p.waiting_pages = True
+                if not p.waiting_pages:
+                    self._mark_waiting_pages(p, True)
                 continue
-            p.waiting_pages = False
+            if p.waiting_pages:
+                self._mark_waiting_pages(p, False)
             progressed = True
             c = p.call
             total = len(c.tokens)
@@ -278,6 +288,16 @@ class BatchScheduler:
         else:
             self._account(None, t1 - t0, fwd_cpu)
         return progressed
+
+    @staticmethod
+    def _mark_waiting_pages(p: PendingPred, waiting: bool) -> None:
+        """The call waits for free pages (or no longer does); its thread's state says so too."""
+        p.waiting_pages = waiting
+        th = p.thread
+        if th is not None:
+            with th.proc.lock:
+                if th.state in ("in_syscall", "waiting_pages"):
+                    th.state = "waiting_pages" if waiting else "in_syscall"
 
     def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float) -> None:
         """Charge the scheduler thread's CPU time since the last batch, less the forward's, to

@@ -75,6 +75,7 @@ class LIPThread:
     current_call: str | None = None
     seq: int = 0  # syscalls made so far
     preds: int = 0
+    waiting: Any = None  # the `Signal` it sleeps on inside `pred` (a kill interrupts it), else None
     result: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -214,6 +215,9 @@ class Process:
         for t in threads:
             if t.state == "running":  # in LIP code, maybe a tight loop: interrupt it
                 t.raise_async(Cancelled)
+            sig = t.waiting
+            if sig is not None:  # asleep in pred: wake it to see the kill
+                sig.interrupt()
 
     def checkpoint(self) -> None:
         """Raise in the calling LIP thread if the process has been killed."""
