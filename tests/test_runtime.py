@@ -101,7 +101,7 @@ def test_cancel_wakes_a_thread_asleep_in_pred_at_once(engine):
     """A kill interrupts the sleep of a thread waiting for its batch; it does not wait for the
     thread's own look at the kill flag (KILL_CHECK_S). The batch scheduler is held at its gate,
     so the pred can never finish by itself."""
-    from symphony_core.sched.batch_scheduler import KILL_CHECK_S
+    from symphony_core.sched.process import KILL_CHECK_S
 
     held, release = threading.Event(), threading.Event()
 
@@ -124,6 +124,30 @@ def test_cancel_wakes_a_thread_asleep_in_pred_at_once(engine):
         release.set()
     assert isinstance(ei.value.__cause__, Cancelled)
     assert took < KILL_CHECK_S / 2, f"cancel took {took:.3f}s to reach a thread asleep in pred"
+
+
+def test_cancel_wakes_threads_asleep_in_recv_at_once(engine):
+    """Both threads of a process asleep in recv see a kill at once, not at their own next look."""
+    from symphony_core.sched.process import KILL_CHECK_S
+
+    def listens(sym):
+        other = sym.spawn(lambda s: s.recv())
+        sym.recv()
+        other.join()
+
+    proc = engine.run(listens)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(t.current_call == "recv" for t in proc.threads) < 2:
+        time.sleep(0.01)
+    assert sum(t.current_call == "recv" for t in proc.threads) == 2, "both threads should sit in recv"
+    t0 = time.monotonic()
+    proc.cancel()
+    with pytest.raises(LIPError) as ei:
+        proc.result(timeout=10)
+    took = time.monotonic() - t0
+    assert isinstance(ei.value.__cause__, Cancelled)
+    assert all(t.done.is_set() for t in proc.threads)
+    assert took < KILL_CHECK_S / 2, f"cancel took {took:.3f}s to reach the threads asleep in recv"
 
 
 def test_events_carry_lip_source_location(engine):

@@ -33,16 +33,12 @@ from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
 from .pending import PendingPred
 from .policy import AdaptiveWatermark
-from .process import LIPThread
+from .process import KILL_CHECK_S, LIPThread
 from .process_scheduler import ProcessScheduler
 
 logger = logging.getLogger(__name__)
 
 _thread_time = time.thread_time
-
-# How often a thread asleep in `pred` looks at its process's kill flag by itself. Only a safety
-# net: `Process.kill` interrupts the sleep (see `Signal`).
-KILL_CHECK_S = 1.0
 
 
 class BatchScheduler:

@@ -64,6 +64,19 @@ class _Done:
 
 DONE = _Done()
 
+# How often a LIP thread asleep in a syscall (pred, recv, join) looks at its process's kill flag
+# by itself. Only a safety net: `Process.kill` wakes a thread asleep in pred or recv at once.
+# (Polling it often costs: a thousand sleeping LIPs looking twenty times a second took the GIL
+# from the forward pass every few microseconds.)
+KILL_CHECK_S = 1.0
+
+
+class _KillWake:
+    """Put in a killed process's inbox: wakes a thread asleep in `recv` to see the kill."""
+
+
+_KILL_WAKE = _KillWake()
+
 
 @dataclass(eq=False)
 class LIPThread:
@@ -83,9 +96,9 @@ class LIPThread:
     def join(self, timeout: float | None = None) -> Any:
         """Wait for the thread; return its result or raise its exception (the paper's pthread_join)."""
         deadline = None if timeout is None else now() + timeout
-        while not self.done.wait(0.05):
+        while not self.done.wait(KILL_CHECK_S if deadline is None else min(KILL_CHECK_S, deadline - now())):
             self.proc.checkpoint()
-            if deadline is not None and now() > deadline:
+            if deadline is not None and now() >= deadline:
                 raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
         if self.error is not None:
             raise self.error
@@ -218,6 +231,7 @@ class Process:
             sig = t.waiting
             if sig is not None:  # asleep in pred: wake it to see the kill
                 sig.interrupt()
+        self._inbox.put(_KILL_WAKE)  # and any thread asleep in recv
 
     def checkpoint(self) -> None:
         """Raise in the calling LIP thread if the process has been killed."""
@@ -263,10 +277,16 @@ class Process:
         while True:
             self.checkpoint()
             try:
-                return self._inbox.get(timeout=0.05)
+                wait = KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))
+                item = self._inbox.get(timeout=wait)
             except queue.Empty:
                 if deadline is not None and now() >= deadline:
                     raise TimeoutError(f"recv: no message within {timeout}s") from None
+                continue
+            if item is _KILL_WAKE:
+                self._inbox.put(item)  # for the process's other threads asleep in recv
+                continue  # the checkpoint raises
+            return item
 
     def summary(self) -> dict:
         """A JSON-ready picture: pid, name, user, status, priority, threads, tokens, error."""
