@@ -21,6 +21,23 @@ def _c_pair(n: dict) -> tuple[int, dict, dict] | None:
     return (widest, row, m) if row and m else None
 
 
+def _short_programs_bound(n: dict, short: dict, ref: dict) -> str:
+    """The ceiling the matmuls alone put on the short programs' ratio in this run: the machine's
+    matmul rate at its widest measured row count, in token positions per second (GFLOP per
+    position from the decode section), over the positions each generated token costs."""
+    mm = max(n.get("matmul", {}).get("rows", []), key=lambda m: m["rows"], default=None)
+    dec = n.get("decode", {}).get("rows", [])
+    per_pos = next((r["ours_gflops"] / r["ours_decode"] for r in dec if r.get("ours_decode")), None)
+    if mm is None or per_pos is None:
+        return ""
+    pos_s = mm["gflops"] / per_pos
+    ceiling = pos_s / short["positions_per_token"] / ref["tok_s"]
+    return (
+        f"The matmuls alone run at most ~{pos_s:.0f} positions/s here (the matmul section, {mm['rows']} rows), "
+        f"so on this machine the ratio cannot pass ~{ceiling:.2f}× with fp32 weights. "
+    )
+
+
 def _verdict(ok: bool | None) -> str:
     return "not run" if ok is None else ("met" if ok else "**missed**")
 
@@ -138,16 +155,16 @@ def missed_notes(n: dict) -> str:
             f"- **Short programs** ({sp['ratio']:.2f}×): {short['programs']} programs × {short['new']} tokens "
             f"made {short['tok_s']:.0f} generated tok/s against {ref['tok_s']:.0f} for {ref['programs']} × "
             f"{ref['new']}. {100 * short['forward_share']:.0f}% of its wall time is forward passes (the "
-            f"reference: {100 * ref['forward_share']:.0f}%), so the runtime around them (threads, KV files, "
-            f"scheduling) is not what is missing: the model runs {short['positions_per_token']:.2f} token "
+            f"reference: {100 * ref['forward_share']:.0f}%). The model runs {short['positions_per_token']:.2f} token "
             f"positions per generated token against {ref['positions_per_token']:.2f} for the reference, because "
             "each program prefills its own prompt for only a few tokens; per position the short programs run at "
             f"{short['positions_s'] / ref['positions_s']:.2f}× the reference's rate"
             + (
-                " (wide mixed batches: many short prefill chunks, each its own attention call per layer). "
+                " (wide batches that mix decodes with short prefill chunks). "
                 if short["positions_s"] < 0.9 * ref["positions_s"]
                 else ". "
             )
+            + _short_programs_bound(n, short, ref)
             + "What would close it: less prompt work per generated token (programs that fork one shared, "
             "already-prefilled prefix)."
         )
