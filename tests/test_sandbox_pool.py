@@ -6,13 +6,17 @@ from __future__ import annotations
 import json
 import mmap
 import socket
+import threading
+import time
 from types import SimpleNamespace
 
 from symphony_core.sandbox.confine import SandboxSpec
 from symphony_core.sandbox.job import SandboxJob
 from symphony_core.sandbox.pool import SandboxManager
 from symphony_core.sandbox.protocol import encode
+from symphony_core.sandbox.twin import _serve, woken_on_kill
 from symphony_core.sandbox.worker_link import N_SLOTS, Worker
+from symphony_core.sched.process import KILL_CHECK_S, Cancelled, Limits, Process
 
 VOCAB = 8
 
@@ -42,3 +46,41 @@ def test_a_worker_exit_frame_still_in_its_socket_wins_over_the_zygotes_exit_repo
         for s in (ours, ctl, zygote):
             s.close()
         w.shm.close()
+
+
+def test_a_kill_wakes_the_in_engine_threads_waiting_for_their_workers_requests():
+    """A program's in-engine threads sleep between their worker's requests; a kill (a cancel, a
+    limit) wakes them at once, not at their own next look at the kill flag (KILL_CHECK_S), and each
+    raises the kill's reason."""
+    job = SandboxJob("def main(sym): pass", "main", [], {}, "tiny", SandboxSpec())
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    w = Worker(1, job, ours, mmap.mmap(-1, N_SLOTS * VOCAB * 4), VOCAB, 0)
+    proc = Process(lambda s: None, (), {}, "u", "tiny", 0, Limits())
+    sym = SimpleNamespace(_th=SimpleNamespace(proc=proc))
+    w.queues[1] = w.queues[0].__class__()  # a second worker thread's queue
+    raised: dict[int, BaseException] = {}
+
+    def serve(wtid: int) -> None:
+        try:
+            _serve(sym, w, wtid)
+        except BaseException as e:
+            raised[wtid] = e
+
+    try:
+        with woken_on_kill(proc, w):
+            threads = [threading.Thread(target=serve, args=(i,)) for i in (0, 1)]
+            for t in threads:
+                t.start()
+            time.sleep(0.2)  # both asleep in their queues
+            t0 = time.monotonic()
+            proc.kill(Cancelled("stop"))
+            for t in threads:
+                t.join(10)
+            took = time.monotonic() - t0
+        assert proc.kill_wakers == []
+    finally:
+        for s in (ours, theirs):
+            s.close()
+        w.shm.close()
+    assert set(raised) == {0, 1} and all(isinstance(e, Cancelled) for e in raised.values())
+    assert took < KILL_CHECK_S / 2, f"the kill took {took:.3f}s to reach the serving threads"

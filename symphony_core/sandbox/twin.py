@@ -11,19 +11,20 @@ trusted user's program inside the engine instead, with no worker.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import linecache
 import queue
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from ..errors import KVError, KVPermissionError, SymphonyError
 from ..model.sampling import Sampler
-from ..sched.process import Cancelled, LimitExceeded, LIPError
+from ..sched.process import KILL_CHECK_S, Cancelled, LimitExceeded, LIPError
 from .job import SandboxJob
 from .pool import SandboxManager
 from .worker_link import Worker, kv_handle_info
@@ -260,13 +261,17 @@ def _serve(sym, w: Worker, wtid: int) -> None:
     proc = _proc(sym)
     while True:
         try:
-            kind, h, payload = q.get(timeout=0.1)
+            kind, h, payload = q.get(timeout=KILL_CHECK_S)  # a kill wakes it at once (sandboxed_lip)
         except queue.Empty:
             if proc.kill_reason is not None:
                 raise proc.kill_reason from None
             continue
         if kind in ("exit", "thread_exit"):
             return
+        if kind == "killed":
+            if proc.kill_reason is not None:
+                raise proc.kill_reason
+            continue
         if kind == "dead":
             if proc.kill_reason is not None:
                 raise proc.kill_reason
@@ -289,6 +294,24 @@ def _serve(sym, w: Worker, wtid: int) -> None:
             data = b""
             reply = {"id": h.get("id"), "err": {"type": type(e).__name__, "msg": str(e)}}
         w.send(reply, data)
+
+
+@contextlib.contextmanager
+def woken_on_kill(proc, w: Worker) -> Iterator[None]:
+    """While the block runs, a kill of `proc` wakes every thread of it serving `w` at once (they
+    sleep in `_serve` between the worker's requests, looking at the kill flag only every
+    KILL_CHECK_S)."""
+
+    def wake() -> None:
+        w.push_all(("killed", {}, b""))
+
+    proc.kill_wakers.append(wake)
+    if proc.kill_reason is not None:  # killed before the line above
+        wake()
+    try:
+        yield
+    finally:
+        proc.kill_wakers.remove(wake)
 
 
 def _thread_twin(sym, w: Worker, wtid: int) -> None:
@@ -326,7 +349,8 @@ def sandboxed_lip(sym, mgr: SandboxManager, job: SandboxJob) -> Any:
                 "info": info,
             }
         )
-        _serve(sym, w, 0)
+        with woken_on_kill(proc, w):
+            _serve(sym, w, 0)
         ex = w.exit_frame or {}
         if "err" in ex and isinstance(ex["err"], dict):
             err = ex["err"]

@@ -151,6 +151,9 @@ class Process:
         self._result: Any = None
         self._error: LIPError | None = None
         self.lock = threading.Lock()
+        # Called by `kill` to wake a thread asleep somewhere the runtime does not see (a sandboxed
+        # program's in-engine thread waiting for its worker's next request).
+        self.kill_wakers: list[Callable[[], None]] = []
 
     # --- the launcher's side ----------------------------------------------------------------
     def messages(self, timeout: float | None = None) -> Iterator[Any]:
@@ -232,6 +235,8 @@ class Process:
             if sig is not None:  # asleep in pred: wake it to see the kill
                 sig.interrupt()
         self._inbox.put(_KILL_WAKE)  # and any thread asleep in recv
+        for wake in list(self.kill_wakers):
+            wake()
 
     def checkpoint(self) -> None:
         """Raise in the calling LIP thread if the process has been killed."""
