@@ -134,7 +134,7 @@ class ProcessScheduler:
             for p in procs:
                 lim = p.limits.max_wall_time
                 if lim is not None and p.started_at is not None and t - p.started_at > lim:
-                    # Its threads notice within their next poll and wake the batch scheduler.
+                    # kill wakes its threads asleep in pred, recv or a sandbox twin; they wake the batch scheduler.
                     p.kill(LimitExceeded(f"process {p.pid} ({p.name}): wall-time limit of {lim}s exceeded"))
 
     def stop(self) -> None:
