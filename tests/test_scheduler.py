@@ -69,6 +69,10 @@ def test_parking_under_memory_pressure(fresh_engine, engine):
     # 7 pages x 16 slots: one ~70-token sequence (5 pages) fits, two do not.
     eng = fresh_engine(num_pages=7)
     statuses = set()
+    # What each call's thread shows while it waits for pages: the scheduler's gate sees every
+    # batch's members just before it runs them.
+    seen: list[tuple[bool, str]] = []
+    eng.runtime.batch.gate = lambda chosen: seen.extend((p.waiting_pages, p.thread.state) for p in chosen)
     pa = eng.launch(greedy, prompt_a, n, priority=1)
     pb = eng.launch(greedy, prompt_b, n, priority=0)
     while not (pa.done and pb.done):
@@ -79,6 +83,9 @@ def test_parking_under_memory_pressure(fresh_engine, engine):
     assert pb.result() == ref_b
     assert "parked" in statuses
     assert eng.runtime.procs.parks <= 3, "parking thrashed"
+    waited = [state for waiting, state in seen if waiting]
+    assert waited and set(waited) == {"waiting_pages"}, "a call waiting for pages shows it on its thread"
+    assert {state for waiting, state in seen if not waiting} == {"in_syscall"}
     eng.kvfs.check()
     assert eng.pool.free_pages == eng.pool.n_pages
     eng.shutdown()
