@@ -150,6 +150,19 @@ def test_cancel_wakes_threads_asleep_in_recv_at_once(engine):
     assert took < KILL_CHECK_S / 2, f"cancel took {took:.3f}s to reach the threads asleep in recv"
 
 
+def test_join_timeout_is_kept_to_and_past_it_raises_timeout_error():
+    """join(timeout) waits about that long (its kill-flag looks never overshoot the deadline)."""
+    from symphony_core.sched.process import Process
+
+    proc = Process(lambda s: None, (), {}, "u", "j", 0, Limits())
+    th = proc.new_thread("never-ends")
+    for timeout in (0.0, 0.05):
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not finish in"):
+            th.join(timeout)
+        assert time.monotonic() - t0 < timeout + 0.5
+
+
 def test_events_carry_lip_source_location(engine):
     q, unsubscribe = engine.bus.queue()
     try:

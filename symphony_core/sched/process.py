@@ -96,7 +96,7 @@ class LIPThread:
     def join(self, timeout: float | None = None) -> Any:
         """Wait for the thread; return its result or raise its exception (the paper's pthread_join)."""
         deadline = None if timeout is None else now() + timeout
-        while not self.done.wait(KILL_CHECK_S if deadline is None else min(KILL_CHECK_S, deadline - now())):
+        while not self.done.wait(KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))):
             self.proc.checkpoint()
             if deadline is not None and now() >= deadline:
                 raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
