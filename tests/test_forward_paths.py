@@ -306,3 +306,23 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
     finally:
         for f in opened:
             engine.kv_close(f)
+
+
+@pytest.mark.parametrize("r", [1, 15, 16, 40, 100])
+def test_logits_in_vocabulary_blocks_are_the_plain_products_bit_for_bit(r):
+    """The LM head from LOGITS_IN_BLOCKS_FROM rows runs a block of the vocabulary at a time: its
+    logits are row-major and equal, bit for bit, to the one-call product's, for a bare weight and
+    for the weight behind a RowsSwitchLinear (the last block is a short one: 3000 is not a multiple
+    of VOCAB_BLOCK)."""
+    from symphony_core.model.llama import VOCAB_BLOCK, logits_rows
+    from symphony_core.model.quant import DenseLinear, RowsSwitchLinear
+
+    gen = torch.Generator().manual_seed(r)
+    w = torch.randn(3000, 64, generator=gen)
+    assert w.shape[0] % VOCAB_BLOCK
+    x = torch.randn(r + 3, 64, generator=gen)  # padded rows past r, as the forward pads for MKL
+    want = torch.mm(w, x.t())[:, :r].t()
+    for head in (w, RowsSwitchLinear([(10**9, DenseLinear(w))])):
+        got = logits_rows(x, head, r)
+        assert got.shape == (r, 3000) and got.is_contiguous()
+        assert torch.equal(got, want)

@@ -187,3 +187,13 @@ class RowsSwitchLinear:
 
 
 QuantLinear = Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | RowsSwitchLinear
+
+
+def sgemm_weight(linear: torch.Tensor | QuantLinear, rows: int) -> torch.Tensor | None:
+    """The fp32 weight that `linear` hands to MKL's sgemm (`W·xᵀ`) at `rows` rows, or None where a
+    compiled or quantised kernel runs there instead."""
+    if isinstance(linear, RowsSwitchLinear):
+        linear = linear.pick(rows)
+    if isinstance(linear, DenseLinear):
+        return linear.weight
+    return linear if isinstance(linear, torch.Tensor) else None
