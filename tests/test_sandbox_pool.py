@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import queue
 import socket
 import threading
 import time
@@ -57,7 +58,7 @@ def test_a_kill_wakes_the_in_engine_threads_waiting_for_their_workers_requests()
     w = Worker(1, job, ours, mmap.mmap(-1, N_SLOTS * VOCAB * 4), VOCAB, 0)
     proc = Process(lambda s: None, (), {}, "u", "tiny", 0, Limits())
     sym = SimpleNamespace(_th=SimpleNamespace(proc=proc))
-    w.queues[1] = w.queues[0].__class__()  # a second worker thread's queue
+    w.queues[1] = queue.Queue()  # a second worker thread's queue
     raised: dict[int, BaseException] = {}
 
     def serve(wtid: int) -> None:

@@ -71,6 +71,12 @@ DONE = _Done()
 KILL_CHECK_S = 1.0
 
 
+def _next_look(deadline: float | None) -> float:
+    """How long a wait may sleep before it looks at the kill flag again: KILL_CHECK_S, or less
+    where the caller's deadline comes first (never negative)."""
+    return KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))
+
+
 class _KillWake:
     """Put in a killed process's inbox: wakes a thread asleep in `recv` to see the kill."""
 
@@ -96,7 +102,7 @@ class LIPThread:
     def join(self, timeout: float | None = None) -> Any:
         """Wait for the thread; return its result or raise its exception (the paper's pthread_join)."""
         deadline = None if timeout is None else now() + timeout
-        while not self.done.wait(KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))):
+        while not self.done.wait(_next_look(deadline)):
             self.proc.checkpoint()
             if deadline is not None and now() >= deadline:
                 raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
@@ -282,8 +288,7 @@ class Process:
         while True:
             self.checkpoint()
             try:
-                wait = KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))
-                item = self._inbox.get(timeout=wait)
+                item = self._inbox.get(timeout=_next_look(deadline))
             except queue.Empty:
                 if deadline is not None and now() >= deadline:
                     raise TimeoutError(f"recv: no message within {timeout}s") from None
