@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <type_traits>
+#include <vector>
 
 namespace {
 
@@ -212,27 +213,47 @@ void int4_rows(const uint8_t* packed, const float* scale, const float* minimum, 
     const int16_t* xq = qx.q.data_ptr<int16_t>() + t0 * in;
     const float* xs = qx.scale.data_ptr<float>() + t0 * groups;
     const float* xsum = qx.sum.data_ptr<float>() + t0 * groups;
-    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m256i low4 = _mm256_set1_epi16(0x0F);
+    // Per output row, before its weights: each group's combined scale (the weight's times x's) and the
+    // minimum term Σ minimum · Σx, both vectorised. As a scalar chain after the loop, the minimum term's
+    // dependent adds cost about as much as the dot products themselves (1 row, a step's int4
+    // matmuls: 5.2 -> 3.8 ms with the unpacking below).
+    std::vector<float> comb_buf(T * groups);
+    float* comb = comb_buf.data();
     for (int64_t o = o0; o < o1; ++o) {
         const uint8_t* p = packed + o * (in / 2);
         const float* sc = scale + o * groups;
+        const float* mn = minimum + o * groups;
+        float m[T];
+        for (int t = 0; t < T; ++t) {
+            const float* xst = xs + t * groups;
+            const float* xsumt = xsum + t * groups;
+            float* ct = comb + t * groups;
+            __m256 ms = _mm256_setzero_ps();
+            int64_t g = 0;
+            for (; g + 8 <= groups; g += 8) {
+                _mm256_storeu_ps(ct + g, _mm256_mul_ps(_mm256_loadu_ps(sc + g), _mm256_loadu_ps(xst + g)));
+                ms = _mm256_fmadd_ps(_mm256_loadu_ps(mn + g), _mm256_loadu_ps(xsumt + g), ms);
+            }
+            m[t] = hsum(ms);
+            for (; g < groups; ++g) {
+                ct[g] = sc[g] * xst[g];
+                m[t] += mn[g] * xsumt[g];
+            }
+        }
         __m256 acc[T];
         for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t g = 0; g < groups; ++g) {
             if ((g & 3) == 0) _mm_prefetch(reinterpret_cast<const char*>(p + g * 16 + PREFETCH), _MM_HINT_T0);
-            __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + g * 16));
-            __m256i lo = _mm256_cvtepu8_epi16(_mm_and_si128(b, low4));
-            __m256i hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(b, 4), low4));
+            // Each byte widened to int16 first: its low nibble is then one AND, its high nibble one shift.
+            __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + g * 16)));
+            __m256i lo = _mm256_and_si256(v, low4);
+            __m256i hi = _mm256_srli_epi16(v, 4);
             for (int t = 0; t < T; ++t)
                 acc[t] = _mm256_fmadd_ps(group_dot(lo, hi, xq + t * in + g * GROUP),
-                                         _mm256_set1_ps(sc[g] * xs[t * groups + g]), acc[t]);
+                                         _mm256_broadcast_ss(comb + t * groups + g), acc[t]);
         }
-        const float* mn = minimum + o * groups;
-        for (int t = 0; t < T; ++t) {
-            float m = 0.f;
-            for (int64_t g = 0; g < groups; ++g) m += mn[g] * xsum[t * groups + g];
-            y[(t0 + t) * out + o] = hsum(acc[t]) + m;
-        }
+        for (int t = 0; t < T; ++t) y[(t0 + t) * out + o] = hsum(acc[t]) + m[t];
     }
 }
 
