@@ -1,15 +1,13 @@
 """Which CPUs a runtime's LIP threads run on: by default one, while the GIL is on.
 
 Under CPython's GIL one LIP thread runs Python at a time, however many CPUs the threads may use.
-Spread over every CPU, a batch's LIP threads, woken one after another down its wake-up chain
-(`Signal`), run on whichever CPU is free, also the one the batch scheduler's thread or the forward
-pass is on, and trade the CPU and the GIL with it. Kept on one CPU, they leave the others to the
-scheduler and the model. (The bare wake-up chain is hardly cheaper pinned: 13-14 against 15 CPU µs
-a thread; the gain is the contention.) Measured on a 2-core EPYC, alternating runs: with the model
-replaced by a stub (bench/runtime_overhead.py) CPU time per `pred` fell by a fifth to a half
-(106 -> 86 µs and 106 -> 53 µs in two runs, 59 -> 45 µs in a third); 1,000 programs x 8 tokens ran
-8% faster in the median of seven pairs (from 7% slower to 30% faster on that noisy machine); one
-stream within the noise.
+Spread over every CPU, each hand-off between a batch's threads (`Signal`'s wake-up chain) and each
+GIL hand-over is a wake-up on another CPU (an inter-processor interrupt, dear in a VM), and the LIPs'
+Python lands on the CPUs the forward pass's threads are using. Kept on one CPU, the threads wake one
+another there and the other CPUs are the model's. Measured on a 2-core EPYC, alternating runs: with the
+model replaced by a stub (bench/runtime_overhead.py) CPU time per `pred` fell by a fifth to a half
+(106 -> 86 and 53 µs, 59 -> 45 µs); 1,000 programs x 8 tokens ran 11% faster in the median of six
+pairs (from 7% slower to 30% faster on that noisy machine); one stream the same.
 
 The choice (`Engine(lip_cpus=...)`, else `SYMPHONY_LIP_CPUS`, else "auto"):
 - "auto": one of the CPUs the process may use, picked by its pid so that several engine processes on

@@ -1,10 +1,9 @@
 """The LIP runtime: launches processes and threads, implements the syscalls, cleans up.
 
 A LIP runs on ordinary Python threads (kept on one CPU by default, see lip_cpus.py). Its `pred`
-calls go to the batch scheduler and the thread sleeps until its distribution is ready. When a
-process ends — returned, raised, cancelled or killed by a limit — its remaining threads are
-stopped, its open handles are closed (so unnamed pages return to the pool) and the engine
-carries on.
+calls go to the batch scheduler and the thread sleeps until its distribution is ready. When a process ends — returned, raised,
+cancelled or killed by a limit — its remaining threads are stopped, its open handles are
+closed (so unnamed pages return to the pool) and the engine carries on.
 """
 
 from __future__ import annotations
