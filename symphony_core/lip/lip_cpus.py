@@ -4,10 +4,10 @@ Under CPython's GIL one LIP thread runs Python at a time, however many CPUs the 
 Spread over every CPU, each hand-off between a batch's threads (`Signal`'s wake-up chain) and each
 GIL hand-over is a wake-up on another CPU (an inter-processor interrupt, dear in a VM), and the LIPs'
 Python lands on the CPUs the forward pass's threads are using. Kept on one CPU, the threads wake one
-another there and the other CPUs are the model's. Measured on a 2-core EPYC, alternating runs: with the
-model replaced by a stub (bench/runtime_overhead.py) CPU time per `pred` fell by a fifth to a half
-(106 -> 86 and 53 µs, 59 -> 45 µs); 1,000 programs x 8 tokens ran 11% faster in the median of six
-pairs (from 7% slower to 30% faster on that noisy machine); one stream the same.
+another there and the other CPUs are the model's. Measured on a 2-core EPYC, same process, alternating:
+with the model replaced by a stub (bench/runtime_overhead.py) CPU time per `pred` 106 -> 53 µs and
+144 -> 72 µs; 1,000 programs x 8 tokens on the real model 142 -> 184 and 145 -> 157 tok/s; one stream
+unchanged.
 
 The choice (`Engine(lip_cpus=...)`, else `SYMPHONY_LIP_CPUS`, else "auto"):
 - "auto": one of the CPUs the process may use, picked by its pid so that several engine processes on
