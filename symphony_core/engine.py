@@ -15,7 +15,6 @@ from .errors import SymphonyError
 from .events import EventBus
 from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
-from .lip.lip_cpus import choose_lip_cpus
 from .lip.runtime import Runtime
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
 from .model.weight_formats import apply_weight_format, check_weight_format
@@ -69,14 +68,10 @@ class Engine:
         kv_cache_dtype: the KV pool's dtype, as vLLM names the option: "auto" (the engine's dtype),
             "fp32", or "fp16" (CPU): twice the pages in the same memory; K and V are rounded to
             fp16 as they are written, so tokens may differ from an fp32 cache's.
-        lip_cpus: the CPUs the LIP threads run on: "auto" (one, while the GIL lets one of them
-            run at a time anyway), "all", or CPU numbers such as "2,3"; default: the
-            `SYMPHONY_LIP_CPUS` environment variable, else "auto" (lip/lip_cpus.py).
 
     Raises:
         ModelError: the model cannot be found, converted or loaded (the message says which
             and why).
-        ValueError: `lip_cpus` is not "auto", "all" or CPUs this process may use.
 
     The `kv_*` methods act on the KV file system directly, as `user` (default `"local"`),
     outside any process; they raise what the `sym.kv_*` calls of the same name raise.
@@ -94,9 +89,7 @@ class Engine:
         threads: int | None = None,
         weights: str = "fp32",
         kv_cache_dtype: str = "auto",
-        lip_cpus: str | None = None,
     ) -> None:
-        lip_cpu_set = choose_lip_cpus(lip_cpus)  # before the model loads: a bad setting fails at once
         self.device = torch.device(device) if device else _default_device()
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.weight_format = check_weight_format(weights, self.device)
@@ -121,7 +114,7 @@ class Engine:
         self.executor = Executor(self.model, self.kvfs)
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
-        self.scheduler_options: dict = {"lip_cpus": lip_cpu_set}
+        self.scheduler_options: dict = {}
 
     # --- programs -----------------------------------------------------------------------------
     @property

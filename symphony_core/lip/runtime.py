@@ -1,7 +1,7 @@
 """The LIP runtime: launches processes and threads, implements the syscalls, cleans up.
 
-A LIP runs on ordinary Python threads (kept on one CPU by default, see lip_cpus.py). Its `pred`
-calls go to the batch scheduler and the thread sleeps until its distribution is ready. When a process ends — returned, raised,
+A LIP runs on ordinary Python threads. Its `pred` calls go to the batch scheduler and the
+thread sleeps until its distribution is ready. When a process ends — returned, raised,
 cancelled or killed by a limit — its remaining threads are stopped, its open handles are
 closed (so unnamed pages return to the pool) and the engine carries on.
 """
@@ -27,7 +27,6 @@ from ..sched.pending import PendingPred
 from ..sched.process import Cancelled, Limits, LIPThread, Process
 from ..sched.process_scheduler import ProcessScheduler
 from .kernel import Kernel
-from .lip_cpus import pin_lip_thread
 from .syscalls import Sym
 
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
@@ -56,10 +55,8 @@ class Runtime:
         policy=None,
         token_budget: int = 512,
         max_running: int = 4096,
-        lip_cpus: frozenset[int] | None = None,
     ) -> None:
         self.executor = executor
-        self.lip_cpus = lip_cpus  # what lip_cpus.choose_lip_cpus chose; None: wherever the OS puts them
         self.kvfs = executor.kvfs
         self.tokenizer = tokenizer
         self.tokenizer_file = tokenizer_file  # tokenizer.json, for grammar libraries (`sym.tokenizer_file`)
@@ -111,7 +108,6 @@ class Runtime:
         t.start()
 
     def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
-        pin_lip_thread(self.lip_cpus)
         proc = th.proc
         result, error = None, None
         if self.bus.active:
