@@ -66,38 +66,46 @@ def measure(engine, n_lips: int, n_preds: int, subscribe: bool) -> dict:
     }
 
 
+def _stub_engine(runner: str):
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=1024, lip_runner=runner)
+    zeros = torch.zeros(256, eng.config.vocab_size)  # the stub's logits: a slice of one buffer, no allocation per batch
+    eng.model.forward = lambda fb, k, v: zeros[: fb.output_rows.shape[0]]
+    return eng
+
+
 def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    from symphony_core import Engine
-
-    eng = Engine(num_pages=1024)
-    vocab = eng.config.vocab_size
-    zeros = torch.zeros(256, vocab)  # the stub's logits: a slice of one buffer, no allocation per batch
-    eng.model.forward = lambda fb, k, v: zeros[: fb.output_rows.shape[0]]
     n_lips, n_preds = (16, 10) if args.quick else (64, 50)
-    measure(eng, n_lips, min(n_preds, 5), False)  # warm-up: thread start-up, allocator, first batches
     rows = []
-    for sub in (False, True):
-        runs = [measure(eng, n_lips, n_preds, sub) for _ in range(1 if args.quick else args.repeats)]
-        row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        row["subscriber"] = sub
-        rows.append(row)
+    # Each LIP runner on its own engine: OS threads (the default) with and without an event
+    # subscriber, and greenlets resumed once per batch (Engine(lip_runner="greenlets")).
+    for runner, subs in (("threads", (False, True)), ("greenlets", (False,))):
+        eng = _stub_engine(runner)
+        measure(eng, n_lips, min(n_preds, 5), False)  # warm-up: thread start-up, allocator, first batches
+        for sub in subs:
+            runs = [measure(eng, n_lips, n_preds, sub) for _ in range(1 if args.quick else args.repeats)]
+            row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            row["subscriber"] = sub
+            row["runner"] = runner
+            rows.append(row)
+        eng.shutdown()
     print(f"runtime overhead, stub forward, {n_lips} LIPs x {n_preds} preds (median of {len(runs)})")
     print(
-        "| event subscriber | µs per pred (wall) | CPU µs per pred | scheduler host µs per batch "
+        "| LIP runner | event subscriber | µs per pred (wall) | CPU µs per pred | scheduler host µs per batch "
         "| wall µs per batch | forward µs per batch | mean batch |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} | {r['cpu_us_per_pred']:.1f} "
-            f"| {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} | {r['forward_us_per_batch']:.0f} "
-            f"| {r['mean_batch']:.1f} |"
+            f"| {r['runner']} | {'yes' if r['subscriber'] else 'no'} | {r['us_per_pred']:.1f} "
+            f"| {r['cpu_us_per_pred']:.1f} | {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} "
+            f"| {r['forward_us_per_batch']:.0f} | {r['mean_batch']:.1f} |"
         )
-    eng.shutdown()
     cost = kernel_dispatch_cost(20_000 if args.quick else 200_000)
     print(
         f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "

@@ -72,15 +72,17 @@ def targets_table(n: dict) -> str:
         "≥ 2× the prompt-serving client loop",
         None if not w4 else w4["ratio"] >= 2,
     )
-    w5 = next((r for r in n.get("runtime_overhead", {}).get("rows", []) if not r.get("subscriber")), None)
+    w5s = _w5_rows(n)
     add(
         "W5",
-        f"{w5['cpu_us_per_pred']:.0f} CPU µs/pred ({w5['us_per_pred']:.0f} wall), "
-        f"{w5['host_us_per_batch']:.0f} µs/batch"
-        if w5
-        else "—",
-        "≤ 30 µs per pred, ≤ 200 µs per batch",
-        None if not w5 else (w5["cpu_us_per_pred"] <= 30 and w5["host_us_per_batch"] <= 200),
+        "; ".join(
+            f"{r.get('runner', 'threads')}: {r['cpu_us_per_pred']:.0f} CPU µs/pred ({r['us_per_pred']:.0f} wall), "
+            f"{r['host_us_per_batch']:.0f} µs/batch of {r['mean_batch']:.0f}"
+            for r in w5s
+        )
+        or "—",
+        "≤ 30 µs per pred, ≤ 200 µs per batch (either LIP runner)",
+        None if not w5s else any(_w5_met(r) for r in w5s),
     )
     sp = n.get("short_programs")
     add(
@@ -124,12 +126,22 @@ def targets_table(n: dict) -> str:
     return "\n".join(out)
 
 
+def _w5_rows(n: dict) -> list[dict]:
+    """The stub-model rows without an event subscriber, one per LIP runner (threads first)."""
+    return [r for r in n.get("runtime_overhead", {}).get("rows", []) if not r.get("subscriber")]
+
+
+def _w5_met(r: dict) -> bool:
+    return r["cpu_us_per_pred"] <= 30 and r["host_us_per_batch"] <= 200
+
+
 def missed_notes(n: dict) -> str:
     """For each missed target: where the time goes, from this run's numbers, and what would close
     the gap (the issue asks for both next to the verdict)."""
     out = []
-    w5 = next((r for r in n.get("runtime_overhead", {}).get("rows", []) if not r.get("subscriber")), None)
-    if w5 and not (w5["cpu_us_per_pred"] <= 30 and w5["host_us_per_batch"] <= 200):
+    w5s = _w5_rows(n)
+    w5 = w5s[0] if w5s else None  # the default runner's row: the note below is about OS threads
+    if w5 and not any(_w5_met(r) for r in w5s):
         sched = w5["host_us_per_batch"] / w5["mean_batch"]
         out.append(
             f"- **W5** ({w5['cpu_us_per_pred']:.0f} CPU µs per pred): the batch scheduler's own thread spends "
@@ -144,9 +156,14 @@ def missed_notes(n: dict) -> str:
                 else ""
             )
             + ", which a Python profile (py-spy) only shows as time blocked "
-            "in `Signal.wait`. What would close it: run a process's LIP threads as coroutines or greenlets that "
-            "the scheduler resumes in one pass per batch (one hand-off per batch, not per pred), or a "
-            "free-threaded CPython; shaving the scheduler's Python alone cannot reach 30 µs. The per-batch "
+            'in `Signal.wait`. The greenlet runner (`Engine(lip_runner="greenlets")`) resumes a batch\'s LIPs '
+            "in one pass on one thread instead"
+            + "".join(
+                f": {r['cpu_us_per_pred']:.0f} CPU µs per pred, {r['host_us_per_batch'] / r['mean_batch']:.0f} µs "
+                "of scheduler per pred"
+                for r in w5s[1:2]
+            )
+            + "; what is left is Python on both sides of the queue. The per-batch "
             f"figure is its own problem: 200 µs for a batch of {w5['mean_batch']:.1f} leaves "
             f"{200 / w5['mean_batch']:.1f} µs per member for selecting, reserving, building the batch's tensors "
             "and completing it, a few Python statements' worth; that bookkeeping would have to move into "

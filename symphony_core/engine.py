@@ -15,7 +15,7 @@ from .errors import SymphonyError
 from .events import EventBus
 from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
-from .lip.runtime import Runtime
+from .lip.runtime import LIP_RUNNERS, Runtime
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
 from .model.weight_formats import apply_weight_format, check_weight_format
 
@@ -68,6 +68,10 @@ class Engine:
         kv_cache_dtype: the KV pool's dtype, as vLLM names the option: "auto" (the engine's dtype),
             "fp32", or "fp16" (CPU): twice the pages in the same memory; K and V are rounded to
             fp16 as they are written, so tokens may differ from an fp32 cache's.
+        lip_runner: how LIP threads run: "threads" (OS threads, the default) or "greenlets" (all
+            programs on one thread, resumed once per batch: less host time per `pred`, but a
+            program that computes or blocks in its own code holds up the others until its next
+            wait, and the debugger does not stop them; see sched/hub.py).
 
     Raises:
         ModelError: the model cannot be found, converted or loaded (the message says which
@@ -89,7 +93,10 @@ class Engine:
         threads: int | None = None,
         weights: str = "fp32",
         kv_cache_dtype: str = "auto",
+        lip_runner: str = "threads",
     ) -> None:
+        if lip_runner not in LIP_RUNNERS:
+            raise SymphonyError(f"lip_runner={lip_runner!r}: choose one of {', '.join(LIP_RUNNERS)}")
         self.device = torch.device(device) if device else _default_device()
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.weight_format = check_weight_format(weights, self.device)
@@ -115,6 +122,7 @@ class Engine:
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
         self.scheduler_options: dict = {}
+        self.lip_runner = lip_runner
 
     # --- programs -----------------------------------------------------------------------------
     @property
@@ -123,7 +131,11 @@ class Engine:
         with self._runtime_lock:
             if self._runtime is None:
                 self._runtime = Runtime(
-                    self.executor, self.tokenizer, str(self.model_dir / "tokenizer.json"), **self.scheduler_options
+                    self.executor,
+                    self.tokenizer,
+                    str(self.model_dir / "tokenizer.json"),
+                    lip_runner=self.lip_runner,
+                    **self.scheduler_options,
                 )
             return self._runtime
 

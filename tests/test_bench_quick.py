@@ -59,7 +59,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert w7["agree"]["thoughts"] >= 1, w7
 
     w5 = numbers["runtime_overhead"]["rows"]
-    assert [r["subscriber"] for r in w5] == [False, True]
+    assert [(r["runner"], r["subscriber"]) for r in w5] == [("threads", False), ("threads", True), ("greenlets", False)]
     assert all(
         r["us_per_pred"] > 0 and r["cpu_us_per_pred"] > 0 and r["host_us_per_batch"] > 0 and r["mean_batch"] >= 1
         for r in w5

@@ -101,7 +101,8 @@ class Kernel:
 
     def _traced(self, th: LIPThread, proc, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
         """The observed path: enter/exit events (when someone subscribes) and the debugger's hook."""
-        hook = self.hook
+        # A debugger holds a thread at its stops: a greenlet (sched/hub.py) would hold every program on the hub.
+        hook = self.hook if th.proc.hub is None else None
         bus = self.bus
         file, line = caller_location()
         seq = th.seq

@@ -23,12 +23,14 @@ from ..kvfs import KV
 from ..model.dist import Dist
 from ..model.tokenizer import Tokenizer
 from ..sched.batch_scheduler import BatchScheduler
+from ..sched.hub import Hub
 from ..sched.pending import PendingPred
 from ..sched.process import Cancelled, Limits, LIPThread, Process
 from ..sched.process_scheduler import ProcessScheduler
 from .kernel import Kernel
 from .syscalls import Sym
 
+LIP_RUNNERS = ("threads", "greenlets")  # how LIP threads run: OS threads, or greenlets on one hub (sched/hub.py)
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
 EXIT_GRACE_S = 2.0  # how long shutdown waits for cancelled LIP threads to end
 
@@ -55,7 +57,10 @@ class Runtime:
         policy=None,
         token_budget: int = 512,
         max_running: int = 4096,
+        lip_runner: str = "threads",
     ) -> None:
+        if lip_runner not in LIP_RUNNERS:
+            raise SymphonyError(f"lip_runner={lip_runner!r}: choose one of {', '.join(LIP_RUNNERS)}")
         self.executor = executor
         self.kvfs = executor.kvfs
         self.tokenizer = tokenizer
@@ -69,6 +74,7 @@ class Runtime:
         self.batch = BatchScheduler(executor, self.procs, self.bus, token_budget=token_budget, policy=policy)
         self.batch.start()
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
+        self.hub = Hub() if lip_runner == "greenlets" else None
         _live.add(self)
 
     # --- launching -----------------------------------------------------------------------------
@@ -92,6 +98,10 @@ class Runtime:
 
     def _start_processes(self, procs: list[Process]) -> None:
         for proc in procs:
+            # With a debugger attached (a hook, or stop-on-entry) programs run on OS threads: it holds
+            # a thread at its stops, which on the hub would hold every program there.
+            if self.hub is not None and self.kernel.hook is None and not self.on_process_start:
+                proc.hub = self.hub
             th = proc.new_thread("main")
             self._start(th, proc.fn, proc.args, proc.kwargs, main=True)
 
@@ -101,6 +111,11 @@ class Runtime:
         return th
 
     def _start(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
+        hub = th.proc.hub
+        if hub is not None:
+            th.os_thread = hub.thread
+            hub.start(th, lambda: self._thread_main(th, fn, args, kwargs, main))
+            return
         t = threading.Thread(
             target=self._thread_main, args=(th, fn, args, kwargs, main), name=f"lip-{th.proc.pid}.{th.tid}", daemon=True
         )
@@ -134,7 +149,7 @@ class Runtime:
             with proc.lock:
                 th.state = "failed" if error is not None else "finished"
                 th.result, th.error = result, error
-            th.done.set()
+            th.ended()
             if self.bus.active and not main:
                 self.bus.publish(
                     Event("thread_exit", now(), proc.pid, th.tid, error=None if error is None else repr(error))
@@ -149,7 +164,7 @@ class Runtime:
         if others:
             proc.kill(Cancelled(f"process {proc.pid} ({proc.name}) ended while thread(s) still ran"))
             for t in others:
-                t.done.wait(2.0)
+                t.wait_ended(2.0)
         for h in list(proc.handles):
             if not h.closed:
                 try:
@@ -218,6 +233,13 @@ class Runtime:
         for p in procs:
             for th in list(p.threads):
                 t = th.os_thread
-                if t is not None and t is not me and t.is_alive():
-                    t.join(max(0.0, deadline - time.monotonic()))
+                if t is None or t is me:
+                    continue
+                left = max(0.0, deadline - time.monotonic())
+                if p.hub is not None:  # a greenlet: the hub thread itself runs on
+                    th.done.wait(left)
+                elif t.is_alive():
+                    t.join(left)
+        if self.hub is not None:
+            self.hub.stop()
         self.procs.stop()

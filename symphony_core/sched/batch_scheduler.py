@@ -81,6 +81,8 @@ class BatchScheduler:
         """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process
         is killed); then wake the next thread of the batch and return the result (or raise it)."""
         proc = th.proc
+        if proc.hub is not None:
+            return self._pred_on_hub(p, th)
         fin = p.finished
         p.thread = th
         th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
@@ -100,6 +102,26 @@ class BatchScheduler:
         if isinstance(result, BaseException):
             raise result
         assert result is not None  # set before the thread is woken
+        return result
+
+    def _pred_on_hub(self, p: PendingPred, th: LIPThread) -> Dist:
+        """`pred` from a greenlet: queue `p`, park, and be resumed with the rest of the batch."""
+        proc = th.proc
+        w = p.hub_wait = proc.hub.new_wait()
+        p.thread = th
+        th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
+        self.submit(p)
+        if proc.kill_reason is not None:
+            w.interrupt()
+        proc.hub.park(w)
+        th.waiting = None
+        result = p.result
+        if result is None:  # the wait was fired by a kill, not by the batch
+            p.cancelled = True
+            self.wake()
+            raise proc.kill_reason or SymphonyError("pred: woken without a result")
+        if isinstance(result, BaseException):
+            raise result
         return result
 
     def submit(self, p: PendingPred) -> None:
@@ -320,13 +342,22 @@ class BatchScheduler:
         gone = {p for p, _ in done}
         with self._cv:
             self._queue = [q for q in self._queue if q not in gone]
-        prev = None
+        first = prev = None
+        hub_waits = []
         for p, result in done:
             p.result = result
-            if prev is not None:
+            if p.hub_wait is not None:  # a greenlet: the hub resumes them all in one pass
+                hub_waits.append(p.hub_wait)
+                continue
+            if prev is None:
+                first = p.finished
+            else:
                 prev.next = p.finished
             prev = p.finished
-        done[0][0].finished.set()  # the rest follow down the chain (Signal)
+        if first is not None:
+            first.set()  # the rest follow down the chain (Signal)
+        if hub_waits:
+            hub_waits[0].hub.fire_many(hub_waits)
 
     def _finish(self, p: PendingPred, result) -> None:
         self._finish_many([(p, result)])

@@ -13,6 +13,7 @@ from ..executor import PredCall
 from ..model.dist import Dist
 
 if TYPE_CHECKING:
+    from .hub import HubWait
     from .process import LIPThread
 
 
@@ -110,6 +111,7 @@ class PendingPred:
         "parked",
         "cancelled",
         "thread",
+        "hub_wait",
     )
 
     def __init__(
@@ -139,6 +141,7 @@ class PendingPred:
         self.parked = False
         self.cancelled = False  # its thread gave up (process killed); drop it at the next look
         self.thread: LIPThread | None = None  # the LIPThread asleep on it (BatchScheduler.pred), for its state
+        self.hub_wait: HubWait | None = None  # a greenlet's wait (sched/hub.py), fired instead of `finished`
 
     @property
     def remaining(self) -> int:

@@ -98,20 +98,73 @@ class LIPThread:
     result: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    joiners: list = field(default_factory=list)  # HubWaits of greenlets waiting for this thread to end
 
     def join(self, timeout: float | None = None) -> Any:
         """Wait for the thread; return its result or raise its exception (the paper's pthread_join)."""
-        deadline = None if timeout is None else now() + timeout
-        while not self.done.wait(_next_look(deadline)):
-            self.proc.checkpoint()
-            if deadline is not None and now() >= deadline:
-                raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
+        hub = self.proc.hub
+        if hub is not None and hub.on_hub():
+            self._join_on_hub(hub, timeout)
+        else:
+            deadline = None if timeout is None else now() + timeout
+            while not self.done.wait(_next_look(deadline)):
+                self.proc.checkpoint()
+                if deadline is not None and now() >= deadline:
+                    raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
         if self.error is not None:
             raise self.error
         return self.result
 
+    def _join_on_hub(self, hub, timeout: float | None, check_kill: bool = True) -> None:
+        """`join` from a greenlet: park until this thread's end fires the wait (or a kill, or the
+        timeout). `check_kill=False`: the waiter is the process's own clean-up, waiting out a kill."""
+        deadline = None if timeout is None else now() + timeout
+        me = hub.current_thread()
+        while not self.done.is_set():
+            if check_kill:
+                self.proc.checkpoint()
+            left = None if deadline is None else deadline - now()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
+            w = hub.new_wait()
+            self.joiners.append(w)
+            if me is not None and check_kill:
+                me.waiting = w  # a kill interrupts the wait
+            try:
+                hub.park(w, left)
+            finally:
+                if me is not None:
+                    me.waiting = None
+                if w in self.joiners:
+                    self.joiners.remove(w)
+        if check_kill:
+            self.proc.checkpoint()
+
+    def ended(self) -> None:
+        """The thread's function has returned or raised: mark it done and wake its joiners."""
+        self.done.set()
+        waits, self.joiners = self.joiners, []
+        for w in waits:
+            w.interrupt()
+
+    def wait_ended(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the thread to end, from its hub's greenlets as from any thread."""
+        if self.done.is_set():
+            return True
+        hub = self.proc.hub
+        if hub is None or not hub.on_hub():
+            return self.done.wait(timeout)
+        try:
+            self._join_on_hub(hub, timeout, check_kill=False)
+        except TimeoutError:
+            pass
+        return self.done.is_set()
+
     def raise_async(self, exc_type: type[BaseException]) -> None:
         """Interrupt the thread even in a pure-Python loop (CPython's async exception)."""
+        if self.proc.hub is not None:  # a greenlet: only while it is the one running (Hub.interrupt)
+            self.proc.hub.interrupt(self, exc_type)
+            return
         t = self.os_thread
         if t is not None and t.ident is not None and not self.done.is_set():
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(exc_type))
@@ -160,6 +213,8 @@ class Process:
         # Called by `kill` to wake a thread asleep somewhere the runtime does not see (a sandboxed
         # program's in-engine thread waiting for its worker's next request).
         self.kill_wakers: list[Callable[[], None]] = []
+        self.hub: Any = None  # the greenlet runner's Hub its threads run on (sched/hub.py), or None: OS threads
+        self._recv_waits: list = []  # HubWaits of its greenlets asleep in recv
 
     # --- the launcher's side ----------------------------------------------------------------
     def messages(self, timeout: float | None = None) -> Iterator[Any]:
@@ -184,6 +239,14 @@ class Process:
     def send(self, obj: Any) -> None:
         """Deliver `obj` to the LIP's `sym.recv()`."""
         self._inbox.put(obj)
+        if self._recv_waits:
+            self._wake_receivers()
+
+    def _wake_receivers(self) -> None:
+        with self.lock:
+            waits, self._recv_waits = self._recv_waits, []
+        for w in waits:
+            w.interrupt()
 
     def unread(self) -> int:
         """Messages sent to the LIP that it has not `recv`d yet."""
@@ -241,6 +304,7 @@ class Process:
             if sig is not None:  # asleep in pred: wake it to see the kill
                 sig.interrupt()
         self._inbox.put(_KILL_WAKE)  # and any thread asleep in recv
+        self._wake_receivers()
         for wake in list(self.kill_wakers):
             wake()
 
@@ -284,6 +348,9 @@ class Process:
         self._outbox.put(obj)
 
     def inbox_get(self, timeout: float | None) -> Any:
+        hub = self.hub
+        if hub is not None and hub.on_hub():
+            return self._inbox_get_on_hub(hub, timeout)
         deadline = None if timeout is None else now() + timeout
         while True:
             self.checkpoint()
@@ -293,6 +360,40 @@ class Process:
                 if deadline is not None and now() >= deadline:
                     raise TimeoutError(f"recv: no message within {timeout}s") from None
                 continue
+            if item is _KILL_WAKE:
+                self._inbox.put(item)  # for the process's other threads asleep in recv
+                continue  # the checkpoint raises
+            return item
+
+    def _inbox_get_on_hub(self, hub, timeout: float | None) -> Any:
+        """`inbox_get` from a greenlet: register a wait, then look, then park (a send in between fires it)."""
+        deadline = None if timeout is None else now() + timeout
+        me = hub.current_thread()
+        while True:
+            self.checkpoint()
+            w = hub.new_wait()
+            with self.lock:
+                self._recv_waits.append(w)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                left = None if deadline is None else deadline - now()
+                if left is not None and left <= 0:
+                    hub.withdraw(w)
+                    raise TimeoutError(f"recv: no message within {timeout}s") from None
+                if me is not None:
+                    me.waiting = w  # a kill interrupts the wait
+                try:
+                    hub.park(w, left)
+                finally:
+                    if me is not None:
+                        me.waiting = None
+                continue
+            finally:
+                with self.lock:
+                    if w in self._recv_waits:
+                        self._recv_waits.remove(w)
+            hub.withdraw(w)
             if item is _KILL_WAKE:
                 self._inbox.put(item)  # for the process's other threads asleep in recv
                 continue  # the checkpoint raises

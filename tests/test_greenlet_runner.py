@@ -1,0 +1,186 @@
+"""`Engine(lip_runner="greenlets")`: every program on one hub thread, resumed once per batch
+(symphony_core/sched/hub.py). The same programs must give the same tokens as on OS threads, and
+recv, spawn/join, timeouts, cancellation and page accounting must keep their meaning."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from symphony_core.errors import SymphonyError
+from symphony_core.sched.process import LIPError
+
+
+@pytest.fixture(scope="module")
+def geng():
+    from symphony_core import Engine
+
+    eng = Engine(num_pages=512, lip_runner="greenlets")
+    yield eng
+    eng.shutdown()
+
+
+def _greedy(sym, prompt: str, n: int) -> list[int]:
+    kv = sym.kv_create()
+    tok = sym.pred(kv, sym.tokenize(prompt)).argmax()
+    out = [tok]
+    for _ in range(n - 1):
+        tok = sym.pred(kv, [tok]).argmax()
+        out.append(tok)
+    sym.kv_close(kv)
+    return out
+
+
+def _branches(sym, prompt: str, n: int) -> list[list[int]]:
+    """Two threads decoding from forks of one prefilled file, joined."""
+    kv = sym.kv_create()
+    first = sym.pred(kv, sym.tokenize(prompt)).argmax()
+
+    def branch(sym, start: int) -> list[int]:
+        f = sym.kv_fork(kv)
+        toks, tok = [], start
+        for _ in range(n):
+            tok = sym.pred(f, [tok]).argmax()
+            toks.append(tok)
+        sym.kv_close(f)
+        return toks
+
+    hs = [sym.spawn(branch, first), sym.spawn(branch, (first + 1) % sym.vocab_size)]
+    out = [h.join() for h in hs]
+    sym.kv_close(kv)
+    return out
+
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+
+
+def test_same_tokens_as_on_os_threads_and_all_on_the_hub(engine, geng):
+    free = geng.pool.free_pages
+    want = [engine.run(_greedy, p, 8).result(60) for p in PROMPTS] + [engine.run(_branches, PROMPTS[0], 5).result(60)]
+    procs = [geng.run(_greedy, p, 8) for p in PROMPTS] + [geng.run(_branches, PROMPTS[0], 5)]
+    assert [p.result(60) for p in procs] == want
+    hub = geng.runtime.hub
+    assert hub is not None
+    assert all(p.hub is hub and all(t.os_thread is hub.thread for t in p.threads) for p in procs)
+    assert len(procs[-1].threads) == 3  # main + two spawned, all greenlets
+    assert geng.pool.free_pages == free
+
+
+def test_recv_send_and_recv_timeout(geng):
+    def echo(sym):
+        got = []
+        while (m := sym.recv()) != "stop":
+            got.append(m)
+            sym.send(m * 2)
+        try:
+            sym.recv(timeout=0.2)
+        except TimeoutError as e:
+            return got, str(e)
+        return got, None
+
+    p = geng.run(echo)
+    msgs = p.messages(timeout=30)
+    p.send(1)
+    assert next(msgs) == 2
+    p.send(5)
+    assert next(msgs) == 10
+    p.send("stop")
+    t0 = time.monotonic()
+    got, err = p.result(30)
+    assert got == [1, 5] and err == "recv: no message within 0.2s"
+    assert time.monotonic() - t0 < 10
+
+
+def test_join_timeout_thread_errors_and_leftover_threads(geng):
+    def lip(sym):
+        def waits(sym):
+            return sym.recv()
+
+        def fails(sym):
+            raise ValueError("inner")
+
+        h = sym.spawn(waits)
+        try:
+            h.join(timeout=0.2)
+            timed_out = False
+        except TimeoutError:
+            timed_out = True
+        try:
+            sym.spawn(fails).join()
+            inner = None
+        except ValueError as e:
+            inner = str(e)
+        return timed_out, inner, h.done  # main returns with `waits` still asleep in recv
+
+    p = geng.run(lip)
+    assert p.result(30) == (True, "inner", False)
+    waiter = p.threads[1]
+    # cancelled when main returned, and waited for before the process counts as ended
+    assert waiter.done.is_set() and waiter.state == "failed" and "ended while thread" in str(waiter.error)
+
+
+def test_cancel_in_pred_and_in_a_tight_loop_leaves_other_programs_whole(geng):
+    """A program spinning in its own Python holds the hub; cancelling it must stop it there (the
+    exception goes to the hub thread only while it runs) and no other program may see it."""
+    free = geng.pool.free_pages
+    started = threading.Event()
+
+    def spin(sym):
+        kv = sym.kv_create()
+        sym.pred(kv, [1, 2, 3])
+        started.set()
+        while True:
+            pass
+
+    def forever(sym):
+        kv = sym.kv_create()
+        tok = sym.pred(kv, [1]).argmax()
+        while True:
+            tok = sym.pred(kv, [tok]).argmax()
+
+    bystanders = [geng.run(_greedy, p, 12) for p in PROMPTS]
+    looping = geng.run(forever)
+    spinner = geng.run(spin)
+    assert started.wait(30)
+    time.sleep(0.2)
+    spinner.cancel("stop spinning")
+    with pytest.raises(LIPError, match="stop spinning"):
+        spinner.result(30)
+    looping.cancel("enough")
+    with pytest.raises(LIPError, match="enough"):
+        looping.result(30)
+    assert spinner.status == looping.status == "cancelled"
+    results = [p.result(60) for p in bystanders]
+    assert all(p.status == "finished" and len(r) == 12 for p, r in zip(bystanders, results))
+    assert geng.pool.free_pages == free
+
+
+def test_a_debugger_hook_sends_new_programs_to_os_threads(geng):
+    rt = geng.runtime
+    seen = []
+
+    class Hook:
+        def before(self, th, ev):
+            seen.append(ev.call)
+
+        def after(self, th, ev, result):
+            return result
+
+    rt.kernel.hook = Hook()
+    try:
+        p = geng.run(_greedy, PROMPTS[0], 2)
+        assert p.result(30)
+        assert p.hub is None and p.threads[0].os_thread is not rt.hub.thread
+        assert "pred" in seen
+    finally:
+        rt.kernel.hook = None
+    assert geng.run(_greedy, PROMPTS[0], 2).hub is rt.hub
+
+
+def test_an_unknown_runner_is_refused_before_loading():
+    from symphony_core import Engine
+
+    with pytest.raises(SymphonyError, match=r"lip_runner='fibers': choose one of threads, greenlets"):
+        Engine(lip_runner="fibers")
