@@ -184,3 +184,50 @@ def test_an_unknown_runner_is_refused_before_loading():
 
     with pytest.raises(SymphonyError, match=r"lip_runner='fibers': choose one of threads, greenlets"):
         Engine(lip_runner="fibers")
+
+
+def test_cancel_reaches_greenlets_asleep_in_recv_and_join_at_once(geng):
+    from symphony_core.sched.process import KILL_CHECK_S, Cancelled
+
+    def listens(sym):
+        other = sym.spawn(lambda s: s.recv())
+        third = sym.spawn(lambda s: s.recv())
+        sym.recv()
+        other.join()
+        third.join()
+
+    def joins(sym):
+        sym.spawn(lambda s: s.recv()).join()
+
+    procs = [geng.run(listens), geng.run(joins)]
+    deadline = time.monotonic() + 30
+    calls = lambda: sorted(t.current_call or "" for p in procs for t in p.threads)  # noqa: E731
+    while time.monotonic() < deadline and calls() != ["join", "recv", "recv", "recv", "recv"]:
+        time.sleep(0.01)
+    assert calls() == ["join", "recv", "recv", "recv", "recv"]
+    t0 = time.monotonic()
+    for p in procs:
+        p.cancel()
+    for p in procs:
+        with pytest.raises(LIPError) as ei:
+            p.result(timeout=10)
+        assert isinstance(ei.value.__cause__, Cancelled)
+        assert all(t.done.is_set() for t in p.threads)
+    took = time.monotonic() - t0
+    assert took < KILL_CHECK_S / 2, f"cancel took {took:.3f}s to reach greenlets asleep in recv and join"
+    assert not procs[0]._recv_waits and not any(t.joiners for p in procs for t in p.threads)
+
+
+def test_a_wall_time_limit_stops_a_greenlet_spinning_in_its_own_loop(geng):
+    from symphony_core.sched.process import Limits
+
+    def spin(sym):
+        while True:
+            pass
+
+    t0 = time.monotonic()
+    p = geng.launch(spin, limits=Limits(max_wall_time=0.5))
+    with pytest.raises(LIPError, match="wall-time limit"):
+        p.result(30)
+    assert time.monotonic() - t0 < 10
+    assert geng.run(_greedy, PROMPTS[1], 3).result(30)  # the hub goes on
