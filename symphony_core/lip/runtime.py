@@ -197,7 +197,10 @@ class Runtime:
         self.executor.prepare(call)
         self.procs.account_pred(proc, len(call.tokens))
         th.preds += 1
-        return self.batch.pred(PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len), th)
+        hub_wait = proc.hub.new_wait() if proc.hub is not None else None
+        return self.batch.pred(
+            PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len, None, hub_wait), th
+        )
 
     def track(self, th: LIPThread, kv: KV) -> KV:
         th.proc.handles.add(kv)

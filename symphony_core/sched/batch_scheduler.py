@@ -31,6 +31,7 @@ from ..executor import Executor
 from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
+from .hub import HubWait
 from .pending import PendingPred
 from .policy import AdaptiveWatermark
 from .process import KILL_CHECK_S, LIPThread
@@ -81,9 +82,10 @@ class BatchScheduler:
         """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process
         is killed); then wake the next thread of the batch and return the result (or raise it)."""
         proc = th.proc
-        if proc.hub is not None:
-            return self._pred_on_hub(p, th)
+        if p.hub_wait is not None:
+            return self._pred_on_hub(p, p.hub_wait, th)
         fin = p.finished
+        assert fin is not None  # a thread's call has its Signal
         p.thread = th
         th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
         self.submit(p)
@@ -104,16 +106,15 @@ class BatchScheduler:
         assert result is not None  # set before the thread is woken
         return result
 
-    def _pred_on_hub(self, p: PendingPred, th: LIPThread) -> Dist:
-        """`pred` from a greenlet: queue `p`, park, and be resumed with the rest of the batch."""
+    def _pred_on_hub(self, p: PendingPred, w: HubWait, th: LIPThread) -> Dist:
+        """`pred` from a greenlet: queue `p`, park on `w`, and be resumed with the rest of the batch."""
         proc = th.proc
-        w = p.hub_wait = proc.hub.new_wait()
         p.thread = th
         th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
         self.submit(p)
         if proc.kill_reason is not None:
             w.interrupt()
-        proc.hub.park(w)
+        w.hub.park(w)
         th.waiting = None
         result = p.result
         if result is None:  # the wait was fired by a kill, not by the batch
@@ -349,6 +350,7 @@ class BatchScheduler:
             if p.hub_wait is not None:  # a greenlet: the hub resumes them all in one pass
                 hub_waits.append(p.hub_wait)
                 continue
+            assert p.finished is not None
             if prev is None:
                 first = p.finished
             else:

@@ -71,6 +71,7 @@ class Hub:
         self._seq = itertools.count()
         self._stop = False
         self._runner: _Runner | None = None  # the greenlet running now (None: the hub's own loop)
+        self._runner_lock = threading.Lock()  # `_runner` and the async exception move together under it
         self._async_sent = False
         self._main: greenlet.greenlet | None = None
         self._started = threading.Event()
@@ -113,7 +114,7 @@ class Hub:
         """Raise `exc_type` in `th` if it is the greenlet running now (a program stuck in its own
         loop). Should it not have landed by the time the greenlet stops running, `_leave` takes it
         back under the same lock: it can only ever land in `th`."""
-        with self._cv:
+        with self._runner_lock:
             r = self._runner
             if r is not None and r.th is th and self.thread.ident is not None:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(
@@ -168,11 +169,11 @@ class Hub:
             w.runner.wait = None
 
     def _enter(self, r: _Runner) -> None:
-        with self._cv:
+        with self._runner_lock:
             self._runner = r
 
     def _leave(self) -> None:
-        with self._cv:
+        with self._runner_lock:
             self._runner = None
             if self._async_sent and self.thread.ident is not None:  # sent for this greenlet, not landed: take it back
                 self._async_sent = False

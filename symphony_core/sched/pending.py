@@ -123,6 +123,7 @@ class PendingPred:
         priority: int,
         start_len: int,
         submitted: float | None = None,
+        hub_wait: HubWait | None = None,
     ) -> None:
         self.call = call  # prepared (validated) by the caller
         self.pid = pid
@@ -136,12 +137,13 @@ class PendingPred:
         self.logits: list = []
         self.picks: list = []
         self.result: Dist | BaseException | None = None
-        self.finished = Signal()
+        # What the waiting thread sleeps on: its own Signal, or for a greenlet (sched/hub.py) its hub wait.
+        self.finished: Signal | None = None if hub_wait is not None else Signal()
+        self.hub_wait = hub_wait
         self.waiting_pages = False
         self.parked = False
         self.cancelled = False  # its thread gave up (process killed); drop it at the next look
         self.thread: LIPThread | None = None  # the LIPThread asleep on it (BatchScheduler.pred), for its state
-        self.hub_wait: HubWait | None = None  # a greenlet's wait (sched/hub.py), fired instead of `finished`
 
     @property
     def remaining(self) -> int:
