@@ -231,3 +231,70 @@ def test_a_wall_time_limit_stops_a_greenlet_spinning_in_its_own_loop(geng):
         p.result(30)
     assert time.monotonic() - t0 < 10
     assert geng.run(_greedy, PROMPTS[1], 3).result(30)  # the hub goes on
+
+
+def test_a_debugger_attached_before_the_first_turn_moves_the_program_to_an_os_thread(geng):
+    """The runner is chosen at launch; a stop-on-entry callback added before the greenlet first
+    runs would hold the hub, so the program starts on an OS thread instead."""
+    rt = geng.runtime
+    called_on = []
+
+    def blocks_the_hub(sym):
+        time.sleep(0.5)  # holds the hub thread: the next program cannot have its first turn yet
+
+    holder = geng.run(blocks_the_hub)
+    time.sleep(0.1)
+    p = geng.run(_greedy, PROMPTS[2], 2)
+    assert p.hub is rt.hub
+    rt.on_process_start.append(lambda proc: called_on.append(threading.current_thread()))
+    try:
+        assert p.result(30) and holder.result(30) is None
+    finally:
+        rt.on_process_start.clear()
+    assert p.hub is None and p.threads[0].os_thread is not rt.hub.thread
+    assert called_on and rt.hub.thread not in called_on
+
+
+def test_cancels_racing_the_end_of_programs_always_end_them(geng):
+    """A cancel that finds a program running just as it returns must neither hang its end nor
+    reach any other program (the exception is taken back when the greenlet's function ends)."""
+
+    def short_spin(sym, n):
+        x = 0
+        for i in range(n):
+            x += i
+        return x
+
+    procs = []
+    for k in range(40):
+        procs.append(geng.run(short_spin, 2000 + 500 * (k % 7)))
+        if k % 2:
+            procs[-2].cancel("race")
+    bystander = geng.run(_greedy, PROMPTS[0], 4)
+    assert all(p.wait(10) for p in procs), [p.status for p in procs if not p.done]
+    assert all(p.status in ("finished", "cancelled") for p in procs)
+    assert bystander.result(30) and bystander.status == "finished"
+
+
+def test_timed_waits_fired_early_do_not_pile_up(geng):
+    def echo(sym, n):
+        first = sym.recv(timeout=600)  # a long timer at the top of the heap
+        for _ in range(n):
+            sym.send(sym.recv(timeout=1200))
+        return first
+
+    p = geng.run(echo, 300)
+    p.send("go")
+    msgs = p.messages(timeout=30)
+    for i in range(300):
+        p.send(i)
+        assert next(msgs) == i
+    assert p.result(30) == "go"
+    assert len(geng.runtime.hub._timers) < 150
+
+
+def test_the_server_refuses_a_greenlet_engine(geng):
+    from symphony_core.server.app import create_app
+
+    with pytest.raises(SymphonyError, match="the server runs programs on OS threads"):
+        create_app(geng)

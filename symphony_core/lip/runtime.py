@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import threading
 import time
 import weakref
@@ -23,7 +24,7 @@ from ..kvfs import KV
 from ..model.dist import Dist
 from ..model.tokenizer import Tokenizer
 from ..sched.batch_scheduler import BatchScheduler
-from ..sched.hub import Hub
+from ..sched.hub import SET_ASYNC_EXC, Hub
 from ..sched.pending import PendingPred
 from ..sched.process import Cancelled, Limits, LIPThread, Process
 from ..sched.process_scheduler import ProcessScheduler
@@ -124,6 +125,13 @@ class Runtime:
 
     def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
         proc = th.proc
+        hub = proc.hub
+        if hub is not None and main and (self.kernel.hook is not None or self.on_process_start):
+            # A debugger attached between the launch and the greenlet's first turn: its stops would hold
+            # the whole hub, so the program (no thread of it has run yet) moves to an OS thread.
+            proc.hub = None
+            self._start(th, fn, args, kwargs, main)
+            return
         result, error = None, None
         if self.bus.active:
             self.bus.publish(
@@ -149,6 +157,8 @@ class Runtime:
             with proc.lock:
                 th.state = "failed" if error is not None else "finished"
                 th.result, th.error = result, error
+                if hub is not None:  # a kill's exception sent while it ran and not landed: take it back (Hub.interrupt)
+                    SET_ASYNC_EXC(ctypes.c_ulong(hub.ident), None)
             th.ended()
             if self.bus.active and not main:
                 self.bus.publish(

@@ -121,22 +121,23 @@ class LIPThread:
         deadline = None if timeout is None else now() + timeout
         me = hub.current_thread()
         while not self.done.is_set():
-            if check_kill:
-                self.proc.checkpoint()
-            left = None if deadline is None else deadline - now()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
             w = hub.new_wait()
             self.joiners.append(w)
             if me is not None and check_kill:
-                me.waiting = w  # a kill interrupts the wait
+                me.waiting = w  # before the kill check: a kill from now on fires the wait
             try:
+                if check_kill:
+                    self.proc.checkpoint()
+                left = None if deadline is None else deadline - now()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
                 hub.park(w, left)
             finally:
-                if me is not None:
+                if me is not None and check_kill:
                     me.waiting = None
                 if w in self.joiners:
                     self.joiners.remove(w)
+                hub.withdraw(w)
         if check_kill:
             self.proc.checkpoint()
 

@@ -269,6 +269,12 @@ def create_app(
 ) -> Starlette:
     """The ASGI app. `sandbox` must already be started (see `serve`) unless config.sandbox is False.
     `plugins` names server plugins (plugins.py) whose routes are mounted beside the built-in ones."""
+    if getattr(engine, "lip_runner", "threads") != "threads":
+        # A sandboxed program's twin, and an in-process one's relay, block on their worker or queue:
+        # on the greenlet runner's one hub thread that would hold every program.
+        raise SymphonyError(
+            f"the server runs programs on OS threads: build its Engine with lip_runner='threads', not {engine.lip_runner!r}"
+        )
     state = State(engine, users or Users({}), config or ServerConfig(), sandbox)
 
     async def on_bad_request(request, exc: Exception) -> Response:
