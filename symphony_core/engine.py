@@ -15,7 +15,7 @@ from .errors import SymphonyError
 from .events import EventBus
 from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
-from .lip.runtime import LIP_RUNNERS, Runtime
+from .lip.runtime import Runtime, check_lip_runner
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
 from .model.weight_formats import apply_weight_format, check_weight_format
 
@@ -95,8 +95,7 @@ class Engine:
         kv_cache_dtype: str = "auto",
         lip_runner: str = "threads",
     ) -> None:
-        if lip_runner not in LIP_RUNNERS:
-            raise SymphonyError(f"lip_runner={lip_runner!r}: choose one of {', '.join(LIP_RUNNERS)}")
+        check_lip_runner(lip_runner)  # before the model loads: a bad name fails at once
         self.device = torch.device(device) if device else _default_device()
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.weight_format = check_weight_format(weights, self.device)

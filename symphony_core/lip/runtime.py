@@ -48,6 +48,11 @@ def _shut_down_all_at_exit() -> None:
         rt.shutdown()
 
 
+def check_lip_runner(name: str) -> None:
+    if name not in LIP_RUNNERS:
+        raise SymphonyError(f"lip_runner={name!r}: choose one of {', '.join(LIP_RUNNERS)}")
+
+
 class Runtime:
     def __init__(
         self,
@@ -60,8 +65,7 @@ class Runtime:
         max_running: int = 4096,
         lip_runner: str = "threads",
     ) -> None:
-        if lip_runner not in LIP_RUNNERS:
-            raise SymphonyError(f"lip_runner={lip_runner!r}: choose one of {', '.join(LIP_RUNNERS)}")
+        check_lip_runner(lip_runner)
         self.executor = executor
         self.kvfs = executor.kvfs
         self.tokenizer = tokenizer
@@ -99,12 +103,15 @@ class Runtime:
 
     def _start_processes(self, procs: list[Process]) -> None:
         for proc in procs:
-            # With a debugger attached (a hook, or stop-on-entry) programs run on OS threads: it holds
-            # a thread at its stops, which on the hub would hold every program there.
-            if self.hub is not None and self.kernel.hook is None and not self.on_process_start:
+            if self.hub is not None and not self._debugger_attached():
                 proc.hub = self.hub
             th = proc.new_thread("main")
             self._start(th, proc.fn, proc.args, proc.kwargs, main=True)
+
+    def _debugger_attached(self) -> bool:
+        """A hook or stop-on-entry is set: programs start on OS threads, since a debugger holds a
+        thread at its stops, which on the hub would hold every program there."""
+        return self.kernel.hook is not None or bool(self.on_process_start)
 
     def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread:
         th = proc.new_thread(getattr(fn, "__name__", "thread"))
@@ -126,9 +133,9 @@ class Runtime:
     def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
         proc = th.proc
         hub = proc.hub
-        if hub is not None and main and (self.kernel.hook is not None or self.on_process_start):
-            # A debugger attached between the launch and the greenlet's first turn: its stops would hold
-            # the whole hub, so the program (no thread of it has run yet) moves to an OS thread.
+        if hub is not None and main and self._debugger_attached():
+            # A debugger attached between the launch and the greenlet's first turn: the program (no
+            # thread of it has run yet) moves to an OS thread.
             proc.hub = None
             self._start(th, fn, args, kwargs, main)
             return
@@ -209,7 +216,7 @@ class Runtime:
         th.preds += 1
         hub_wait = proc.hub.new_wait() if proc.hub is not None else None
         return self.batch.pred(
-            PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len, None, hub_wait), th
+            PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len, hub_wait=hub_wait), th
         )
 
     def track(self, th: LIPThread, kv: KV) -> KV:

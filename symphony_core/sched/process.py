@@ -375,26 +375,24 @@ class Process:
             w = hub.new_wait()
             with self.lock:
                 self._recv_waits.append(w)
+            if me is not None:
+                me.waiting = w  # a kill interrupts the wait
             try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                left = None if deadline is None else deadline - now()
-                if left is not None and left <= 0:
-                    hub.withdraw(w)
-                    raise TimeoutError(f"recv: no message within {timeout}s") from None
-                if me is not None:
-                    me.waiting = w  # a kill interrupts the wait
                 try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    left = None if deadline is None else deadline - now()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"recv: no message within {timeout}s") from None
                     hub.park(w, left)
-                finally:
-                    if me is not None:
-                        me.waiting = None
-                continue
+                    continue
             finally:
+                if me is not None:
+                    me.waiting = None
                 with self.lock:
                     if w in self._recv_waits:
                         self._recv_waits.remove(w)
-            hub.withdraw(w)
+                hub.withdraw(w)
             if item is _KILL_WAKE:
                 self._inbox.put(item)  # for the process's other threads asleep in recv
                 continue  # the checkpoint raises
