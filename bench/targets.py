@@ -159,15 +159,16 @@ def missed_notes(n: dict) -> str:
             'in `Signal.wait`. The greenlet runner (`Engine(lip_runner="greenlets")`) resumes a batch\'s LIPs '
             "in one pass on one thread instead"
             + "".join(
-                f": {r['cpu_us_per_pred']:.0f} CPU µs per pred, {r['host_us_per_batch'] / r['mean_batch']:.0f} µs "
-                "of scheduler per pred"
+                f": {r['cpu_us_per_pred']:.0f} CPU µs per pred "
+                f"({'met' if r['cpu_us_per_pred'] <= 30 else 'missed'}), {r['host_us_per_batch']:.0f} µs per batch "
+                f"of {r['mean_batch']:.0f}"
                 for r in w5s[1:2]
             )
-            + "; what is left is Python on both sides of the queue. The per-batch "
-            f"figure is its own problem: 200 µs for a batch of {w5['mean_batch']:.1f} leaves "
-            f"{200 / w5['mean_batch']:.1f} µs per member for selecting, reserving, building the batch's tensors "
-            "and completing it, a few Python statements' worth; that bookkeeping would have to move into "
-            "compiled code."
+            + ". The per-batch figure is its own problem: every waiting program lands in the batch, and 200 µs "
+            f"for a batch of {w5s[-1]['mean_batch']:.0f} leaves {200 / w5s[-1]['mean_batch']:.1f} µs per member "
+            f"(it takes {w5s[-1]['host_us_per_batch'] / w5s[-1]['mean_batch']:.0f}) for selecting, reserving, "
+            "building the batch's tensors and completing it, a few Python statements' worth; that bookkeeping "
+            "would have to move into compiled code."
         )
     sp = n.get("short_programs")
     if sp and sp["ratio"] < sp["target"]:

@@ -179,6 +179,34 @@ def test_a_debugger_hook_sends_new_programs_to_os_threads(geng):
     assert geng.run(_greedy, PROMPTS[0], 2).hub is rt.hub
 
 
+def test_programs_on_os_threads_and_on_the_hub_run_side_by_side(engine, geng):
+    """A debugger puts new programs on OS threads while earlier ones stay on the hub: their
+    calls share the batch scheduler, and both kinds get the tokens they should."""
+    want = engine.run(_greedy, PROMPTS[1], 24).result(60)
+    rt = geng.runtime
+
+    class PassThrough:
+        def before(self, th, ev):
+            pass
+
+        def after(self, th, ev, result):
+            return result
+
+    start = rt.batch.log.total_batches
+    on_hub = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
+    deadline = time.monotonic() + 30
+    while {m.pid for r in rt.batch.log.since(start) for m in r.members} < {p.pid for p in on_hub}:
+        assert time.monotonic() < deadline, "the hub's programs never ran"
+        time.sleep(0.001)  # until both have run on the hub (a debugger before their first turn moves them)
+    rt.kernel.hook = PassThrough()
+    try:
+        on_os = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
+        assert [p.result(60) for p in on_hub + on_os] == [want] * 4
+    finally:
+        rt.kernel.hook = None
+    assert all(p.hub is rt.hub for p in on_hub) and all(p.hub is None for p in on_os)
+
+
 def test_an_unknown_runner_is_refused_before_loading():
     from symphony_core import Engine
 

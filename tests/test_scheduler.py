@@ -60,14 +60,15 @@ def test_long_prefill_does_not_stall_decoders(engine):
     assert during >= 16, f"decoders produced only {during} tokens while the long prompt was prefilled"
 
 
-def test_parking_under_memory_pressure(fresh_engine, engine):
+@pytest.mark.parametrize("runner", ["threads", "greenlets"])
+def test_parking_under_memory_pressure(fresh_engine, engine, runner):
     prompt_a = "The history of the Roman Empire begins with"
     prompt_b = "A recipe for bread needs flour, water and"
     n = 60
     ref_a = greedy_reference(engine, prompt_a, n)
     ref_b = greedy_reference(engine, prompt_b, n)
     # 7 pages x 16 slots: one ~70-token sequence (5 pages) fits, two do not.
-    eng = fresh_engine(num_pages=7)
+    eng = fresh_engine(num_pages=7, lip_runner=runner)  # greenlets: the hub fires the batches and parks
     statuses = set()
     # What each call's thread shows while it waits for pages: the scheduler's gate sees every
     # batch's members just before it runs them.
@@ -91,8 +92,9 @@ def test_parking_under_memory_pressure(fresh_engine, engine):
     eng.shutdown()
 
 
-def test_a_call_that_can_never_fit_fails_cleanly(fresh_engine):
-    eng = fresh_engine(num_pages=4)
+@pytest.mark.parametrize("runner", ["threads", "greenlets"])
+def test_a_call_that_can_never_fit_fails_cleanly(fresh_engine, runner):
+    eng = fresh_engine(num_pages=4, lip_runner=runner)
 
     def big(sym):
         kv = sym.kv_create()
