@@ -1,7 +1,8 @@
 """The machine a benchmark runs on: a one-line description, and waiting until nothing else runs.
 
 Timings on a small shared machine (2 cores here) are only comparable when no other process
-competes for the cores, so timed runs first wait, up to a limit, for the CPUs to be idle.
+competes for the cores, so timed runs first wait, up to a limit, for the CPUs to be idle. And a
+bandwidth-bound step is only as fast as memory: `read_bandwidth` measures that floor in the run.
 """
 
 from __future__ import annotations
@@ -54,3 +55,18 @@ def wait_until_idle(max_wait: float, busy_below: float = 0.1) -> float | None:
     if busy is not None and busy >= busy_below:
         print(f"  (other processes use {busy:.0%} of the CPUs; timing anyway)", file=sys.stderr, flush=True)
     return busy
+
+
+def read_bandwidth(n_bytes: int = 512 << 20, repeats: int = 5) -> float:
+    """Memory read bandwidth in GB/s: the median of `repeats` sums over an fp32 buffer far larger
+    than the caches, on torch's threads. A single-stream fp32 decode step reads every weight once,
+    so weight bytes ÷ this is the fastest such a step can run on this machine, now."""
+    buf = torch.ones(n_bytes // 4)
+    buf.sum()  # the pages are touched before any timed pass
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        buf.sum()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return n_bytes / times[len(times) // 2] / 1e9

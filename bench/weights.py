@@ -22,7 +22,8 @@ import torch
 from . import llama_cpp_peer
 from .common import publish
 from .decode import TEXT, make_prompts, run_ours
-from .machine import describe, wait_until_idle
+from .machine import describe, read_bandwidth, wait_until_idle
+from .targets import floor_line
 
 OURS = ("fp32", "q8", "q4")
 PEERS = ("Q4_1", "F32", "Q8_0")
@@ -97,7 +98,9 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     contended = runs = 0
     prompt = _prefill_prompt(tok, prefill_n)
     cases = [("prefill", None)] + [("decode", b) for b in batches]
+    bandwidth = []  # GB/s, once a repeat: the floor under the single-stream decodes
     for r in range(repeats):
+        bandwidth.append(read_bandwidth())
         for kind, b in cases:
             order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
             prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
@@ -128,7 +131,16 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
             row[f"same8_{b}"] = sum(a[:8] == o[:8] for a, o in zip(outs[n][b], ref))
             row[f"same_{b}"] = sum(a == o for a, o in zip(outs[n][b], ref))
         rows.append(row)
-    return rows, skipped, f"{contended}/{runs}"
+    floor = {"bandwidth_gbs": med(bandwidth), "fp32_weight_bytes": 4 * _weights_read_per_token(engines["fp32"].model)}
+    return rows, skipped, f"{contended}/{runs}", floor
+
+
+def _weights_read_per_token(model) -> int:
+    """Weights a one-row decode step reads: every layer's projections and the LM head (the norms
+    and the token's embedding row are a rounding error)."""
+    from symphony_core.model.fused_decode import PROJECTIONS
+
+    return sum(getattr(layer, p).numel() for layer in model.layers for p in PROJECTIONS) + model.lm_head.numel()
 
 
 def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, bool | None]]:
@@ -179,7 +191,7 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
     return out
 
 
-def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
+def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None) -> str:
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, median of {repeats}",
         "",
@@ -221,6 +233,8 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended) -> str:
             lines.append(f"| {name} | {measured} | {goal} | {'met' if ok else '**missed**'} |")
     else:
         lines += ["", f"llama.cpp: skipped ({skipped})."]
+    if floor and 1 in batches:
+        lines += ["", floor_line(rows, floor)]
     lines += [
         "",
         f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
@@ -255,7 +269,7 @@ def main(argv=None) -> str:
     if args.quick:
         batches, new, prefill_n, repeats = [1, 4], 8, 64, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
-    rows, skipped, contended = bench(batches, new, prefill_n, repeats, idle, args.threads)
+    rows, skipped, contended, floor = bench(batches, new, prefill_n, repeats, idle, args.threads)
     publish(
         __name__,
         {
@@ -265,9 +279,10 @@ def main(argv=None) -> str:
             "prefill": prefill_n,
             "skipped": skipped,
             "verdicts": [list(v) for v in verdicts(rows, batches)],
+            **floor,
         },
     )
-    md = table(rows, batches, new, prefill_n, repeats, skipped, contended)
+    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor)
     print(md)
     return md
 
