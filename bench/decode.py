@@ -92,12 +92,16 @@ def run_hf(model, prompts: list[list[int]], new: int, pad_id: int) -> tuple[floa
     return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
 
 
+def matmul_params(model) -> int:
+    """The weights one decode token is multiplied by: every layer's projections and the LM head."""
+    projections = (w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down))
+    return sum(w.numel() for w in projections) + model.lm_head.numel()
+
+
 def flops_per_token(eng, context: float) -> float:
     """Model FLOPs of one decode token: every projection and the LM head, plus attention."""
-    m, cfg = eng.model, eng.config
-    weights = [w for layer in m.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
-    matmul = 2 * (sum(w.numel() for w in weights) + m.lm_head.numel())
-    return matmul + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * context
+    cfg = eng.config
+    return 2 * matmul_params(eng.model) + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * context
 
 
 def _busy(share: float | None) -> int:

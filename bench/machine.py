@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -68,5 +69,4 @@ def read_bandwidth(n_bytes: int = 512 << 20, repeats: int = 5) -> float:
         t0 = time.perf_counter()
         buf.sum()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return n_bytes / times[len(times) // 2] / 1e9
+    return n_bytes / statistics.median(times) / 1e9

@@ -256,14 +256,15 @@ def _cpu_notes(n: dict) -> list[str]:
 
     def why(name: str) -> str:
         if name == "fp32 single stream" and "bandwidth_gbs" in wf:
-            return ". " + floor_line(wf["rows"], wf)[:-1]  # the profile's split would misread a bandwidth-bound step
+            return ". " + floor_line(wf["rows"], wf)  # the profile's split would misread a bandwidth-bound step
         return split(cases.get(name, ""))
 
     return [f"- **CPU: {name}** ({measured}, goal {goal}){why(name)}." for name, measured, goal, _ in missed]
 
 
 def floor_line(rows: list[dict], floor: dict) -> str:
-    """Single-stream fp32 decode against the memory-bandwidth floor, ours and llama.cpp F32's."""
+    """Single-stream fp32 decode against the memory-bandwidth floor, ours and llama.cpp F32's (a
+    sentence without its full stop)."""
     by = {r["engine"]: r for r in rows}
     tok_s = floor["bandwidth_gbs"] * 1e9 / floor["fp32_weight_bytes"]
     line = (
@@ -272,7 +273,7 @@ def floor_line(rows: list[dict], floor: dict) -> str:
         f"{tok_s:.1f} tok/s; ours fp32 decodes one sequence at {by['ours fp32']['decode_1'] / tok_s:.0%} of that"
     )
     f32 = by.get("llama.cpp F32")
-    return line + (f", llama.cpp F32 at {f32['decode_1'] / tok_s:.0%}." if f32 else ".")
+    return line + (f", llama.cpp F32 at {f32['decode_1'] / tok_s:.0%}" if f32 else "")
 
 
 __all__ = ["floor_line", "missed_notes", "targets_table"]

@@ -21,7 +21,7 @@ import torch
 
 from . import llama_cpp_peer
 from .common import publish
-from .decode import TEXT, make_prompts, run_ours
+from .decode import TEXT, make_prompts, matmul_params, run_ours
 from .machine import describe, read_bandwidth, wait_until_idle
 from .targets import floor_line
 
@@ -131,16 +131,9 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
             row[f"same8_{b}"] = sum(a[:8] == o[:8] for a, o in zip(outs[n][b], ref))
             row[f"same_{b}"] = sum(a == o for a, o in zip(outs[n][b], ref))
         rows.append(row)
-    floor = {"bandwidth_gbs": med(bandwidth), "fp32_weight_bytes": 4 * _weights_read_per_token(engines["fp32"].model)}
+    # A one-row decode reads each fp32 weight once (the norms and the token's embedding row are a rounding error).
+    floor = {"bandwidth_gbs": med(bandwidth), "fp32_weight_bytes": 4 * matmul_params(engines["fp32"].model)}
     return rows, skipped, f"{contended}/{runs}", floor
-
-
-def _weights_read_per_token(model) -> int:
-    """Weights a one-row decode step reads: every layer's projections and the LM head (the norms
-    and the token's embedding row are a rounding error)."""
-    from symphony_core.model.fused_decode import PROJECTIONS
-
-    return sum(getattr(layer, p).numel() for layer in model.layers for p in PROJECTIONS) + model.lm_head.numel()
 
 
 def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, bool | None]]:
@@ -234,7 +227,7 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None
     else:
         lines += ["", f"llama.cpp: skipped ({skipped})."]
     if floor and 1 in batches:
-        lines += ["", floor_line(rows, floor)]
+        lines += ["", floor_line(rows, floor) + "."]
     lines += [
         "",
         f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
