@@ -157,23 +157,27 @@ def test_cancel_in_pred_and_in_a_tight_loop_leaves_other_programs_whole(geng):
     assert geng.pool.free_pages == free
 
 
+class _RecordingHook:
+    """A debugger's kernel hook that stops nowhere: it records each syscall's name and passes it on."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def before(self, th, ev):
+        self.seen.append(ev.call)
+
+    def after(self, th, ev, result):
+        return result
+
+
 def test_a_debugger_hook_sends_new_programs_to_os_threads(geng):
     rt = geng.runtime
-    seen = []
-
-    class Hook:
-        def before(self, th, ev):
-            seen.append(ev.call)
-
-        def after(self, th, ev, result):
-            return result
-
-    rt.kernel.hook = Hook()
+    hook = rt.kernel.hook = _RecordingHook()
     try:
         p = geng.run(_greedy, PROMPTS[0], 2)
         assert p.result(30)
         assert p.hub is None and p.threads[0].os_thread is not rt.hub.thread
-        assert "pred" in seen
+        assert "pred" in hook.seen
     finally:
         rt.kernel.hook = None
     assert geng.run(_greedy, PROMPTS[0], 2).hub is rt.hub
@@ -184,21 +188,13 @@ def test_programs_on_os_threads_and_on_the_hub_run_side_by_side(engine, geng):
     calls share the batch scheduler, and both kinds get the tokens they should."""
     want = engine.run(_greedy, PROMPTS[1], 24).result(60)
     rt = geng.runtime
-
-    class PassThrough:
-        def before(self, th, ev):
-            pass
-
-        def after(self, th, ev, result):
-            return result
-
     start = rt.batch.log.total_batches
     on_hub = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
     deadline = time.monotonic() + 30
     while {m.pid for r in rt.batch.log.since(start) for m in r.members} < {p.pid for p in on_hub}:
         assert time.monotonic() < deadline, "the hub's programs never ran"
         time.sleep(0.001)  # until both have run on the hub (a debugger before their first turn moves them)
-    rt.kernel.hook = PassThrough()
+    rt.kernel.hook = _RecordingHook()
     try:
         on_os = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
         assert [p.result(60) for p in on_hub + on_os] == [want] * 4
