@@ -4,10 +4,12 @@ Rows: Symphony with `weights="fp32" | "q8" | "q4"` and llama.cpp (llama-cpp-pyth
 API, every sequence in one `llama_batch`) on the shipped Q4_1 GGUF and on F32 / Q8_0 files made
 from it by llama.cpp's own quantiser. Same prompts (32-64-token windows of one English text, as
 bench/decode.py), same threads; each repeat runs every engine once, in a rotated order, so
-drift on a shared machine spreads over all of them; medians of the repeats. Ratios are
-Symphony ÷ peer.
+drift on a shared machine spreads over all of them; medians of the repeats. A 512-token prefill
+takes about a second and two runs of it can differ by 20% here, so each repeat runs the prefill
+`--prefill-runs` times per engine (rounds over all engines, the order rotated each round) and
+its median is over all of them. Ratios are Symphony ÷ peer.
 
-    python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3]
+    python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3] [--prefill-runs 3]
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _peer_files(threads: int) -> tuple[dict[str, Path], str | None]:
     return files, None
 
 
-def bench(batches, new, prefill_n, repeats, idle_wait, threads):
+def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1):
     from symphony_core import Engine
 
     hi = 64
@@ -102,18 +104,20 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads):
     for r in range(repeats):
         bandwidth.append(read_bandwidth())
         for kind, b in cases:
-            order = names[r % len(names) :] + names[: r % len(names)]  # rotate who goes first
             prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
-            for n in order:
-                busy = wait_until_idle(idle_wait)
-                contended += int(busy is not None and busy >= 0.1)
-                runs += 1
-                if kind == "prefill":
-                    times[n]["prefill"].append(run_prefill(n, prompt))
-                else:
-                    _, dec, out = run_decode(n, prompts)
-                    times[n][b].append(dec)
-                    outs[n].setdefault(b, out)
+            rounds = prefill_runs if kind == "prefill" else 1
+            for k in range(r * rounds, (r + 1) * rounds):
+                order = names[k % len(names) :] + names[: k % len(names)]  # rotate who goes first
+                for n in order:
+                    busy = wait_until_idle(idle_wait)
+                    contended += int(busy is not None and busy >= 0.1)
+                    runs += 1
+                    if kind == "prefill":
+                        times[n]["prefill"].append(run_prefill(n, prompt))
+                    else:
+                        _, dec, out = run_decode(n, prompts)
+                        times[n][b].append(dec)
+                        outs[n].setdefault(b, out)
             print(
                 f"  repeat {r + 1}/{repeats} {kind} {b or prefill_n}: "
                 + ", ".join(f"{n} {times[n][b or 'prefill'][-1]:.2f}s" for n in names),
@@ -184,9 +188,12 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
     return out
 
 
-def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None) -> str:
+def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None, prefill_runs=None) -> str:
+    runs = f"median of {repeats}" + (
+        f" ({prefill_runs} runs for the prefill)" if prefill_runs not in (None, repeats) else ""
+    )
     lines = [
-        f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, median of {repeats}",
+        f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
         "",
         f"Machine: {describe()}; llama.cpp through llama-cpp-python's low-level API, every sequence in one batch",
         "",
@@ -248,6 +255,7 @@ def main(argv=None) -> str:
     )
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--prefill-runs", type=int, default=3, help="prefill runs per engine in each repeat")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--idle-wait",
@@ -258,11 +266,11 @@ def main(argv=None) -> str:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
-    new, prefill_n, repeats = args.new, args.prefill, args.repeats
+    new, prefill_n, repeats, prefill_runs = args.new, args.prefill, args.repeats, args.prefill_runs
     if args.quick:
-        batches, new, prefill_n, repeats = [1, 4], 8, 64, 1
+        batches, new, prefill_n, repeats, prefill_runs = [1, 4], 8, 64, 1, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
-    rows, skipped, contended, floor = bench(batches, new, prefill_n, repeats, idle, args.threads)
+    rows, skipped, contended, floor = bench(batches, new, prefill_n, repeats, idle, args.threads, prefill_runs)
     publish(
         __name__,
         {
@@ -270,12 +278,13 @@ def main(argv=None) -> str:
             "batches": batches,
             "new": new,
             "prefill": prefill_n,
+            "prefill_runs": repeats * prefill_runs,
             "skipped": skipped,
             "verdicts": [list(v) for v in verdicts(rows, batches)],
             **floor,
         },
     )
-    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor)
+    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor, repeats * prefill_runs)
     print(md)
     return md
 
