@@ -264,6 +264,8 @@ def main(argv=None) -> str:
         help="seconds to wait for idle CPUs before each run (default 10; quick 0)",
     )
     args = ap.parse_args(argv)
+    if args.repeats < 1 or args.prefill_runs < 1:
+        ap.error("--repeats and --prefill-runs take at least 1")
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     new, prefill_n, repeats, prefill_runs = args.new, args.prefill, args.repeats, args.prefill_runs
