@@ -13,7 +13,6 @@ import operator
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -21,7 +20,7 @@ import torch
 from .errors import PredError, SymphonyError
 from .kvfs import KV, KVFS, Reservation
 from .model.dist import Dist, fast_argmax, version_of
-from .model.forward_batch import ForwardBatch, SeqInput
+from .model.forward_batch import DecodeRows, ForwardBatch, SeqInput
 from .model.llama import PagedLlama
 from .model.sampling import Sampler, sample_rows
 
@@ -29,19 +28,49 @@ _perf = time.perf_counter
 _thread_time = time.thread_time
 
 
-@dataclass(eq=False)
 class PredCall:
-    kv: KV
-    token_ids: Sequence[int]
-    positions: Sequence[int] | None = None
-    outputs: str | Sequence[int] = "last"
-    sampler: Sampler | str | None = None
-    mask: object = None
-    # Filled in by `prepare`:
-    tokens: list[int] = field(default_factory=list)
-    pos: list[int] = field(default_factory=list)
-    out_index: list[int] = field(default_factory=list)
-    mask_tensor: torch.Tensor | None = None
+    """One `pred` call: its arguments as given (what `Engine.pred_batch` takes) and, once
+    `Executor.prepare` has checked them, their normalised form (`tokens`, `pos`, `out_index`,
+    `mask_tensor`; `plain`: one output, the last, with no sampler or mask)."""
+
+    __slots__ = (
+        "kv",
+        "token_ids",
+        "positions",
+        "outputs",
+        "sampler",
+        "mask",
+        "tokens",
+        "pos",
+        "out_index",
+        "mask_tensor",
+        "plain",
+    )
+
+    def __init__(
+        self,
+        kv: KV,
+        token_ids: Sequence[int],
+        positions: Sequence[int] | None = None,
+        outputs: str | Sequence[int] = "last",
+        sampler: Sampler | str | None = None,
+        mask: object = None,
+    ) -> None:
+        self.kv = kv
+        self.token_ids = token_ids
+        self.positions = positions
+        self.outputs = outputs
+        self.sampler = sampler
+        self.mask = mask
+        # Filled in by `Executor.prepare`:
+        self.tokens: list[int] = []
+        self.pos: list[int] = []
+        self.out_index: list[int] = []
+        self.mask_tensor: torch.Tensor | None = None
+        self.plain = False
+
+    def __repr__(self) -> str:
+        return f"PredCall({self.kv!r}, {self.token_ids!r}, outputs={self.outputs!r})"
 
 
 def _as_int_list(x, what: str) -> list[int]:
@@ -121,6 +150,7 @@ class Executor:
                 raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
+        c.plain = c.sampler is None and c.mask is None and type(c.outputs) is str and c.outputs == "last"
 
     def _token_ids(self, c: PredCall) -> list[int]:
         """`c.token_ids` as a new, non-empty list of in-vocabulary ints, or a PredError naming why not."""
@@ -178,11 +208,18 @@ class Executor:
             raise PredError("pred: mask allows no token at some position")
         return m
 
-    def run(self, calls: list[PredCall], *, argmax: bool = False) -> list[Dist | SymphonyError]:
+    def run(
+        self, calls: list[PredCall], *, argmax: bool = False, prepared_apart: bool = False
+    ) -> list[Dist | SymphonyError]:
         """Execute calls (already `prepare`d or not); results line up with `calls`. `argmax`:
         the caller will want every decode row's argmax (the event stream names it), so take
-        them all in one call here rather than one per row later."""
+        them all in one call here rather than one per row later. `prepared_apart`: the caller
+        (the batch scheduler) vouches that every call is prepared and each is on its own file."""
         with self.lock:
+            if prepared_apart:
+                results: list = [None] * len(calls)
+                self._forward(calls, range(len(calls)), results, argmax)
+                return results
             return self._run(calls, argmax)
 
     def _run(self, calls: list[PredCall], argmax: bool) -> list[Dist | SymphonyError]:
@@ -208,47 +245,94 @@ class Executor:
             ready = later
         return results  # type: ignore[return-value]
 
-    def _forward(self, calls: list[PredCall], idx: list[int], results: list, argmax: bool) -> None:
+    def _forward(self, calls: list[PredCall], idx: Sequence[int], results: list, argmax: bool) -> None:
         kvfs = self.kvfs
-        reserved: list[tuple[int, PredCall, Reservation]] = []
-        # Eviction to make room for one member must never take another member's file.
-        members = frozenset(c.kv.file.fid for c in calls)
+        pool = kvfs.pool
+        ps, refcount = pool.page_size, pool.refcount
+        decodes = DecodeRows()
+        # (result index, call, the file's length before) of every member with its slots reserved, in
+        # the batch's row order: the decodes' columns first, then the other calls (`seqs`).
+        dec_members: list[tuple[int, PredCall, int]] = []
+        seq_members: list[tuple[int, PredCall, int]] = []
         seqs: list[SeqInput] = []
-        reserve, context_slots, max_pos = kvfs.reserve, kvfs.cached_context_slots, self.max_pos
+        members: frozenset[int] | None = None  # the batch's file ids, spared by eviction (built when needed)
+        context_slots, max_pos = kvfs.cached_context_slots, self.max_pos
+        dec_tokens, dec_positions, dec_slots, dec_contexts = (
+            decodes.tokens.append,
+            decodes.positions.append,
+            decodes.slots.append,
+            decodes.contexts.append,
+        )
         with kvfs.lock:  # one hold for the whole batch (it is re-entrant: reserve takes it too)
             for i, c in zip(idx, calls):
-                f = c.kv.file
+                kv = c.kv
+                f = kv.file
+                n = len(f.tokens)
+                # Most calls: one token appended after the last, into room left in an unshared last page.
+                if (
+                    c.plain
+                    and n % ps
+                    and len(c.tokens) == 1
+                    and c.positions is None
+                    and not kv.closed
+                    and not f.evicted
+                    and refcount[f.pages[-1]] == 1
+                ):
+                    p = f.positions[-1] + 1
+                    if p < max_pos:
+                        t = c.tokens[0]
+                        slot = f.pages[-1] * ps + n % ps
+                        f.tokens.append(t)
+                        f.positions.append(p)
+                        c.pos = [p]
+                        dec_tokens(t)
+                        dec_positions(p)
+                        dec_slots(slot)
+                        # Its context: the file's cached slot list grown by this one slot (as
+                        # `cached_context_slots` would, without its checks when the cache is current).
+                        # Other members' reservations never touch this file's pages (eviction spares
+                        # them), so it can be read right after its own reservation.
+                        cache = f.slot_cache
+                        if cache is not None and len(cache[1]) == n and cache[0] == f.pages:
+                            ctx = cache[1]
+                            ctx.append(slot)
+                        else:
+                            ctx = context_slots(f)
+                        dec_contexts(ctx)
+                        dec_members.append((i, c, n))
+                        continue
                 try:
                     if c.positions is None:  # `_continue_positions`, inline for the common case
-                        fp, n = f.positions, len(c.tokens)
+                        fp, k = f.positions, len(c.tokens)
                         start = fp[-1] + 1 if fp else 0
-                        if start + n > max_pos:
+                        if start + k > max_pos:
                             self._continue_positions(c)  # raises the error
-                        c.pos = [start] if n == 1 else list(range(start, start + n))
-                    r = reserve(c.kv, c.tokens, c.pos, members)
+                        c.pos = [start] if k == 1 else list(range(start, start + k))
+                    if members is None:
+                        members = frozenset(call.kv.file.fid for call in calls)
+                    r = kvfs.reserve(kv, c.tokens, c.pos, members)
                 except SymphonyError as e:
                     results[i] = e
                     continue
-                reserved.append((i, c, r))
-                # Other members' reservations never touch this file's pages (eviction spares
-                # them), so its context can be read right after its own reservation.
+                seq_members.append((i, c, n))
                 seqs.append(SeqInput(c.tokens, c.pos, r.slots, context_slots(f), c.out_index))
-            if not reserved:
+            if not dec_members and not seq_members:
                 return
+        reserved = dec_members + seq_members
         try:
-            fb = ForwardBatch.build(seqs, self.model.device)
+            fb = ForwardBatch.build(seqs, self.model.device, decodes)
             w0, c0 = _perf(), _thread_time()
             logits = self.model.forward(fb, self.kvfs.pool.k, self.kvfs.pool.v)
             self.forward_cpu_s += _thread_time() - c0
             self.forward_s += _perf() - w0
         except BaseException:
-            for _, _, r in reserved:
-                kvfs.rollback(r)
+            for _, c, n in reserved:
+                kvfs.rollback(Reservation(c.kv, n, []))
             raise
         self._scatter(logits, fb.output_counts, reserved, results, argmax)
 
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool) -> None:
-        if all(c.outputs == "last" and c.mask_tensor is None and c.sampler is None for _, c, _ in reserved):
+        if len(logits) == len(reserved) and all(c.plain for _, c, _ in reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
             row_of = Dist.row_of
             if argmax:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from array import array
 from dataclasses import dataclass, field
 
 _file_ids = itertools.count(1)
@@ -29,9 +30,9 @@ class KVFile:
     hint_priority: int | None = None
     hint_keep_until: float | None = None
     created_at: float = field(default_factory=time.time)
-    # (pages, slots): `KVFS.cached_context_slots`'s list of every slot of this file, grown by
+    # (pages, slots): `KVFS.cached_context_slots`'s array of every slot of this file, grown by
     # one slot per decode step instead of rebuilt; valid while `pages` equals the copy kept here.
-    slot_cache: tuple[list[int], list[int]] | None = field(default=None, repr=False)
+    slot_cache: tuple[list[int], array] | None = field(default=None, repr=False)
 
     @property
     def length(self) -> int:

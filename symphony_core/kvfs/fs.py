@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 
 from ..errors import KVError, KVNotFound, OutOfPages
@@ -185,15 +186,17 @@ class KVFS:
     def context_slots(self, f: KVFile, length: int | None = None) -> list[int]:
         """Every cache slot of `f` in order (the first `length`), as a new list."""
         slots = self.cached_context_slots(f)
-        return slots[: len(slots) if length is None else length]
+        return slots[: len(slots) if length is None else length].tolist()
 
-    def cached_context_slots(self, f: KVFile) -> list[int]:
-        """Every cache slot of `f` in order, as the file's own cached list: read it, never change it.
+    def cached_context_slots(self, f: KVFile) -> array:
+        """Every cache slot of `f` in order, as the file's own cached int64 array: read it, never change it.
 
-        A forward pass needs this list for every member, and a decode step adds one token to
-        the file, so the list of the previous step is kept on the file (`slot_cache`) and grown
-        by the new slots; it is rebuilt (one C-level range per page) when the file's pages
-        changed (a new page, copy-on-write, truncation, swap). Call it holding `self.lock`."""
+        A forward pass needs these for every member, and a decode step adds one token to the
+        file, so the array of the previous step is kept on the file (`slot_cache`) and grown by
+        the new slots; it is rebuilt (one C-level range per page) when the file's pages changed (a
+        new page, copy-on-write, truncation, swap). An array rather than a list: a batch copies
+        each member's slots into one buffer and hands it to torch as it is (`torch.frombuffer`),
+        where a list's ints would be converted one by one. Call it holding `self.lock`."""
         n = len(f.tokens)
         pages = f.pages
         cached = f.slot_cache
@@ -206,7 +209,7 @@ class KVFS:
             elif m > n:
                 del slots[n:]
             return slots
-        slots = []
+        slots = array("q")
         for p in pages:
             b = p * ps
             slots.extend(range(b, b + ps))

@@ -16,17 +16,28 @@ from dataclasses import dataclass
 
 import torch
 
+# A sequence of cache slots: a list, or a KV file's cached int64 array (`KVFS.cached_context_slots`).
+Slots = list[int] | array
+
 
 def _on_cpu(device) -> bool:
     return device == "cpu" or getattr(device, "type", None) == "cpu"
 
 
-def _long(x: list[int], device) -> torch.Tensor:
-    """An int64 tensor from a list of ints: through a C array, ~3x faster than torch.tensor(list)
-    (and, unlike torch.arange and friends, it never lets go of the GIL in the middle)."""
+def _long(x: Slots, device) -> torch.Tensor:
+    """An int64 tensor from a list of ints (or an int64 array, copied): through a C array, ~3x faster
+    than torch.tensor(list) (and, unlike torch.arange and friends, it never lets go of the GIL in the
+    middle). A KV file's cached slot array is copied: while a tensor views an array, the array cannot grow."""
     if not x:
         return torch.empty(0, dtype=torch.long, device=device)
-    t = torch.frombuffer(array("q", x), dtype=torch.long)
+    return _long_of_array(array("q", x), device)
+
+
+def _long_of_array(a: array, device) -> torch.Tensor:
+    """An int64 tensor over an int64 array this batch made (no copy: nobody grows it afterwards)."""
+    if not a:
+        return torch.empty(0, dtype=torch.long, device=device)
+    t = torch.frombuffer(a, dtype=torch.long)
     return t if _on_cpu(device) else t.to(device)
 
 
@@ -43,28 +54,91 @@ class SeqInput:
     token_ids: list[int]
     positions: list[int]
     write_slots: list[int]
-    context_slots: list[int]  # every slot of the file after this write, in order
+    context_slots: Slots  # every slot of the file after this write, in order (a list or an int64 array)
     output_index: list[int]  # which of token_ids want logits
 
 
-@dataclass
 class AttentionGroup:
-    """B sequences with Q new tokens each, attending over contexts padded to L slots."""
+    """B sequences with Q new tokens each, attending over contexts padded to L slots.
 
-    rows: torch.Tensor  # [B*Q] rows of the flat token batch, sequence-major
-    n_seqs: int  # B
-    n_query: int  # Q
-    context_slots: torch.Tensor  # [B*L] cache slots (padding repeats slot 0 of the sequence)
-    context_len: int  # L
-    mask: torch.Tensor | None  # [B, 1, Q, L] True = may attend; None = attend to all (or causal)
-    causal: bool  # square causal block with no prefix: let the kernel build the mask
-    all_rows: bool  # rows are exactly 0..T-1 in order: read q and write the output in place
-    lengths: list[int]  # true context length of each sequence (for paged kernels)
-    # Shared-prefix ("cascade") decode group: every sequence's context starts with the same
-    # prefix_len slots `prefix_slots` [P]; context_slots/context_len/mask then describe only
-    # each sequence's own suffix (the rest of its context), padded to context_len.
-    prefix_slots: torch.Tensor | None = None
-    prefix_len: int = 0
+    rows: [B*Q] rows of the flat token batch, sequence-major. context_slots: [B*L] cache slots
+    (padding repeats slot 0 of the sequence). mask: [B, 1, Q, L] True = may attend; None = attend
+    to all (or causal) — for a padded decode group it is built on first read from `padded_lengths`,
+    since the compiled decode kernel reads `lengths` instead and most batches never need it.
+    causal: a square causal block with no prefix (the kernel builds the mask). all_rows: rows are
+    exactly 0..T-1 in order (read q and write the output in place). lengths: the true context
+    length of each sequence (for paged kernels). A shared-prefix ("cascade") decode group: every
+    sequence's context starts with the same prefix_len slots `prefix_slots` [P]; context_slots,
+    context_len and the mask then describe only each sequence's own suffix, padded to context_len.
+    """
+
+    __slots__ = (
+        "rows",
+        "n_seqs",
+        "n_query",
+        "context_slots",
+        "context_len",
+        "_mask",
+        "_padded_lengths",
+        "causal",
+        "all_rows",
+        "lengths",
+        "prefix_slots",
+        "prefix_len",
+    )
+
+    def __init__(
+        self,
+        rows: torch.Tensor,
+        n_seqs: int,
+        n_query: int,
+        context_slots: torch.Tensor,
+        context_len: int,
+        mask: torch.Tensor | None,
+        causal: bool,
+        all_rows: bool,
+        lengths: list[int],
+        prefix_slots: torch.Tensor | None = None,
+        prefix_len: int = 0,
+        padded_lengths: list[int] | None = None,
+    ) -> None:
+        self.rows = rows
+        self.n_seqs = n_seqs
+        self.n_query = n_query
+        self.context_slots = context_slots
+        self.context_len = context_len
+        self._mask = mask
+        self._padded_lengths = padded_lengths  # each row's slots in context_slots, when some are padding
+        self.causal = causal
+        self.all_rows = all_rows
+        self.lengths = lengths
+        self.prefix_slots = prefix_slots
+        self.prefix_len = prefix_len
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        if self._mask is None and self._padded_lengths is not None:
+            self._mask = _length_mask(self._padded_lengths, self.context_len, self.context_slots.device)
+        return self._mask
+
+
+class DecodeRows:
+    """Single-token decodes as columns: token, position, write slot and context slots of each.
+
+    Most batches are mostly these, and for them a `SeqInput` per row (four one-element lists)
+    cost more to build than the row's own data. The executor appends to the columns as it
+    reserves each decode's slot; their rows come first in the batch, in order."""
+
+    __slots__ = ("tokens", "positions", "slots", "contexts")
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.positions: list[int] = []
+        self.slots: list[int] = []
+        self.contexts: list[Slots] = []  # every slot of the file after this write, in order
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
 @dataclass
@@ -77,11 +151,15 @@ class ForwardBatch:
     output_counts: list[int]  # outputs per sequence, to split logits back
 
     @classmethod
-    def build(cls, seqs: list[SeqInput], device: torch.device | str = "cpu") -> ForwardBatch:
-        toks: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        outs: list[int] = []
+    def build(
+        cls, seqs: list[SeqInput], device: torch.device | str = "cpu", decodes: DecodeRows | None = None
+    ) -> ForwardBatch:
+        """The batch of `decodes` (rows 0..D-1, one output each) followed by `seqs`, in order."""
+        n_dec = len(decodes) if decodes is not None else 0
+        toks: list[int] = list(decodes.tokens) if decodes is not None else []
+        pos: list[int] = list(decodes.positions) if decodes is not None else []
+        slots: list[int] = list(decodes.slots) if decodes is not None else []
+        outs: list[int] = list(range(n_dec))
         starts: list[int] = []
         for s in seqs:
             starts.append(len(toks))
@@ -90,17 +168,27 @@ class ForwardBatch:
             pos.extend(s.positions)
             slots.extend(s.write_slots)
         total = len(toks)
-        decodes = [i for i, s in enumerate(seqs) if len(s.token_ids) == 1]
-        chunks = [i for i, s in enumerate(seqs) if len(s.token_ids) > 1]
+        # Every single-token row attends as a decode: the columns' rows, then the single-token seqs.
+        dec_ctx: list[Slots] = list(decodes.contexts) if decodes is not None else []
+        dec_rows: list[int] = list(range(n_dec))
+        chunks: list[int] = []
+        for i, s in enumerate(seqs):
+            if len(s.token_ids) == 1:
+                dec_ctx.append(s.context_slots)
+                dec_rows.append(starts[i])
+            else:
+                chunks.append(i)
         groups = []
-        if decodes and _on_cpu(device):
-            shared, decodes = _shared_prefixes(seqs, decodes)
+        if dec_ctx and _on_cpu(device):
+            shared, rest = _shared_prefixes(dec_ctx)
             for members, n in shared:
-                ctx = [seqs[i].context_slots for i in members]
-                groups.append(_decode_group(ctx, [starts[i] for i in members], total, device, n))
-        if decodes:
-            ctx = [seqs[i].context_slots for i in decodes]
-            groups.append(_decode_group(ctx, [starts[i] for i in decodes], total, device))
+                groups.append(
+                    _decode_group([dec_ctx[i] for i in members], [dec_rows[i] for i in members], total, device, n)
+                )
+            if len(rest) < len(dec_ctx):
+                dec_ctx, dec_rows = [dec_ctx[i] for i in rest], [dec_rows[i] for i in rest]
+        if dec_ctx:
+            groups.append(_decode_group(dec_ctx, dec_rows, total, device))
         if _on_cpu(device):
             folded = [i for i in chunks if _folds_into_rows(seqs[i])]
             chunks = [i for i in chunks if not _folds_into_rows(seqs[i])]
@@ -115,29 +203,31 @@ class ForwardBatch:
             _long(slots, device),
             groups,
             _long(outs, device),
-            [len(s.output_index) for s in seqs],
+            [1] * n_dec + [len(s.output_index) for s in seqs],
         )
 
 
-def _decode_group(contexts: list[list[int]], rows: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
+def _decode_group(contexts: list[Slots], rows: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
     """One query row per context (rows[b] of the batch attends over contexts[b]), padded to the
     longest. With `n_prefix` (a shared-prefix group) the first n_prefix slots, the same for every
-    member, are kept apart as `prefix_slots` and the padded context holds only each row's own suffix."""
+    member, are kept apart as `prefix_slots` and the padded context holds only each row's own suffix.
+    The padded slots are copied into one int64 array (a memcpy for a file's cached slot array)."""
     lens = [len(c) for c in contexts]
-    own = [n - n_prefix for n in lens]
+    own = [n - n_prefix for n in lens] if n_prefix else lens
     width = max(own)
-    flat: list[int] = []
+    flat = array("q")
     for c, n in zip(contexts, own):
-        flat += c[n_prefix:] if n_prefix else c
+        flat.extend(c[n_prefix:] if n_prefix else c)
         if n < width:
-            flat += [c[n_prefix]] * (width - n)
+            flat.extend(c[n_prefix : n_prefix + 1] * (width - n))
     return AttentionGroup(
         rows=_long(rows, device),
         n_seqs=len(contexts),
         n_query=1,
-        context_slots=_long(flat, device),
+        context_slots=_long_of_array(flat, device),
         context_len=width,
-        mask=_length_mask(own, width, device) if min(own) != width else None,
+        mask=None,
+        padded_lengths=own if min(own) != width else None,
         causal=False,
         all_rows=rows == list(range(total)),
         lengths=lens,
@@ -163,7 +253,7 @@ def _folded_chunks(seqs: list[SeqInput], starts: list[int], total: int, device) 
     """Short chunks as one decode-style group, a row per token: token j of a q-token chunk over
     `length` slots attends over the first length - q + j + 1 (its own slot and those before). A
     group of their own, so a long decode in the batch pads none of them."""
-    contexts: list[list[int]] = []
+    contexts: list[Slots] = []
     rows: list[int] = []
     for s, start in zip(seqs, starts):
         q, length = len(s.token_ids), len(s.context_slots)
@@ -178,7 +268,7 @@ CASCADE_MIN_SEQS = 2
 CASCADE_MIN_PREFIX = 16
 
 
-def _common_prefix(a: list[int], b: list[int], n: int) -> int:
+def _common_prefix(a: Slots, b: Slots, n: int) -> int:
     """Length of the common prefix of a[:n] and b[:n] (slice compares run in C: binary search)."""
     if a[:n] == b[:n]:
         return n
@@ -192,24 +282,29 @@ def _common_prefix(a: list[int], b: list[int], n: int) -> int:
     return lo
 
 
-def _shared_prefixes(seqs: list[SeqInput], decodes: list[int]) -> tuple[list[tuple[list[int], int]], list[int]]:
-    """Split single-token decodes into shared-prefix clusters ([members], prefix length) and the
-    rest. Sequences forked from one file share its leading pages, hence the same leading slots:
-    cluster by the first slot, then take the cluster's longest common slot prefix, kept at least
-    one slot short of every context so each sequence has a suffix (its own new token)."""
+def _shared_prefixes(contexts: list[Slots]) -> tuple[list[tuple[list[int], int]], list[int]]:
+    """Split single-token decodes (their contexts) into shared-prefix clusters ([members], prefix
+    length) and the rest (indices, in order). Sequences forked from one file share its leading
+    pages, hence the same leading slots: cluster by the first slot, then take the cluster's longest
+    common slot prefix, kept at least one slot short of every context so each sequence has a suffix
+    (its own new token). Contexts that all start apart (no forks among them) are told in one
+    C-level pass."""
+    firsts = [c[0] for c in contexts]
+    if len(set(firsts)) == len(firsts):
+        return [], list(range(len(contexts)))
     by_first: dict[int, list[int]] = {}
-    for i in decodes:
-        by_first.setdefault(seqs[i].context_slots[0], []).append(i)
+    for i, first in enumerate(firsts):
+        by_first.setdefault(first, []).append(i)
     shared, rest = [], []
     for members in by_first.values():
         n = 0
         if len(members) >= CASCADE_MIN_SEQS:
-            ref = seqs[members[0]].context_slots
-            n = min(len(seqs[i].context_slots) for i in members) - 1
+            ref = contexts[members[0]]
+            n = min(len(contexts[i]) for i in members) - 1
             for i in members[1:]:
                 if n < CASCADE_MIN_PREFIX:
                     break
-                n = _common_prefix(ref, seqs[i].context_slots, n)
+                n = _common_prefix(ref, contexts[i], n)
         if n >= CASCADE_MIN_PREFIX:
             shared.append((members, n))
         else:

@@ -186,16 +186,17 @@ class BatchScheduler:
                 self._notify_at = 0 if threshold is None else threshold(runnable) + (len(queue) - ready)
                 self._cv.wait(d.wait if ready else 0.1)
                 self._notify_at = 0
-        chosen = self._select()
+        chosen, whole = self._select()
         if not chosen:
             return
         if self.gate is not None:
             self.gate(chosen)
-        progressed = self._fire(chosen)
+        progressed = self._fire(chosen, whole)
         if not progressed:
             self._stalled()
 
-    def _select(self) -> list[PendingPred]:
+    def _select(self) -> tuple[list[PendingPred], bool]:
+        """The calls of the next batch, and whether each runs whole (else `_fire` cuts chunks)."""
         dropped: list[PendingPred] = []
         ready: list[PendingPred] = []
         with self._cv:
@@ -206,36 +207,47 @@ class BatchScheduler:
                     ready.append(p)
         for p in dropped:
             self.fail(p, SymphonyError("pred abandoned: its process was stopped"))
+        budget = self.token_budget
+        if len(ready) <= self.max_batch:
+            # The whole queue fits (most batches): every call goes, in the order they came, and
+            # nobody's rank matters. Two calls on one file need two batches, as below.
+            fids = [p.fid for p in ready]
+            if len(set(fids)) == len(fids) and sum(len(p.call.tokens) - p.done_tokens for p in ready) <= budget:
+                return ready, True
         rank = self.procs.rank
         # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
         # on the pair is the same order as the stable sort by rank followed by decode-first.
         ready.sort(key=lambda p: (len(p.call.tokens) - p.done_tokens > 1, rank(p)))
         chosen: list[PendingPred] = []
         files: set[int] = set()
-        budget = self.token_budget
         max_batch = self.max_batch
         for p in ready:
             if len(chosen) >= max_batch or budget <= 0:
                 break
-            fid = p.call.kv.file.fid
-            if fid in files:
+            if p.fid in files:
                 continue
-            files.add(fid)
+            files.add(p.fid)
             chosen.append(p)
             budget -= min(len(p.call.tokens) - p.done_tokens, budget)
-        return chosen
+        return chosen, False
 
-    def _fire(self, chosen: list[PendingPred]) -> bool:
-        budget = self.token_budget
-        calls, spans = [], []
-        for p in chosen:
-            total = len(p.call.tokens)
-            a = p.done_tokens
-            n = min(total - a, max(budget, 1))
-            budget -= n
-            b = a + n
-            calls.append(p.call if a == 0 and b == total else p.chunk(a, b))
-            spans.append((a, b))
+    def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:
+        """Run `chosen` as one forward pass and complete what finished. `whole`: every call runs
+        whole within the token budget (`_select` checked), so none is cut into chunks."""
+        if whole and all(p.done_tokens == 0 for p in chosen):
+            calls = [p.call for p in chosen]
+            spans = None
+        else:
+            budget = self.token_budget
+            calls, spans = [], []
+            for p in chosen:
+                total = len(p.call.tokens)
+                a = p.done_tokens
+                n = min(total - a, max(budget, 1))
+                budget -= n
+                b = a + n
+                calls.append(p.call if a == 0 and b == total else p.chunk(a, b))
+                spans.append((a, b))
         with self._cv:
             depth = len(self._queue)
         executor = self.executor
@@ -243,30 +255,70 @@ class BatchScheduler:
         t0 = now()
         try:
             # Someone watching the events gets each pred's argmax in its summary: take them all in one call.
-            results = executor.run(calls, argmax=self.bus.active)
+            results = executor.run(calls, argmax=self.bus.active, prepared_apart=True)
         except Exception as e:  # the model itself failed: every member gets the error
             results = [SymphonyError(f"forward pass failed: {type(e).__name__}: {e}")] * len(calls)
         t1 = now()
         fwd_cpu = executor.forward_cpu_s - fwd_cpu0
         self.last_forward = t1 - t0
         self.idle_since = t1
-        progressed = False
         members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
         finished: list[tuple[PendingPred, Dist | BaseException]] = []
-        errors = 0
-        for p, (a, b), r in zip(chosen, spans, results):
+        if spans is None and all(type(r) is Dist for r in results) and not any(p.waiting_pages for p in chosen):
+            # Every call ran whole and got its distribution: the tuples were made at submit.
+            finished = list(zip(chosen, results))
+            members = [p.member for p in chosen]
+            tokens, errors = sum(m[4] for m in members), 0
+            for p in chosen:
+                p.done_tokens = p.member[4]
+        else:
+            members, finished, tokens, errors = self._complete(chosen, spans, results)
+        if finished:
+            self._finish_many(finished)
+        if members:
+            pool = self.kvfs.pool
+            rec = BatchRecord(
+                next(self._bids),
+                t0,
+                t1,
+                members,
+                tokens,
+                depth,
+                pool.used_pages,
+                pool.n_pages,
+                self.policy.name,
+                errors,
+            )
+            self._account(rec, t1 - t0, fwd_cpu)
+            self.log.add(rec)
+            if self.bus.active:
+                self.bus.publish(Event("batch", t1, args=rec.to_dict, duration=t1 - t0))
+        else:
+            self._account(None, t1 - t0, fwd_cpu)
+        return bool(members)
+
+    def _complete(self, chosen: list[PendingPred], spans: list[tuple[int, int]] | None, results: list) -> tuple:
+        """Each member's outcome: a chunk recorded, a call finished (or failed), or a call left
+        waiting for pages. Returns (member tuples, finished calls, tokens run, errors)."""
+        members: list[tuple] = []
+        finished: list[tuple[PendingPred, Dist | BaseException]] = []
+        tokens = errors = 0
+        for k, (p, r) in enumerate(zip(chosen, results)):
+            c = p.call
+            total = len(c.tokens)
+            a, b = spans[k] if spans is not None else (0, total)
             if isinstance(r, OutOfPages):
                 if not p.waiting_pages:
                     self._mark_waiting_pages(p, True)
                 continue
             if p.waiting_pages:
                 self._mark_waiting_pages(p, False)
-            progressed = True
-            c = p.call
-            total = len(c.tokens)
             members.append(
-                (p.pid, p.tid, p.user, c.kv.file.fid, b - a, "decode" if total == 1 else "prefill", (a, b, total))
+                p.member
+                if a == 0 and b == total
+                else (p.pid, p.tid, p.user, p.fid, b - a, "decode" if total == 1 else "prefill", (a, b, total))
             )
+            tokens += b - a
             if isinstance(r, BaseException):
                 errors += 1
                 if a > 0:  # undo the chunks already written: a failed pred changes nothing
@@ -284,29 +336,7 @@ class BatchScheduler:
                     p.picks.extend(r.token if isinstance(r.token, list) else [r.token])
             if b == total:
                 finished.append((p, p.assemble(self.executor.vocab)))
-        if finished:
-            self._finish_many(finished)
-        if members:
-            pool = self.kvfs.pool
-            rec = BatchRecord(
-                next(self._bids),
-                t0,
-                t1,
-                members,
-                sum(m[4] for m in members),
-                depth,
-                pool.used_pages,
-                pool.n_pages,
-                self.policy.name,
-                errors,
-            )
-            self._account(rec, t1 - t0, fwd_cpu)
-            self.log.add(rec)
-            if self.bus.active:
-                self.bus.publish(Event("batch", t1, args=rec.to_dict, duration=t1 - t0))
-        else:
-            self._account(None, t1 - t0, fwd_cpu)
-        return progressed
+        return members, finished, tokens, errors
 
     @staticmethod
     def _mark_waiting_pages(p: PendingPred, waiting: bool) -> None:
@@ -340,9 +370,13 @@ class BatchScheduler:
     def _finish_many(self, done: list[tuple[PendingPred, Dist | BaseException]]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,
         one after the other (see `Signal`)."""
-        gone = {p for p, _ in done}
         with self._cv:
-            self._queue = [q for q in self._queue if q not in gone]
+            q = self._queue
+            if len(done) == len(q) and all(a is b for a, (b, _) in zip(q, done)):
+                self._queue = []  # the batch took the whole queue, in its order
+            else:
+                gone = {p for p, _ in done}
+                self._queue = [p for p in q if p not in gone]
         first = prev = None
         hub_waits = []
         for p, result in done:

@@ -112,6 +112,8 @@ class PendingPred:
         "cancelled",
         "thread",
         "hub_wait",
+        "fid",
+        "member",
     )
 
     def __init__(
@@ -144,6 +146,12 @@ class PendingPred:
         self.parked = False
         self.cancelled = False  # its thread gave up (process killed); drop it at the next look
         self.thread: LIPThread | None = None  # the LIPThread asleep on it (BatchScheduler.pred), for its state
+        f = call.kv.file
+        self.fid = f.fid
+        n = len(call.tokens)
+        # Its batch record's member tuple when it runs whole (`BatchMember`'s fields), made here on the
+        # caller's thread rather than by the scheduler for every member of every batch.
+        self.member = (pid, tid, user, self.fid, n, "decode" if n == 1 else "prefill", (0, n, n))
 
     @property
     def remaining(self) -> int:
