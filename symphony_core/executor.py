@@ -31,7 +31,10 @@ _thread_time = time.thread_time
 class PredCall:
     """One `pred` call: its arguments as given (what `Engine.pred_batch` takes) and, once
     `Executor.prepare` has checked them, their normalised form (`tokens`, `pos`, `out_index`,
-    `mask_tensor`; `plain`: one output, the last, with no sampler or mask)."""
+    `mask_tensor`; `plain`: one output, the last, with no sampler or mask; `decode`: plain, and one
+    token at the position after the file's last, which the executor reserves inline). Default
+    positions are fixed when the call's batch runs: `pos` holds them for calls the executor cuts
+    into chunks, and is not kept up to date for a `decode`."""
 
     __slots__ = (
         "kv",
@@ -45,6 +48,7 @@ class PredCall:
         "out_index",
         "mask_tensor",
         "plain",
+        "decode",
     )
 
     def __init__(
@@ -68,6 +72,7 @@ class PredCall:
         self.out_index: list[int] = []
         self.mask_tensor: torch.Tensor | None = None
         self.plain = False
+        self.decode = False
 
     def __repr__(self) -> str:
         return f"PredCall({self.kv!r}, {self.token_ids!r}, outputs={self.outputs!r})"
@@ -151,6 +156,7 @@ class Executor:
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
         c.plain = c.sampler is None and c.mask is None and type(c.outputs) is str and c.outputs == "last"
+        c.decode = c.plain and n == 1 and c.positions is None
 
     def _token_ids(self, c: PredCall) -> list[int]:
         """`c.token_ids` as a new, non-empty list of in-vocabulary ints, or a PredError naming why not."""
@@ -269,22 +275,13 @@ class Executor:
                 f = kv.file
                 n = len(f.tokens)
                 # Most calls: one token appended after the last, into room left in an unshared last page.
-                if (
-                    c.plain
-                    and n % ps
-                    and len(c.tokens) == 1
-                    and c.positions is None
-                    and not kv.closed
-                    and not f.evicted
-                    and refcount[f.pages[-1]] == 1
-                ):
+                if c.decode and n % ps and not kv.closed and not f.evicted and refcount[f.pages[-1]] == 1:
                     p = f.positions[-1] + 1
                     if p < max_pos:
                         t = c.tokens[0]
                         slot = f.pages[-1] * ps + n % ps
                         f.tokens.append(t)
                         f.positions.append(p)
-                        c.pos = [p]
                         dec_tokens(t)
                         dec_positions(p)
                         dec_slots(slot)

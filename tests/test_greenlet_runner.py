@@ -1,5 +1,5 @@
-"""`Engine(lip_runner="greenlets")`: every program on one hub thread, resumed once per batch
-(symphony_core/sched/hub.py). The same programs must give the same tokens as on OS threads, and
+"""`Engine(lip_runner="greenlets")`: every program a greenlet on the batch scheduler's thread, resumed
+once per batch (symphony_core/sched/hub.py). The same programs must give the same tokens as on OS threads, and
 recv, spawn/join, timeouts, cancellation and page accounting must keep their meaning."""
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def test_same_tokens_as_on_os_threads_and_all_on_the_hub(engine, geng):
     assert [p.result(60) for p in procs] == want
     hub = geng.runtime.hub
     assert hub is not None
+    assert hub.thread is geng.runtime.batch._thread  # the scheduler's own thread runs them
     assert all(p.hub is hub and all(t.os_thread is hub.thread for t in p.threads) for p in procs)
     assert len(procs[-1].threads) == 3  # main + two spawned, all greenlets
     assert geng.pool.free_pages == free
@@ -322,3 +323,23 @@ def test_the_server_refuses_a_greenlet_engine(geng):
 
     with pytest.raises(SymphonyError, match="the server runs programs on OS threads"):
         create_app(geng)
+
+
+def test_every_waiting_program_is_in_the_batch(geng):
+    """The scheduler fires only once no greenlet can run: programs launched together decode together,
+    one batch a step, however the launcher's thread and the scheduler's take turns."""
+
+    def steps(sym, n: int) -> int:
+        kv = sym.kv_create()
+        for _ in range(n):
+            sym.pred(kv, [1])
+        sym.kv_close(kv)
+        return n
+
+    log = geng.runtime.batch.log
+    first = log.total_batches
+    procs = [geng.run(steps, 12) for _ in range(16)]
+    assert [p.result(timeout=60) for p in procs] == [12] * 16
+    sizes = [len(r.members) for r in log.since(first)]
+    assert sum(sizes) == 16 * 12
+    assert max(sizes) == 16 and sizes.count(16) >= 10, sizes

@@ -24,14 +24,14 @@ from ..kvfs import KV
 from ..model.dist import Dist
 from ..model.tokenizer import Tokenizer
 from ..sched.batch_scheduler import BatchScheduler
-from ..sched.hub import SET_ASYNC_EXC, Hub
+from ..sched.hub import SET_ASYNC_EXC
 from ..sched.pending import PendingPred
 from ..sched.process import Cancelled, Limits, LIPThread, Process
 from ..sched.process_scheduler import ProcessScheduler
 from .kernel import Kernel
 from .syscalls import Sym
 
-LIP_RUNNERS = ("threads", "greenlets")  # how LIP threads run: OS threads, or greenlets on one hub (sched/hub.py)
+LIP_RUNNERS = ("threads", "greenlets")  # how LIP threads run: OS threads, or greenlets on the scheduler thread (sched/hub.py)
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
 EXIT_GRACE_S = 2.0  # how long shutdown waits for cancelled LIP threads to end
 
@@ -76,10 +76,17 @@ class Runtime:
         self.processes: dict[int, Process] = {}  # live ones, and the last KEEP_FINISHED finished ones
         self._finished: collections.deque[int] = collections.deque()
         self.procs = ProcessScheduler(self.kvfs, max_running=max_running)
-        self.batch = BatchScheduler(executor, self.procs, self.bus, token_budget=token_budget, policy=policy)
+        self.batch = BatchScheduler(
+            executor,
+            self.procs,
+            self.bus,
+            token_budget=token_budget,
+            policy=policy,
+            greenlets=lip_runner == "greenlets",
+        )
         self.batch.start()
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
-        self.hub = Hub() if lip_runner == "greenlets" else None
+        self.hub = self.batch.hub  # greenlets run on the batch scheduler's thread (sched/hub.py)
         _live.add(self)
 
     # --- launching -----------------------------------------------------------------------------
@@ -125,10 +132,24 @@ class Runtime:
             hub.start(th, lambda: self._thread_main(th, fn, args, kwargs, main))
             return
         t = threading.Thread(
-            target=self._thread_main, args=(th, fn, args, kwargs, main), name=f"lip-{th.proc.pid}.{th.tid}", daemon=True
+            target=self._os_thread_main,
+            args=(th, fn, args, kwargs, main),
+            name=f"lip-{th.proc.pid}.{th.tid}",
+            daemon=True,
         )
         th.os_thread = t
-        t.start()
+        self.procs.os_thread_started()
+        try:
+            t.start()
+        except BaseException:
+            self.procs.os_thread_ended()
+            raise
+
+    def _os_thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
+        try:
+            self._thread_main(th, fn, args, kwargs, main)
+        finally:
+            self.procs.os_thread_ended()
 
     def _thread_main(self, th: LIPThread, fn: Callable, args: tuple, kwargs: dict, main: bool) -> None:
         proc = th.proc
@@ -240,8 +261,9 @@ class Runtime:
         return r
 
     def shutdown(self) -> None:
-        """Cancel every live process, stop the batch scheduler, and give the LIP threads up to
-        EXIT_GRACE_S to end (one stuck in its own code is left to run: they are daemon threads)."""
+        """Cancel every live process, stop the batch scheduler (greenlets run to their end on it
+        first), and give the LIP threads up to EXIT_GRACE_S to end (one stuck in its own code is left
+        to run: they are daemon threads)."""
         _live.discard(self)
         procs = list(self.processes.values())
         for p in procs:
@@ -251,15 +273,12 @@ class Runtime:
         deadline = time.monotonic() + EXIT_GRACE_S
         me = threading.current_thread()
         for p in procs:
+            if p.hub is not None:  # greenlets: ended on the scheduler's thread, or left there
+                continue
             for th in list(p.threads):
                 t = th.os_thread
                 if t is None or t is me:
                     continue
-                left = max(0.0, deadline - time.monotonic())
-                if p.hub is not None:  # a greenlet: the hub thread itself runs on
-                    th.done.wait(left)
-                elif t.is_alive():
-                    t.join(left)
-        if self.hub is not None:
-            self.hub.stop()
+                if t.is_alive():
+                    t.join(max(0.0, deadline - time.monotonic()))
         self.procs.stop()

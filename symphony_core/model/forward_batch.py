@@ -127,14 +127,15 @@ class DecodeRows:
 
     Most batches are mostly these, and for them a `SeqInput` per row (four one-element lists)
     cost more to build than the row's own data. The executor appends to the columns as it
-    reserves each decode's slot; their rows come first in the batch, in order."""
+    reserves each decode's slot; their rows come first in the batch, in order. The columns are
+    int64 arrays, which become tensors without a conversion per value."""
 
     __slots__ = ("tokens", "positions", "slots", "contexts")
 
     def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.positions: list[int] = []
-        self.slots: list[int] = []
+        self.tokens = array("q")
+        self.positions = array("q")
+        self.slots = array("q")
         self.contexts: list[Slots] = []  # every slot of the file after this write, in order
 
     def __len__(self) -> int:
@@ -156,9 +157,9 @@ class ForwardBatch:
     ) -> ForwardBatch:
         """The batch of `decodes` (rows 0..D-1, one output each) followed by `seqs`, in order."""
         n_dec = len(decodes) if decodes is not None else 0
-        toks: list[int] = list(decodes.tokens) if decodes is not None else []
-        pos: list[int] = list(decodes.positions) if decodes is not None else []
-        slots: list[int] = list(decodes.slots) if decodes is not None else []
+        toks = array("q", decodes.tokens) if decodes is not None else array("q")  # copies: the batch's own
+        pos = array("q", decodes.positions) if decodes is not None else array("q")
+        slots = array("q", decodes.slots) if decodes is not None else array("q")
         outs: list[int] = list(range(n_dec))
         starts: list[int] = []
         for s in seqs:
@@ -179,6 +180,7 @@ class ForwardBatch:
             else:
                 chunks.append(i)
         groups = []
+        outs_t = None
         if dec_ctx and _on_cpu(device):
             shared, rest = _shared_prefixes(dec_ctx)
             for members, n in shared:
@@ -188,7 +190,11 @@ class ForwardBatch:
             if len(rest) < len(dec_ctx):
                 dec_ctx, dec_rows = [dec_ctx[i] for i in rest], [dec_rows[i] for i in rest]
         if dec_ctx:
-            groups.append(_decode_group(dec_ctx, dec_rows, total, device))
+            # A batch of decodes only (most are): the group's rows and the output rows are the same tensor.
+            rows_t = _long(dec_rows, device)
+            groups.append(_decode_group(dec_ctx, dec_rows, total, device, rows_t=rows_t))
+            if not seqs and len(dec_rows) == total:
+                outs_t = rows_t
         if _on_cpu(device):
             folded = [i for i in chunks if _folds_into_rows(seqs[i])]
             chunks = [i for i in chunks if not _folds_into_rows(seqs[i])]
@@ -198,18 +204,20 @@ class ForwardBatch:
             groups.append(_chunk_group(seqs[i], starts[i], total, device))
 
         return cls(
-            _long(toks, device),
-            _long(pos, device),
-            _long(slots, device),
+            _long_of_array(toks, device),
+            _long_of_array(pos, device),
+            _long_of_array(slots, device),
             groups,
-            _long(outs, device),
+            _long(outs, device) if outs_t is None else outs_t,
             [1] * n_dec + [len(s.output_index) for s in seqs],
         )
 
 
-def _decode_group(contexts: list[Slots], rows: list[int], total: int, device, n_prefix: int = 0) -> AttentionGroup:
-    """One query row per context (rows[b] of the batch attends over contexts[b]), padded to the
-    longest. With `n_prefix` (a shared-prefix group) the first n_prefix slots, the same for every
+def _decode_group(
+    contexts: list[Slots], rows: list[int], total: int, device, n_prefix: int = 0, rows_t: torch.Tensor | None = None
+) -> AttentionGroup:
+    """One query row per context (rows[b] of the batch attends over contexts[b]; `rows_t`: the same
+    as a tensor, where the caller has it), padded to the longest. With `n_prefix` (a shared-prefix group) the first n_prefix slots, the same for every
     member, are kept apart as `prefix_slots` and the padded context holds only each row's own suffix.
     The padded slots are copied into one int64 array (a memcpy for a file's cached slot array)."""
     lens = [len(c) for c in contexts]
@@ -221,7 +229,7 @@ def _decode_group(contexts: list[Slots], rows: list[int], total: int, device, n_
         if n < width:
             flat.extend(c[n_prefix : n_prefix + 1] * (width - n))
     return AttentionGroup(
-        rows=_long(rows, device),
+        rows=_long(rows, device) if rows_t is None else rows_t,
         n_seqs=len(contexts),
         n_query=1,
         context_slots=_long_of_array(flat, device),
@@ -229,7 +237,7 @@ def _decode_group(contexts: list[Slots], rows: list[int], total: int, device, n_
         mask=None,
         padded_lengths=own if min(own) != width else None,
         causal=False,
-        all_rows=rows == list(range(total)),
+        all_rows=len(rows) == total and rows[-1] == total - 1,  # rows increase: then they are 0..T-1
         lengths=lens,
         prefix_slots=_long(contexts[0][:n_prefix], device) if n_prefix else None,
         prefix_len=n_prefix,

@@ -31,7 +31,7 @@ from ..executor import Executor
 from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
-from .hub import HubWait
+from .hub import Hub, HubWait
 from .pending import PendingPred
 from .policy import AdaptiveWatermark
 from .process import KILL_CHECK_S, LIPThread
@@ -40,6 +40,7 @@ from .process_scheduler import ProcessScheduler
 logger = logging.getLogger(__name__)
 
 _thread_time = time.thread_time
+STOP_GRACE_S = 2.0  # how long `stop` lets cancelled greenlets run to their end
 
 
 class BatchScheduler:
@@ -52,6 +53,7 @@ class BatchScheduler:
         token_budget: int = 512,
         max_batch: int = 256,
         policy=None,
+        greenlets: bool = False,
     ) -> None:
         self.executor = executor  # runs each batch (it holds the forward lock)
         self.procs = procs  # level 1: ranks calls, resumes parked processes, acts on a stall
@@ -72,10 +74,17 @@ class BatchScheduler:
         self._bids = itertools.count(1)
         self._stop = False
         self._cpu_mark: float | None = None  # scheduler thread CPU clock at the end of the last batch
+        # `Engine(lip_runner="greenlets")`: this thread also runs the programs' greenlets (sched/hub.py),
+        # between batches; `_lip_cpu` adds up its CPU seconds spent in them, which are not the scheduler's.
+        self.hub = Hub(self.wake) if greenlets else None
+        self._lip_cpu = 0.0
+        self._lip_cpu_mark = 0.0
+        self._bound = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="symphony-batch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._bound.wait()  # greenlets may start from now on
 
     # --- LIP side ------------------------------------------------------------------------------
     def pred(self, p: PendingPred, th: LIPThread) -> Dist:
@@ -107,11 +116,14 @@ class BatchScheduler:
         return result
 
     def _pred_on_hub(self, p: PendingPred, w: HubWait, th: LIPThread) -> Dist:
-        """`pred` from a greenlet: queue `p`, park on `w`, and be resumed with the rest of the batch."""
+        """`pred` from a greenlet: queue `p`, park on `w`, and be resumed with the rest of the batch.
+        It runs on this scheduler's own thread, which looks at the queue once every greenlet waits:
+        nobody to notify."""
         proc = th.proc
         p.thread = th
         th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
-        self.submit(p)
+        with self._cv:
+            self._queue.append(p)
         if proc.kill_reason is not None:
             w.interrupt()
         w.hub.park(w)
@@ -142,24 +154,53 @@ class BatchScheduler:
             return list(self._queue)
 
     def stop(self) -> None:
+        """Stop the loop (with greenlets: once they have ended, or after STOP_GRACE_S; cancel their
+        processes first) and wait for it."""
         with self._cv:
             self._stop = True
             self._cv.notify()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=5 + (STOP_GRACE_S if self.hub is not None else 0))
 
     # --- the loop --------------------------------------------------------------------------------
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
+        if self.hub is not None:
+            self.hub.bind()
+        self._bound.set()
         self._cpu_mark = _thread_time()
         while not self._stop:
             try:
                 self._iteration()
             except Exception:  # the scheduler must outlive any bug in one iteration
                 logger.exception("batch scheduler iteration failed")
+        if self.hub is not None:
+            self._finish_greenlets()
+
+    def _run_greenlets(self) -> None:
+        """Run every greenlet that can run now (until each waits again), its CPU time kept apart."""
+        hub = self.hub
+        assert hub is not None
+        c0 = _thread_time()
+        if hub.run_ready():
+            self._lip_cpu += _thread_time() - c0
+
+    def _finish_greenlets(self) -> None:
+        """After `stop`: let the greenlets (their processes cancelled) run to their end, for STOP_GRACE_S at most."""
+        hub = self.hub
+        assert hub is not None
+        deadline = time.monotonic() + STOP_GRACE_S
+        while hub.live and time.monotonic() < deadline:
+            hub.run_ready()
+            with self._cv:
+                if hub.live and not hub.has_ready():
+                    left = hub.next_timer()
+                    self._cv.wait(0.01 if left is None else min(0.01, left))
 
     def _iteration(self) -> None:
-        policy, procs = self.policy, self.procs
+        policy, procs, hub = self.policy, self.procs, self.hub
         while True:
+            if hub is not None:
+                self._run_greenlets()
             if procs.parked:
                 procs.before_batch(self.queued())  # may resume parked processes, making their calls ready
             with self._cv:
@@ -175,7 +216,8 @@ class BatchScheduler:
                 t = now()
                 # A call queued while the model was busy has waited only since the model came free.
                 oldest = max(t if oldest is None else oldest, self.idle_since)
-                runnable = procs.runnable()
+                # Every program a greenlet, all of them run until they waited: only those queued here can join.
+                runnable = ready if hub is not None and not procs.os_threads else procs.runnable()
                 d = policy.decide(ready, runnable, t - oldest, self.last_forward)
                 if d.fire:
                     self._notify_at = 0
@@ -184,7 +226,13 @@ class BatchScheduler:
                 # Parked calls sit in the queue without counting as ready: a submit compares the
                 # queue's length, so they are added to the threshold.
                 self._notify_at = 0 if threshold is None else threshold(runnable) + (len(queue) - ready)
-                self._cv.wait(d.wait if ready else 0.1)
+                wait = d.wait if ready else 0.1
+                if hub is not None:  # a greenlet to run, or a timed wait to fire, comes first
+                    left = hub.next_timer()
+                    if left is not None:
+                        wait = min(wait, left)
+                if wait > 0:
+                    self._cv.wait(wait)
                 self._notify_at = 0
         chosen, whole = self._select()
         if not chosen:
@@ -194,6 +242,11 @@ class BatchScheduler:
         progressed = self._fire(chosen, whole)
         if not progressed:
             self._stalled()
+        elif self.hub is not None:
+            # Between batches this thread runs the greenlets and fires again without ever blocking:
+            # let the process's other threads (a launcher, a server's event loop) have the GIL here
+            # rather than only at the interpreter's 5 ms switch interval.
+            time.sleep(0)
 
     def _select(self) -> tuple[list[PendingPred], bool]:
         """The calls of the next batch, and whether each runs whole (else `_fire` cuts chunks)."""
@@ -265,12 +318,10 @@ class BatchScheduler:
         members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
         finished: list[tuple[PendingPred, Dist | BaseException]] = []
         if spans is None and all(type(r) is Dist for r in results) and not any(p.waiting_pages for p in chosen):
-            # Every call ran whole and got its distribution: the tuples were made at submit.
+            # Every call ran whole and got its distribution: the member tuples were made at submit.
             finished = list(zip(chosen, results))
             members = [p.member for p in chosen]
-            tokens, errors = sum(m[4] for m in members), 0
-            for p in chosen:
-                p.done_tokens = p.member[4]
+            tokens, errors = sum(len(p.call.tokens) for p in chosen), 0
         else:
             members, finished, tokens, errors = self._complete(chosen, spans, results)
         if finished:
@@ -354,7 +405,8 @@ class BatchScheduler:
         t = _thread_time()
         mark = self._cpu_mark if self._cpu_mark is not None else t
         self._cpu_mark = t
-        host = max(0.0, (t - mark) - fwd_cpu)
+        lip_cpu, self._lip_cpu_mark = self._lip_cpu - self._lip_cpu_mark, self._lip_cpu
+        host = max(0.0, (t - mark) - fwd_cpu - lip_cpu)
         log = self.log
         log.host_s += host
         log.forward_s += fwd_wall
@@ -411,4 +463,5 @@ class BatchScheduler:
             for p, error in self.procs.on_stall(waiting, queued):
                 self.fail(p, error)
         with self._cv:
-            self._cv.wait(0.01)
+            if self.hub is None or not self.hub.has_ready():
+                self._cv.wait(0.01)

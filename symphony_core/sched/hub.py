@@ -1,18 +1,20 @@
-"""The greenlet runner: many LIP threads as greenlets on one OS thread, resumed once per batch.
+"""The greenlet runner: many LIP threads as greenlets on the engine's own thread, resumed once per batch.
 
 With the default runner every LIP thread is an OS thread, and every `pred` ends with the kernel
 waking that thread (a futex hand-off, ~13 µs) and the CPU switching stacks, caches and all. With
-`Engine(lip_runner="greenlets")` a process's threads are greenlets on the runtime's one hub
-thread instead: a waiting greenlet (in `pred`, `recv` or `join`) switches back to the hub, and the
-batch scheduler hands the hub all of a batch's finished calls at once, which it resumes one after
-the other in the same OS thread. The stub-model bench (bench/runtime_overhead.py) measures the
+`Engine(lip_runner="greenlets")` a process's threads are greenlets instead, all on the batch
+scheduler's thread, which drives this hub the way an event loop drives its tasks: it resumes every
+greenlet whose wait has fired, each runs until it waits again (in `pred`, `recv` or `join`), and
+when none is left to run — every program has said what it wants next — the scheduler fires the
+batch on the same thread and resumes its members after it. No thread hands work to another and the
+batch is as full as it can be. The stub-model bench (bench/runtime_overhead.py) measures the
 difference.
 
 What it costs: greenlets take turns only at those waits. A program that computes for long in its
-own Python, or blocks in the OS (`time.sleep`, a socket), holds up every other program on the hub
-until it waits again; that is why it is not the default. A kill still stops a program stuck in a
-loop of its own (an asynchronous exception into the hub thread, sent only while that program is
-the one running; see `interrupt`).
+own Python, or blocks in the OS (`time.sleep`, a socket), holds up every other program and the
+forward passes until it waits again; that is why it is not the default. A kill still stops a program
+stuck in a loop of its own (an asynchronous exception into the engine's thread, sent only while that
+program is the one running; see `interrupt`).
 
 Every wait is a `HubWait`: created by the greenlet that will wait, fired once (by the scheduler,
 a sender, a finished thread, a kill or its timeout), after which the hub switches back into it
@@ -67,27 +69,33 @@ class HubWait:
 
 
 class Hub:
-    """The OS thread that runs greenlet LIP threads (see the module docstring)."""
+    """The greenlet LIP threads of an engine, run by the thread that drives it (see the module docstring).
 
-    def __init__(self, name: str = "symphony-lip-hub") -> None:
+    The driver (the batch scheduler's thread) calls `bind` once, then `run_ready` whenever it may
+    run programs; `wake` is how the hub tells it that a wait fired from another thread."""
+
+    def __init__(self, wake) -> None:
         # Plain locks taken with `with`: an asynchronous exception cannot land between taking one and
         # its `with` block, as it can inside a Python-level `Condition.__enter__` (leaving it held).
         self._lock = threading.Lock()
-        self._cv = threading.Condition(self._lock)
+        self._wake = wake  # called after a wait fires: the driver looks again
         self._ready: list[HubWait] = []
         self._timers: list[tuple[float, int, HubWait]] = []
         self._stale_timers = 0  # heap entries of waits fired some other way, dropped once they are many
         self._seq = itertools.count()
-        self._stop = False
-        self._runner: _Runner | None = None  # the greenlet running now (None: the hub's own loop)
+        self._runner: _Runner | None = None  # the greenlet running now (None: the driver's own code)
         self._runner_lock = threading.Lock()  # `_runner` and the asynchronous exception move together under it
         self._async_sent = False
         self._main: greenlet.greenlet | None = None
-        self.ident = 0  # the hub thread's id, for its asynchronous exceptions
-        self._started = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self.thread.start()
-        self._started.wait()
+        self.ident = 0  # the driver thread's id, for its asynchronous exceptions
+        self.thread: threading.Thread | None = None
+        self.live = 0  # greenlets started and not ended
+
+    def bind(self) -> None:
+        """Called once, on the driver's thread, before any greenlet starts."""
+        self._main = greenlet.getcurrent()
+        self.ident = threading.get_ident()
+        self.thread = threading.current_thread()
 
     # --- from any thread ---------------------------------------------------------------------
     def start(self, th: Any, run) -> None:
@@ -100,9 +108,14 @@ class Hub:
                 run()
             finally:
                 self._leave()
+                with self._lock:
+                    self.live -= 1
 
+        assert self._main is not None, "Hub.start before its driver bound it"
         r.glet = greenlet.greenlet(body, parent=self._main)
         first = r.wait = HubWait(self, r)
+        with self._lock:
+            self.live += 1
         self.fire(first)
 
     def fire(self, w: HubWait) -> None:
@@ -110,16 +123,16 @@ class Hub:
 
     def fire_many(self, waits) -> None:
         """Resume each not-yet-fired wait's greenlet (one hub wake-up for all of them)."""
+        woke = False
         with self._lock:
-            woke = False
             for w in waits:
                 if not w.fired:
                     w.fired = True
                     self._stale_timers += w.timed
                     self._ready.append(w)
                     woke = True
-            if woke:
-                self._cv.notify()
+        if woke and not self.on_hub():  # the driver itself runs the ready ones before it waits again
+            self._wake()
 
     def interrupt(self, th: Any, exc_type: type[BaseException]) -> None:
         """Raise `exc_type` in `th` if it is the greenlet running now, in its own code (a program
@@ -136,11 +149,6 @@ class Hub:
                 if r is not None and r.th is th:
                     SET_ASYNC_EXC(ctypes.c_ulong(self.ident), ctypes.py_object(exc_type))
                     self._async_sent = True
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop = True
-            self._cv.notify()
 
     # --- on the hub thread, from a LIP greenlet ------------------------------------------------
     def on_hub(self) -> bool:
@@ -167,7 +175,6 @@ class Hub:
                     if not w.fired:
                         heapq.heappush(self._timers, (time.monotonic() + max(0.0, timeout), next(self._seq), w))
                         w.timed = True
-                        self._cv.notify()
             self._leave()
             assert self._main is not None
             self._main.switch()
@@ -197,32 +204,40 @@ class Hub:
                 self._async_sent = False
                 SET_ASYNC_EXC(ctypes.c_ulong(self.ident), None)
 
-    # --- the hub's own loop --------------------------------------------------------------------
-    def _loop(self) -> None:
-        self._main = greenlet.getcurrent()
-        self.ident = threading.get_ident()
-        self._started.set()
+    # --- on the driver's thread -----------------------------------------------------------------
+    def run_ready(self) -> bool:
+        """Resume every greenlet whose wait has fired (and whatever fires while they run) until none
+        is left ready. True if any ran."""
+        ran = False
         while True:
             with self._lock:
-                wait_s = self._expire_timers()
-                while not self._ready and not self._stop:
-                    self._cv.wait(wait_s)
-                    wait_s = self._expire_timers()
-                if self._stop and not self._ready:
-                    return
+                self._expire_timers()
+                if not self._ready:
+                    return ran
                 batch, self._ready = self._ready, []
             for w in batch:
                 r = w.runner
                 if r.wait is not w or r.glet is None or r.glet.dead:
                     continue  # withdrawn, or its greenlet was resumed another way
                 r.wait = None
+                ran = True
                 try:
                     r.glet.switch()
                 except BaseException:  # a greenlet's body catches its own; this is a bug
                     logger.exception("LIP greenlet raised into the hub")
 
+    def has_ready(self) -> bool:
+        with self._lock:
+            return bool(self._ready)
+
+    def next_timer(self) -> float | None:
+        """Seconds until the earliest timed wait fires (0 when one is due), or None."""
+        with self._lock:
+            left = self._expire_timers()
+            return 0.0 if self._ready else left
+
     def _expire_timers(self) -> float | None:
-        """Fire the waits whose timeout has come (the lock is held); seconds to the next one."""
+        """Move the waits whose timeout has come to the ready list (the lock is held); seconds to the next one."""
         timers = self._timers
         if self._stale_timers > 64 and 2 * self._stale_timers > len(timers):  # fired ones behind a long wait
             timers[:] = [e for e in timers if not e[2].fired]

@@ -134,7 +134,7 @@ class PendingPred:
         self.priority = priority
         self.start_len = start_len
         self.submitted = now() if submitted is None else submitted
-        self.done_tokens = 0
+        self.done_tokens = 0  # of a call run in chunks, the tokens run so far (a call run whole keeps 0)
         self.done_rows = 0
         self.logits: list = []
         self.picks: list = []

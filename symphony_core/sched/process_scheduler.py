@@ -40,6 +40,9 @@ class ProcessScheduler:
         self.parked: list[Process] = []
         self.served: dict[str, float] = defaultdict(float)  # decayed tokens per user
         self.parks = 0  # processes parked so far (metrics, tests)
+        # LIP threads alive on OS threads (the runtime counts them in and out); with none, every program
+        # is a greenlet on the batch scheduler's thread, and `runnable` needs no look at the threads.
+        self.os_threads = 0
         self._watchdog = threading.Thread(target=self._watch, name="symphony-watchdog", daemon=True)
         self._stop = threading.Event()
         self._watchdog.start()
@@ -76,6 +79,14 @@ class ProcessScheduler:
             if proc in self.parked:
                 self.parked.remove(proc)
         return self.pump()
+
+    def os_thread_started(self) -> None:
+        with self.lock:
+            self.os_threads += 1
+
+    def os_thread_ended(self) -> None:
+        with self.lock:
+            self.os_threads -= 1
 
     def runnable(self) -> int:
         """LIP threads that are running code or queued for `pred`: the batch policy's "how many
