@@ -185,6 +185,7 @@ def scheduler_totals(client) -> dict:
         "symphony_batches_total": "forwards",
         "symphony_batch_tokens_total": "tokens",
         "symphony_batch_members_total": "preds",
+        "symphony_prefix_cache_reused_tokens_total": "reused",
     }
     out = {}
     for line in client.metrics().splitlines():
@@ -329,8 +330,11 @@ def table(r: dict) -> str:
         f"- End-to-end ratio (client loop ÷ LIP, both on the server): **{r['ratio']:.2f}×** (target ≥ 2×"
         + (", met). " if r["ratio"] >= 2 else ", **missed**). ")
         + f"The tools alone take {r['tool_floor_s']:.2f} s per agent (run concurrently).",
-        '- "Prompt tokens fed": prompt tokens the model computed — the LIP feeds each observation once; the '
-        "client loop's whole prompt (history included) is prefilled again every step.",
+        '- "Prompt tokens fed": prompt tokens sent to the model — the LIP feeds each observation once; the '
+        "client loop's whole prompt (history included) is sent again every step. The server's prefix cache "
+        "(on by default) spares the client loop what the previous request's prompt had computed: "
+        f"{r['client_sched'].get('reused', 0):.0f} of its prompt tokens came from it in one run (the LIP's "
+        f"{r['lip_sched'].get('reused', 0):.0f}).",
         f"- Where the time goes (the server's scheduler counters over one run): ours {_sched(r['lip_sched'])}; "
         f"the client loop {_sched(r['client_sched'])}. Both decode the same tokens in about the same number of "
         "forward passes; the client loop's passes also carry the re-sent prompts, and a pass that prefills a "
@@ -346,7 +350,7 @@ def _sched(d: dict) -> str:
     if not d.get("forwards"):
         return "(no counters)"
     return (
-        f"{d['forwards']:.0f} forward passes, {d['tokens']:.0f} tokens through the model, "
+        f"{d['forwards']:.0f} forward passes, {d['tokens'] - d.get('reused', 0):.0f} tokens through the model, "
         f"{d['preds'] / d['forwards']:.1f} pred calls per pass"
     )
 

@@ -69,9 +69,14 @@ class Engine:
             "fp32", or "fp16" (CPU): twice the pages in the same memory; K and V are rounded to
             fp16 as they are written, so tokens may differ from an fp32 cache's.
         lip_runner: how LIP threads run: "threads" (OS threads, the default) or "greenlets" (all
-            programs on one thread, resumed once per batch: less host time per `pred`, but a
-            program that computes or blocks in its own code holds up the others until its next
-            wait, and the debugger does not stop them; see sched/hub.py).
+            programs on the batch scheduler's thread, resumed once per batch: less host time per
+            `pred`, but a program that computes or blocks in its own code holds up the others and
+            the forward passes until its next wait, and the debugger does not stop them; see
+            sched/hub.py).
+        prefix_cache: keep the K/V of prompts (a `pred` into an empty file at positions 0..) after
+            their files close, and give a later prompt of the same user that starts alike those K/V
+            instead of computing them (kvfs/prefix_cache.py). Reused K/V were computed in another
+            batch, so logits may differ from a recompute in the last bits.
 
     Raises:
         ModelError: the model cannot be found, converted or loaded (the message says which
@@ -94,6 +99,7 @@ class Engine:
         weights: str = "fp32",
         kv_cache_dtype: str = "auto",
         lip_runner: str = "threads",
+        prefix_cache: bool = True,
     ) -> None:
         check_lip_runner(lip_runner)  # before the model loads: a bad name fails at once
         self.device = torch.device(device) if device else _default_device()
@@ -116,7 +122,7 @@ class Engine:
         self.pool = PagePool(
             num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype, self.device
         )
-        self.kvfs = KVFS(self.pool)
+        self.kvfs = KVFS(self.pool, prefix_cache=prefix_cache)
         self.executor = Executor(self.model, self.kvfs)
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()

@@ -18,7 +18,7 @@ from typing import cast
 import torch
 
 from .errors import PredError, SymphonyError
-from .kvfs import KV, KVFS, Reservation
+from .kvfs import KV, KVFS, KVFile, Reservation
 from .model.dist import Dist, fast_argmax, version_of
 from .model.forward_batch import DecodeRows, ForwardBatch, SeqInput
 from .model.llama import PagedLlama
@@ -263,6 +263,8 @@ class Executor:
         seqs: list[SeqInput] = []
         members: frozenset[int] | None = None  # the batch's file ids, spared by eviction (built when needed)
         context_slots, max_pos = kvfs.cached_context_slots, self.max_pos
+        prefixes = kvfs.prefix_cache
+        prompts: list[tuple[KVFile, int]] = []  # files this pass writes a prompt into: for the prefix cache
         dec_tokens, dec_positions, dec_slots, dec_contexts = (
             decodes.tokens.append,
             decodes.positions.append,
@@ -298,6 +300,8 @@ class Executor:
                         dec_contexts(ctx)
                         dec_members.append((i, c, n))
                         continue
+                # A prompt written into an empty file at positions 0..: the prefix cache may hold its start.
+                prompt = n == 0 and c.positions is None and prefixes is not None and len(c.tokens) > 1
                 try:
                     if c.positions is None:  # `_continue_positions`, inline for the common case
                         fp, k = f.positions, len(c.tokens)
@@ -307,17 +311,26 @@ class Executor:
                         c.pos = [start] if k == 1 else list(range(start, start + k))
                     if members is None:
                         members = frozenset(call.kv.file.fid for call in calls)
-                    r = kvfs.reserve(kv, c.tokens, c.pos, members)
+                    # Every row the call wants logits for is computed: reuse stops before the first.
+                    r = kvfs.reserve(kv, c.tokens, c.pos, members, min(c.out_index) if prompt else 0)
                 except SymphonyError as e:
                     results[i] = e
                     continue
                 seq_members.append((i, c, n))
-                seqs.append(SeqInput(c.tokens, c.pos, r.slots, context_slots(f), c.out_index))
+                k = r.reused
+                if k:
+                    seqs.append(
+                        SeqInput(c.tokens[k:], c.pos[k:], r.slots, context_slots(f), [j - k for j in c.out_index])
+                    )
+                else:
+                    seqs.append(SeqInput(c.tokens, c.pos, r.slots, context_slots(f), c.out_index))
+                if prompt:
+                    prompts.append((f, len(c.tokens)))
             if not dec_members and not seq_members:
                 return
         reserved = dec_members + seq_members
         try:
-            fb = ForwardBatch.build(seqs, self.model.device, decodes)
+            fb = ForwardBatch.build(seqs, self.model.device, decodes, self.model.attention.shares_prefixes)
             w0, c0 = _perf(), _thread_time()
             logits = self.model.forward(fb, self.kvfs.pool.k, self.kvfs.pool.v)
             self.forward_cpu_s += _thread_time() - c0
@@ -326,6 +339,8 @@ class Executor:
             for _, c, n in reserved:
                 kvfs.rollback(Reservation(c.kv, n, []))
             raise
+        for f, n in prompts:
+            kvfs.remember_prompt(f, n)
         self._scatter(logits, fb.output_counts, reserved, results, argmax)
 
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool) -> None:

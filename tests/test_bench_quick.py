@@ -65,7 +65,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
         for r in w5
     )
     sp = numbers["short_programs"]
-    assert [r["programs"] for r in sp["rows"]] == [4, 16] and sp["rows"][0]["ratio"] == 1.0
+    # the default engine (prefix cache on), then one without it: each with its own reference row
+    assert [(r["programs"], r["prefix_cache"]) for r in sp["rows"]] == [(4, True), (16, True), (4, False), (16, False)]
+    assert sp["rows"][0]["ratio"] == sp["rows"][2]["ratio"] == 1.0 and sp["ratio_cache_off"] > 0
     assert all(r["tok_s"] > 0 and r["mean_batch"] >= 1 for r in sp["rows"]), sp
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0

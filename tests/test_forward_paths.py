@@ -242,6 +242,9 @@ def test_shared_prefix_decode_batch(engine, hf_model, kvs, monkeypatch, doc_len)
         return real(q, k_cache, v_cache, g)
 
     monkeypatch.setattr(attention, "_cascade_group", spy)
+    # The compiled decode kernel beats shared-prefix groups, so its backend asks for none; the torch
+    # SDPA backend (no compiled kernels, or SYMPHONY_CPU_KERNELS=torch) does: make this engine ask.
+    monkeypatch.setattr(engine.model.attention, "shares_prefixes", True, raising=False)
     vocab = engine.config.vocab_size
     opened = []
 

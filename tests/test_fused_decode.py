@@ -86,8 +86,12 @@ def test_prefill_and_shared_prefix_batches_take_the_loop(engine, monkeypatch):
         assert loops == [long]
         engine.pred(kv, [42])  # one decode: fused
         forks = [engine.kv_fork(kv) for _ in range(3)]
-        # forks of one file decoding together: a shared-prefix group
+        # forks of one file decoding together: one plain group the compiled kernel reads in place, fused
         engine.pred_batch([PredCall(f, [7 + i]) for i, f in enumerate(forks)])
+        assert loops == [long]
+        # where the backend asks for shared-prefix groups (the torch SDPA one), they take the loop
+        monkeypatch.setattr(m.attention, "shares_prefixes", True, raising=False)
+        engine.pred_batch([PredCall(f, [9 + i]) for i, f in enumerate(forks)])
         assert loops == [long, 3]
         for f in forks:
             engine.kv_close(f)

@@ -18,25 +18,30 @@ from ..errors import KVError, KVNotFound, OutOfPages
 from .file import KV, KVFile
 from .namespace import SHARED, check_access, resolve, user_home
 from .pool import PagePool
+from .prefix_cache import PrefixCache
 
 _MODES = {"r": "r", "w": "w", "rw": "w", "r+": "w"}
 
 
 @dataclass
 class Reservation:
-    """Slots reserved in a file for one `pred` write; `rollback` undoes it exactly."""
+    """Slots reserved in a file for one `pred` write; `rollback` undoes it exactly. `reused`: how
+    many of the first tokens came with their K/V from the prefix cache (`slots` are the rest's)."""
 
     kv: KV
     old_length: int
     slots: list[int]
+    reused: int = 0
 
 
 class KVFS:
-    def __init__(self, pool: PagePool) -> None:
+    def __init__(self, pool: PagePool, prefix_cache: bool = False) -> None:
         self.pool = pool
         self.lock = threading.RLock()
         self.named: dict[str, KVFile] = {}
         self.files: dict[int, KVFile] = {}  # every live file, named or held open
+        # Prompt pages kept for prefills that start alike (prefix_cache.py); None: every prefill computes.
+        self.prefix_cache = PrefixCache(pool) if prefix_cache else None
 
     # --- the calls a LIP sees -------------------------------------------------------------
 
@@ -85,11 +90,19 @@ class KVFS:
             f = self._writable(kv, "kv_truncate")
             if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= f.length:
                 raise KVError(f"kv_truncate({kv.describe()}, {n!r}): n must be an int in [0, {f.length}]")
-            keep = -(-n // self.pool.page_size)
-            self.pool.release(f.pages[keep:])
-            del f.pages[keep:]
-            del f.tokens[n:]
-            del f.positions[n:]
+            self._cut(f, n)
+
+    def _cut(self, f: KVFile, n: int) -> None:
+        """Keep the first `n` tokens of `f`: later pages go back to the pool, and a page cut into will
+        be written again past the cut, so a prefix cache forgets it first."""
+        ps = self.pool.page_size
+        keep = -(-n // ps)
+        if n % ps and self.prefix_cache is not None and keep <= len(f.pages):
+            self.prefix_cache.drop(f.pages[keep - 1])
+        self.pool.release(f.pages[keep:])
+        del f.pages[keep:]
+        del f.tokens[n:]
+        del f.positions[n:]
 
     def close(self, kv: KV) -> None:
         with self.lock:
@@ -148,16 +161,27 @@ class KVFS:
     # --- what `pred` uses -------------------------------------------------------------------
 
     def reserve(
-        self, kv: KV, tokens: list[int], positions: list[int], protect: frozenset[int] | set[int] = frozenset()
+        self,
+        kv: KV,
+        tokens: list[int],
+        positions: list[int],
+        protect: frozenset[int] | set[int] = frozenset(),
+        reuse_up_to: int = 0,
     ) -> Reservation:
         """Make room for `tokens` at the end of the file and record them; all or nothing.
 
         Eviction never touches the file being written nor the files whose ids are in
         `protect` (the other members of the same forward pass, whose slots are already taken).
+        `reuse_up_to`: an empty file written at positions 0.. may take up to that many of its first
+        tokens, K/V and all, from the prefix cache; `slots` then covers only the rest.
         """
         with self.lock:
             f = self._writable(kv, "pred")
             ps = self.pool.page_size
+            reused = 0
+            if reuse_up_to and not f.tokens and self.prefix_cache is not None:
+                reused = self._start_from_cache(f, tokens[: reuse_up_to + 1], {f.fid, *protect})
+                tokens, positions = tokens[reused:], positions[reused:]
             old = f.length
             new_pages = -(-(old + len(tokens)) // ps) - len(f.pages)
             cow = old % ps != 0 and self.pool.refcount[f.pages[-1]] > 1
@@ -172,16 +196,47 @@ class KVFS:
             f.tokens.extend(tokens)
             f.positions.extend(positions)
             slots = [f.pages[i // ps] * ps + i % ps for i in range(old, old + len(tokens))]
-            return Reservation(kv, old, slots)
+            return Reservation(kv, old - reused, slots, reused)
+
+    def _start_from_cache(self, f: KVFile, tokens: list[int], protect: set[int]) -> int:
+        """Give the empty file `f` the cached pages of the longest cached start of `tokens` (shared
+        full pages; a partly matching page's first slots copied into a page of its own), never all of
+        them; record those tokens. Returns how many. Nothing changes when a page cannot be had."""
+        cache = self.prefix_cache
+        assert cache is not None
+        pool, ps = self.pool, self.pool.page_size
+        full, src, k = cache.match(f.owner, tokens)
+        if not full and not k:
+            return 0
+        pool.retain(full)  # held now: the allocation below cannot take them
+        pages = list(full)
+        if k:
+            pool.retain([src])
+            try:
+                (dst,) = self._alloc(1, protect)
+            except OutOfPages:
+                pool.release(full + [src])
+                return 0
+            pool.copy_page(src, dst, k)
+            pool.release([src])
+            pages.append(dst)
+        n = len(full) * ps + k
+        f.pages.extend(pages)
+        f.tokens.extend(tokens[:n])
+        f.positions.extend(range(n))
+        cache.reused_tokens += n
+        return n
+
+    def remember_prompt(self, f: KVFile, n: int) -> None:
+        """`f` holds a prompt of `n` tokens at positions 0.., their K/V written: offer its pages to the
+        prefix cache (if the file still holds them)."""
+        with self.lock:
+            if self.prefix_cache is not None and len(f.tokens) >= n and f.positions[:1] == [0] and not f.evicted:
+                self.prefix_cache.register(f.owner, f.pages[: -(-n // self.pool.page_size)], f.tokens[:n])
 
     def rollback(self, r: Reservation) -> None:
         with self.lock:
-            f = r.kv.file
-            keep = -(-r.old_length // self.pool.page_size)
-            self.pool.release(f.pages[keep:])
-            del f.pages[keep:]
-            del f.tokens[r.old_length :]
-            del f.positions[r.old_length :]
+            self._cut(r.kv.file, r.old_length)
 
     def context_slots(self, f: KVFile, length: int | None = None) -> list[int]:
         """Every cache slot of `f` in order (the first `length`), as a new list."""
@@ -242,6 +297,8 @@ class KVFS:
                 "pages_total": self.pool.n_pages,
                 "pages_used": self.pool.used_pages,
                 "pages_free": self.pool.free_pages,
+                "pages_cached": self.pool.cached_pages,  # free, holding cached prompts' K/V
+                "prefix_reused_tokens": self.prefix_cache.reused_tokens if self.prefix_cache is not None else 0,
                 "page_size": self.pool.page_size,
                 "files": len(self.files),
                 "named_files": len(self.named),

@@ -13,12 +13,17 @@ length or gathering whole pages instead of slots gains nothing measurable; flex 
 and then runs no faster (0.41 vs 0.42 ms for 32 decodes over 160 slots; 5.5 vs 4.5 ms for a
 512-token causal prefill).
 
-Shared-prefix ("cascade") decode groups (CPU): when several single-token decodes start with the
-same slots — forks of one file share its pages — `batch.py` makes them a group of their own that
-carries the shared prefix's slots once and each sequence's suffix. The prefix K/V is gathered
-once per layer instead of once per fork, and all queries meet it in one matmul per KV head.
-Measured with 16 forks of a 1,024-token file at ~1,050 context, per layer: 5.0 ms for the
-padded SDPA path (gather 16 copies + SDPA) vs 0.8 ms (2 CPU threads, idle machine).
+Shared-prefix ("cascade") decode groups (CPU, torch SDPA backend): when several single-token
+decodes start with the same slots — forks of one file share its pages — forward_batch.py makes
+them a group of their own that carries the shared prefix's slots once and each sequence's suffix.
+The prefix K/V is gathered once per layer instead of once per fork, and all queries meet it in one
+matmul per KV head. Measured with 16 forks of a 1,024-token file at ~1,050 context, per layer: 5.0
+ms for the padded SDPA path (gather 16 copies + SDPA) vs 0.8 ms (2 CPU threads, idle machine). The
+compiled decode kernel, which gathers nothing, beats it at every size measured (µs a layer, kernel /
+cascade, 10-slot suffixes: 4 sequences over 64 / 1,024 shared slots 43 / 673 and 331 / 5,299; 16
+over 256 and 1,024: 224 / 849 and 1,276 / 3,147; 64 over 1,024: 7,658 / 18,602), so a backend with
+it does not ask for cascade groups (`shares_prefixes`): forks decode in the one plain group, which
+the fused decode step can also take whole.
 
 `CompiledDecode` (CPU with Symphony's compiled kernels, fp32): single-token decode groups read K/V
 from the pool in place (cpu_kernels/decode_ops.cpp: one call a layer, no gather; an fp16 pool is
@@ -125,6 +130,7 @@ def _scatter(q: torch.Tensor, parts: list[tuple[AttentionGroup, torch.Tensor]]) 
 
 class TorchSDPA:
     name = "torch_sdpa"
+    shares_prefixes = True  # cascade groups for forks' decodes (the module docstring)
 
     def plan(self, groups: list[AttentionGroup]) -> list[AttentionGroup]:
         return groups
@@ -135,6 +141,7 @@ class TorchSDPA:
 
 class CompiledDecode:
     name = "compiled_decode"
+    shares_prefixes = False  # the in-place kernel beats cascade groups (the module docstring)
 
     def __init__(self, ops) -> None:
         self.ops = ops  # the compiled kernels' module
@@ -181,6 +188,7 @@ def _block_table(g: AttentionGroup, block: int) -> torch.Tensor | None:
 
 class FlashPaged:
     name = "flash_paged"
+    shares_prefixes = False  # cascade groups are a CPU path
 
     def __init__(self) -> None:
         from flash_attn import flash_attn_with_kvcache

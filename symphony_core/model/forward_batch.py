@@ -153,9 +153,15 @@ class ForwardBatch:
 
     @classmethod
     def build(
-        cls, seqs: list[SeqInput], device: torch.device | str = "cpu", decodes: DecodeRows | None = None
+        cls,
+        seqs: list[SeqInput],
+        device: torch.device | str = "cpu",
+        decodes: DecodeRows | None = None,
+        shared_prefixes: bool = True,
     ) -> ForwardBatch:
-        """The batch of `decodes` (rows 0..D-1, one output each) followed by `seqs`, in order."""
+        """The batch of `decodes` (rows 0..D-1, one output each) followed by `seqs`, in order.
+        `shared_prefixes`: on CPU, decodes that share leading slots get a shared-prefix group of their
+        own (the attention backend's `shares_prefixes`; attention.py)."""
         n_dec = len(decodes) if decodes is not None else 0
         toks = array("q", decodes.tokens) if decodes is not None else array("q")  # copies: the batch's own
         pos = array("q", decodes.positions) if decodes is not None else array("q")
@@ -181,7 +187,7 @@ class ForwardBatch:
                 chunks.append(i)
         groups = []
         outs_t = None
-        if dec_ctx and _on_cpu(device):
+        if dec_ctx and shared_prefixes and _on_cpu(device):
             shared, rest = _shared_prefixes(dec_ctx)
             for members, n in shared:
                 groups.append(

@@ -31,10 +31,10 @@ from ..executor import Executor
 from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
-from .hub import Hub, HubWait
+from .hub import Hub
 from .pending import PendingPred
 from .policy import AdaptiveWatermark
-from .process import KILL_CHECK_S, LIPThread
+from .process import LIPThread
 from .process_scheduler import ProcessScheduler
 
 logger = logging.getLogger(__name__)
@@ -88,54 +88,9 @@ class BatchScheduler:
 
     # --- LIP side ------------------------------------------------------------------------------
     def pred(self, p: PendingPred, th: LIPThread) -> Dist:
-        """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process
-        is killed); then wake the next thread of the batch and return the result (or raise it)."""
-        proc = th.proc
-        if p.hub_wait is not None:
-            return self._pred_on_hub(p, p.hub_wait, th)
-        fin = p.finished
-        assert fin is not None  # a thread's call has its Signal
-        p.thread = th
-        th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
-        self.submit(p)
-        if proc.kill_reason is not None:  # killed before the line above: Process.kill did not see `fin`
-            fin.interrupt()
-        while not fin.wait(KILL_CHECK_S):
-            if proc.kill_reason is not None:
-                th.waiting = None
-                p.cancelled = True
-                fin.abandon()
-                self.wake()
-                raise proc.kill_reason
-        th.waiting = None
-        fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
-        result = p.result
-        if isinstance(result, BaseException):
-            raise result
-        assert result is not None  # set before the thread is woken
-        return result
-
-    def _pred_on_hub(self, p: PendingPred, w: HubWait, th: LIPThread) -> Dist:
-        """`pred` from a greenlet: queue `p`, park on `w`, and be resumed with the rest of the batch.
-        It runs on this scheduler's own thread, which looks at the queue once every greenlet waits:
-        nobody to notify."""
-        proc = th.proc
-        p.thread = th
-        th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
-        with self._cv:
-            self._queue.append(p)
-        if proc.kill_reason is not None:
-            w.interrupt()
-        w.hub.park(w)
-        th.waiting = None
-        result = p.result
-        if result is None:  # the wait was fired by a kill, not by the batch
-            p.cancelled = True
-            self.wake()
-            raise proc.kill_reason or SymphonyError("pred: woken without a result")
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process is
+        killed); returns it or raises its error (`PendingPred.wait`)."""
+        return p.wait(self, th)
 
     def submit(self, p: PendingPred) -> None:
         with self._cv:
@@ -143,6 +98,12 @@ class BatchScheduler:
             q.append(p)
             if len(q) >= self._notify_at:
                 self._cv.notify()
+
+    def submit_from_hub(self, p: PendingPred) -> None:
+        """Queue a greenlet's call: it runs on this scheduler's own thread, which looks at the queue
+        once every greenlet waits, so there is nobody to notify."""
+        with self._cv:
+            self._queue.append(p)
 
     def wake(self) -> None:
         """Pages were freed or a thread changed state: look again."""

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from ..errors import SymphonyError
 from ..events import now
 from ..executor import PredCall
 from ..model.dist import Dist
+from .process import KILL_CHECK_S
 
 if TYPE_CHECKING:
     from .hub import HubWait
@@ -90,6 +92,14 @@ class Signal:
         return self._set
 
 
+class CallQueue(Protocol):
+    """What a waiting call needs of the batch scheduler (sched/batch_scheduler.py)."""
+
+    def submit(self, p: PendingPred) -> None: ...
+    def submit_from_hub(self, p: PendingPred) -> None: ...
+    def wake(self) -> None: ...
+
+
 class PendingPred:
     """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
 
@@ -152,6 +162,53 @@ class PendingPred:
         # Its batch record's member tuple when it runs whole (`BatchMember`'s fields), made here on the
         # caller's thread rather than by the scheduler for every member of every batch.
         self.member = (pid, tid, user, self.fid, n, "decode" if n == 1 else "prefill", (0, n, n))
+
+    def wait(self, batch: CallQueue, th: LIPThread) -> Dist:
+        """On the calling LIP thread `th`: queue this call on `batch` and sleep until its
+        distribution is ready (or the process is killed); then return it, or raise its error."""
+        if self.hub_wait is not None:
+            return self._wait_on_hub(batch, self.hub_wait, th)
+        proc = th.proc
+        fin = self.finished
+        assert fin is not None  # a thread's call has its Signal
+        self.thread = th
+        th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
+        batch.submit(self)
+        if proc.kill_reason is not None:  # killed before the line above: Process.kill did not see `fin`
+            fin.interrupt()
+        while not fin.wait(KILL_CHECK_S):
+            if proc.kill_reason is not None:
+                th.waiting = None
+                self.cancelled = True
+                fin.abandon()
+                batch.wake()
+                raise proc.kill_reason
+        th.waiting = None
+        fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
+        result = self.result
+        if isinstance(result, BaseException):
+            raise result
+        assert result is not None  # set before the thread is woken
+        return result
+
+    def _wait_on_hub(self, batch: CallQueue, w: HubWait, th: LIPThread) -> Dist:
+        """`wait` from a greenlet: queue, park on `w`, and be resumed with the rest of the batch."""
+        proc = th.proc
+        self.thread = th
+        th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
+        batch.submit_from_hub(self)
+        if proc.kill_reason is not None:
+            w.interrupt()
+        w.hub.park(w)
+        th.waiting = None
+        result = self.result
+        if result is None:  # the wait was fired by a kill, not by the batch
+            self.cancelled = True
+            batch.wake()
+            raise proc.kill_reason or SymphonyError("pred: woken without a result")
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     @property
     def remaining(self) -> int:

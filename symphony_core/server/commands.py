@@ -172,6 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         weights=args.weights,
         kv_cache_dtype=args.kv_cache_dtype,
+        prefix_cache=not args.no_prefix_cache,
     )
 
 
@@ -204,6 +205,12 @@ def add_server_commands(sub) -> None:
         choices=KV_CACHE_DTYPES,
         default="auto",
         help="the KV cache's dtype: auto (the engine's), fp32, or fp16 (CPU; twice the pages per GB)",
+    )
+    s.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="compute every prompt in full: do not keep prompts' K/V for later prompts of the same user "
+        "that start alike (the prefix cache, on by default)",
     )
     s.add_argument("--max-body", type=int, default=1 << 20, help="largest request body / WebSocket message, bytes")
     s.add_argument(

@@ -79,10 +79,16 @@ class _Live(Collector):
         for key, help_ in (
             ("pages_used", "KV pages in use."),
             ("pages_total", "KV pages in the pool."),
+            ("pages_cached", "Free KV pages that hold cached prompts' K/V (the prefix cache)."),
             ("files", "Live KV files."),
             ("named_files", "Named KV files."),
         ):
             yield GaugeMetricFamily(f"symphony_kv_{key}", help_, value=kv[key])
+        yield CounterMetricFamily(
+            "symphony_prefix_cache_reused_tokens",
+            "Prompt tokens whose K/V came from the prefix cache instead of the model.",
+            value=kv["prefix_reused_tokens"],
+        )
         procs = GaugeMetricFamily("symphony_processes", "LIP processes by status.", labels=["status"])
         status = Counter(p.status for p in list(rt.processes.values()))
         for s, c in sorted(status.items()) or [("running", 0)]:

@@ -61,6 +61,7 @@ def serve(
     drain_s: float = 5.0,
     weights: str = "fp32",
     kv_cache_dtype: str = "auto",
+    prefix_cache: bool = True,
 ) -> int:
     import uvicorn
 
@@ -105,6 +106,7 @@ def serve(
             threads=threads,
             weights=weights,
             kv_cache_dtype=kv_cache_dtype,
+            prefix_cache=prefix_cache,
         )
     except ModelError as e:
         print(f"symphony serve: {e}", file=sys.stderr)
