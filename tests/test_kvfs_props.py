@@ -1,6 +1,7 @@
 """Must show 3 — KVFS properties: random sequences of create / open / fork / pred / truncate /
-close / remove keep the page accounting exact and every file's cached K/V equal to a
-from-scratch recompute, and end with the pool full again.
+close / remove (and prompts that start alike, which the prefix cache serves) keep the page
+accounting exact and every file's cached K/V equal to a from-scratch recompute, and end with the
+pool full again (cached pages count as free).
 
 The check of a file F (tokens t at positions p): fork F and pred one extra token x on the fork
 — that reads F's cached K/V — and compare with a fresh file fed t + [x] at p + [next]. The two
@@ -23,6 +24,8 @@ NAMES = ["a.kv", "b.kv", "/shared/c.kv"]
 VOCAB = 49152
 
 tokens_st = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=6)
+# Prompts that start alike (the prefix cache's case): the first n tokens of a few fixed sequences.
+PROMPT_BASES = [[(97 * j + 11 * b) % VOCAB for j in range(MAX_LEN)] for b in range(3)]
 
 
 class KVFSMachine(RuleBasedStateMachine):
@@ -125,6 +128,17 @@ class KVFSMachine(RuleBasedStateMachine):
         mt.extend(toks)
         mp.extend(pos)
 
+    @precondition(lambda self: len(self.handles) < MAX_HANDLES)
+    @rule(base=st.integers(0, len(PROMPT_BASES) - 1), n=st.integers(2, MAX_LEN))
+    def prompt(self, base, n):
+        """A new file fed a prompt that may start like earlier ones: the prefix cache may give it
+        their K/V (the checks below compare every file with a recompute)."""
+        toks = PROMPT_BASES[base][:n]
+        kv = self.eng.kv_create()
+        d = self.eng.pred(kv, toks)
+        assert d.logits.shape == (VOCAB,)
+        self.handles.append((kv, self._new_model(toks, list(range(n)))))
+
     @precondition(lambda self: self.handles)
     @rule(i=st.integers(0, 99))
     def pred_out_of_pages(self, i):
@@ -226,3 +240,4 @@ def test_random_kvfs_operations(fresh_engine, page_size, examples):
         ),
     )
     assert eng.pool.free_pages == eng.pool.n_pages
+    assert eng.kvfs.prefix_cache.reused_tokens > 0  # prompts did start alike, and the cache served them
