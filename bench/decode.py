@@ -113,7 +113,8 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
 
     from symphony_core import Engine
 
-    eng = Engine(num_pages=max(256, 4 * max(batches) * (hi + new) // 16))
+    # The prefix cache off: repeats feed the same prompts, and transformers recomputes every one.
+    eng = Engine(num_pages=max(256, 4 * max(batches) * (hi + new) // 16), prefix_cache=False)
     hf = AutoModelForCausalLM.from_pretrained(str(eng.model_dir), dtype=torch.float32).eval()
     pad_id = hf.generation_config.pad_token_id
     if pad_id is None:

@@ -92,7 +92,8 @@ def measure(formats: list[str], prompts: list[str], new: int) -> list[dict]:
 
     rows, ref = [], None
     for fmt in formats:
-        eng = Engine(num_pages=max(256, len(prompts) * (new + 64) // 16 + 64), weights=fmt)
+        # the prefix cache off: every format computes every prompt itself
+        eng = Engine(num_pages=max(256, len(prompts) * (new + 64) // 16 + 64), weights=fmt, prefix_cache=False)
         ids = [eng.tokenize(p) for p in prompts]
         outs = [o for i in range(0, len(ids), GROUP) for o in run_ours(eng, ids[i : i + GROUP], new)[2]]
         ppl = perplexity(eng, PPL_TEXT, GROUP)

@@ -70,7 +70,8 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1):
 
     hi = 64
     pages = (max(*batches, 2) * (hi + new) + prefill_n) // 16 + 64
-    engines = {f: Engine(num_pages=pages, weights=f) for f in OURS}
+    # The prefix cache off: the prefill runs feed one prompt again and again, and must compute it every time.
+    engines = {f: Engine(num_pages=pages, weights=f, prefix_cache=False) for f in OURS}
     files, skipped = _peer_files(threads)
     peers = {}
     seqs = max(*batches, 2)  # the warm-up decodes two prompts

@@ -120,6 +120,9 @@ def test_priority_and_fair_share_order(engine):
     procs.charge("heavy", 10_000)
     a, b, c = mk("heavy", 0), mk("light", 0), mk("heavy", 5)
     assert sorted([a, b, c], key=procs.rank) == [c, b, a]
+    procs.charge("light", 100)  # each charge decays the earlier ones
+    assert procs.served_tokens("heavy") == pytest.approx(10_000 * 0.98) and procs.served_tokens("light") == 100
+    assert sorted([a, b], key=procs.rank) == [b, a]
     engine.kv_close(kv)
 
 

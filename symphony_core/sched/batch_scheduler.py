@@ -206,7 +206,10 @@ class BatchScheduler:
         elif self.hub is not None:
             # Between batches this thread runs the greenlets and fires again without ever blocking:
             # let the process's other threads (a launcher, a server's event loop) have the GIL here
-            # rather than only at the interpreter's 5 ms switch interval.
+            # rather than only at the interpreter's 5 ms switch interval. time.sleep(0) sleeps out the
+            # kernel's timer slack (~55 µs of wall time, next to no CPU), long enough for a waiting
+            # thread to take the GIL; os.sched_yield lets go of it for ~1 µs, and a launcher of 64
+            # programs then still lost the race often enough to start half of them a whole run late.
             time.sleep(0)
 
     def _select(self) -> tuple[list[PendingPred], bool]:

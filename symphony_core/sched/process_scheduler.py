@@ -28,6 +28,8 @@ from ..kvfs.swap import pages_to_swap_in, swap_in, swap_out
 from .pending import PendingPred
 from .process import LimitExceeded, Process
 
+DECAY = 0.98  # fair share: what each charge leaves of a user's earlier tokens
+
 
 class ProcessScheduler:
     def __init__(self, kvfs: KVFS, *, max_running: int = 4096, admit_reserve: int | None = None) -> None:
@@ -38,7 +40,11 @@ class ProcessScheduler:
         self.waiting: list[Process] = []  # admitted later
         self.running: dict[int, Process] = {}
         self.parked: list[Process] = []
-        self.served: dict[str, float] = defaultdict(float)  # decayed tokens per user
+        # Tokens served per user, each charge decaying all earlier ones by DECAY. Kept scaled: a charge adds
+        # tokens / DECAY^k (k charges so far) instead of decaying every user's count, so ranks compare the
+        # stored values as they are (the same factor divides them all); `served_tokens` gives the true ones.
+        self.served: dict[str, float] = defaultdict(float)
+        self._served_scale = 1.0
         self.parks = 0  # processes parked so far (metrics, tests)
         # LIP threads alive on OS threads (the runtime counts them in and out); with none, every program
         # is a greenlet on the batch scheduler's thread, and `runnable` needs no look at the threads.
@@ -107,10 +113,17 @@ class ProcessScheduler:
 
     def charge(self, user: str, tokens: int) -> None:
         with self.lock:
-            served = self.served
-            for u in served:
-                served[u] *= 0.98
-            served[user] += tokens
+            self._served_scale /= DECAY
+            self.served[user] += tokens * self._served_scale
+            if self._served_scale > 1e100:  # renormalise long before floats run out
+                for u in self.served:
+                    self.served[u] /= self._served_scale
+                self._served_scale = 1.0
+
+    def served_tokens(self, user: str) -> float:
+        """`user`'s tokens served, each charge having decayed the earlier ones by DECAY."""
+        with self.lock:
+            return self.served.get(user, 0.0) / self._served_scale
 
     # --- limits --------------------------------------------------------------------------------
     def account_pred(self, proc: Process, n_tokens: int) -> None:
