@@ -66,6 +66,60 @@ def measure(engine, n_lips: int, n_preds: int, subscribe: bool) -> dict:
     }
 
 
+def host_split(engine, n_lips: int, n_preds: int) -> dict:
+    """Where the scheduler's host time per batch goes, from one more run with each step timed (thread
+    CPU µs per batch): choosing the batch ("select"), the executor's reservations ("reserve"), the batch's
+    tensors (`ForwardBatch.build`), turning the logits into each call's `Dist` ("dists"), completing the
+    calls (queue, wake-ups, batch record: "complete"), and the rest, the loop's own (policy, waits)."""
+    from symphony_core.model.forward_batch import ForwardBatch
+
+    rt = engine.runtime
+    bs, ex = rt.batch, rt.executor
+    spent: dict[str, float] = {}
+    saved = []
+
+    def timed(obj, name: str, key: str) -> None:
+        orig = getattr(obj, name)
+
+        def wrapper(*a, **k):
+            t = time.thread_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                spent[key] = spent.get(key, 0.0) + time.thread_time() - t
+
+        saved.append((obj, name, orig))
+        setattr(obj, name, wrapper)
+
+    for obj, name, key in (
+        (bs, "_select", "select"),
+        (bs, "_fire", "fire"),
+        (ex, "_forward", "executor"),
+        (ForwardBatch, "build", "build"),
+        (ex, "_scatter", "dists"),
+    ):
+        timed(obj, name, key)
+    f0 = ex.forward_cpu_s
+    try:
+        r = measure(engine, n_lips, n_preds, False)
+    finally:
+        for obj, name, orig in reversed(saved):
+            setattr(obj, name, orig)
+    batches = n_lips * n_preds / r["mean_batch"]
+    us = {k: 1e6 * v / batches for k, v in spent.items()}
+    stub = 1e6 * (ex.forward_cpu_s - f0) / batches
+    out = {
+        "select": us["select"],
+        "reserve": us["executor"] - us["build"] - us["dists"] - stub,
+        "build": us["build"],
+        "dists": us["dists"],
+        "complete": us["fire"] - us["executor"],
+    }
+    out["loop"] = max(0.0, r["host_us_per_batch"] - sum(out.values()))
+    out.update(host=r["host_us_per_batch"], mean_batch=r["mean_batch"])
+    return out
+
+
 def _stub_engine(runner: str):
     from symphony_core import Engine
 
@@ -106,6 +160,17 @@ def main(argv=None) -> list[dict]:
             f"| {r['cpu_us_per_pred']:.1f} | {r['host_us_per_batch']:.0f} | {r['wall_us_per_batch']:.0f} "
             f"| {r['forward_us_per_batch']:.0f} | {r['mean_batch']:.1f} |"
         )
+    eng = _stub_engine("greenlets")
+    measure(eng, n_lips, min(n_preds, 5), False)
+    split = host_split(eng, n_lips, n_preds)
+    eng.shutdown()
+    print(
+        f"greenlets, where the scheduler's host µs per batch of {split['mean_batch']:.0f} go (one more run, each "
+        f"step timed): select {split['select']:.0f}, reserve {split['reserve']:.0f}, batch tensors "
+        f"{split['build']:.0f}, Dists {split['dists']:.0f}, complete {split['complete']:.0f}, the loop's own "
+        f"{split['loop']:.0f} (of {split['host']:.0f})"
+    )
+    rows[-1]["split"] = split
     cost = kernel_dispatch_cost(20_000 if args.quick else 200_000)
     print(
         f"kernel dispatch: bare call {cost['bare_ns']:.0f} ns; through the kernel, no subscriber "

@@ -344,7 +344,7 @@ class Executor:
         self._scatter(logits, fb.output_counts, reserved, results, argmax)
 
     def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool) -> None:
-        if len(logits) == len(reserved) and all(c.plain for _, c, _ in reserved):
+        if logits.shape[0] == len(reserved) and all(c.plain for _, c, _ in reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
             row_of = Dist.row_of
             if argmax:

@@ -172,3 +172,30 @@ def test_programs_with_alike_prompts_reuse_and_agree_with_a_recompute(pair):
     assert got == want
     assert eng.kvfs.prefix_cache.reused_tokens - before >= sum(len(p) for p in prompts) // 2
     eng.kvfs.check()
+
+
+def test_of_alike_prompts_competing_for_a_batch_one_runs_first_and_the_rest_reuse_it(fresh_engine):
+    """Cache-aware scheduling: when the queued prompts overflow the batch, one of those that start alike
+    runs first and the others wait a batch, then take its K/V from the cache."""
+    eng = fresh_engine(num_pages=64, lip_runner="greenlets")
+    eng.runtime.batch.token_budget = 64  # less than the six prompts together
+    cache = eng.kvfs.prefix_cache
+    prompt = eng.tokenize(TEXT)[:12]
+
+    def many(sym, n: int) -> list[int]:
+        def one(sym) -> int:
+            kv = sym.kv_create()
+            tok = sym.pred(kv, prompt).argmax()
+            sym.kv_close(kv)
+            return tok
+
+        hs = [sym.spawn(one) for _ in range(n)]
+        return [h.join() for h in hs]
+
+    log = eng.runtime.batch.log
+    first = log.total_batches
+    got = eng.run(many, 6).result(timeout=60)
+    assert len(set(got)) == 1
+    assert [len(r.members) for r in log.since(first)] == [1, 5]
+    assert cache.reused_tokens == 5 * 11
+    eng.shutdown()

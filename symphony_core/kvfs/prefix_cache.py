@@ -7,7 +7,7 @@ opens). This cache is for the prefixes nobody arranged to share: a thousand prog
 begin alike, each prefilling its own file. After a prefill of an empty file at the default positions
 0..n-1 has run, its pages go into a trie per user: a full page under the token tuple it holds, below
 the page before it; the last, partly filled page as a candidate whose first tokens may match another
-prompt. A later prefill of an empty file by the same user walks the trie: every full page that
+prompt (found by its first HEAD tokens). A later prefill of an empty file by the same user walks the trie: every full page that
 matches is shared (reference counted, copy-on-write, as a fork shares it) and the longest matching
 start of a partly matching page is copied into a fresh page of its own. Only the rest is computed,
 and always at least the last token, whose logits the `pred` returns.
@@ -30,18 +30,20 @@ from collections.abc import Sequence
 
 from .pool import PagePool
 
-# Candidates kept per (node, first token) for partial matches: the most recent ones.
-PARTIAL_CANDIDATES = 8
+# Partly matching pages are found by their first HEAD tokens; the most recent PARTIAL_CANDIDATES of one
+# head are kept (a thousand prompts of one text start with the same word at many places).
+HEAD = 2
+PARTIAL_CANDIDATES = 16
 
 
 class _Node:
-    """The pages that may follow one prefix: full pages by their tokens, partly matching ones by their first token."""
+    """The pages that may follow one prefix: full pages by their tokens, partly matching ones by their first tokens."""
 
     __slots__ = ("full", "partial")
 
     def __init__(self) -> None:
         self.full: dict[tuple[int, ...], tuple[int, _Node]] = {}
-        self.partial: dict[int, list[tuple[tuple[int, ...], int]]] = {}
+        self.partial: dict[tuple[int, ...], list[tuple[tuple[int, ...], int]]] = {}
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
@@ -58,8 +60,8 @@ class PrefixCache:
     def __init__(self, pool: PagePool) -> None:
         self.pool = pool
         self._roots: dict[str, _Node] = {}
-        # page -> (node it hangs in, its full-page key or None, its first token): to take it out again
-        self._where: dict[int, tuple[_Node, tuple[int, ...] | None, int]] = {}
+        # page -> (node it hangs in, its full-page key or None, its head): to take it out again
+        self._where: dict[int, tuple[_Node, tuple[int, ...] | None, tuple[int, ...]]] = {}
         self.reused_tokens = 0  # tokens whose K/V a prefill took from the cache instead of computing them
         pool.keep = self._where.__contains__
         pool.forget = self.drop
@@ -80,9 +82,9 @@ class PrefixCache:
             node = hit[1]
             d += 1
         best_page, best_k = -1, 0
-        if node is not None and d * ps < limit:
+        if node is not None and d * ps + HEAD <= limit:
             rest = tokens[d * ps : limit]
-            for cand, page in node.partial.get(rest[0], ()):
+            for cand, page in node.partial.get(tuple(rest[:HEAD]), ()):
                 k = _common(cand, rest)
                 if k > best_k:
                     best_page, best_k = page, k
@@ -102,17 +104,17 @@ class PrefixCache:
                     if page in self._where:  # indexed elsewhere already (it cannot be: one content per page)
                         return
                     hit = node.full[chunk] = (page, _Node())
-                    self._where[page] = (node, chunk, chunk[0])
+                    self._where[page] = (node, chunk, chunk[:HEAD])
                     self._add_partial(node, chunk, page)
                 node = hit[1]  # the same content under another page: go on below the indexed one
                 continue
-            if page not in self._where:
-                self._where[page] = (node, None, chunk[0])
+            if page not in self._where and len(chunk) >= HEAD:
+                self._where[page] = (node, None, chunk[:HEAD])
                 self._add_partial(node, chunk, page)
             return
 
     def _add_partial(self, node: _Node, chunk: tuple[int, ...], page: int) -> None:
-        cands = node.partial.setdefault(chunk[0], [])
+        cands = node.partial.setdefault(chunk[:HEAD], [])
         cands.append((chunk, page))
         if len(cands) > PARTIAL_CANDIDATES:
             old_chunk, old_page = cands[0]
@@ -128,12 +130,12 @@ class PrefixCache:
         where = self._where.pop(page, None)
         if where is None:
             return
-        node, key, first = where
-        cands = node.partial.get(first)
+        node, key, head = where
+        cands = node.partial.get(head)
         if cands is not None:
             cands[:] = [c for c in cands if c[1] != page]
             if not cands:
-                del node.partial[first]
+                del node.partial[head]
         if key is not None:
             hit = node.full.pop(key, None)
             if hit is not None:

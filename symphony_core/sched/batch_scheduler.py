@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 _thread_time = time.thread_time
 STOP_GRACE_S = 2.0  # how long `stop` lets cancelled greenlets run to their end
+RAN_HEADS_KEPT = 1 << 16  # prompt heads remembered as run (PendingPred.prompt_head), then forgotten
 
 
 class BatchScheduler:
@@ -79,6 +80,7 @@ class BatchScheduler:
         self.hub = Hub(self.wake) if greenlets else None
         self._lip_cpu = 0.0
         self._lip_cpu_mark = 0.0
+        self._ran_heads: set = set()  # prompt heads that have run: their prompts are in the prefix cache
         self._bound = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="symphony-batch", daemon=True)
 
@@ -238,14 +240,27 @@ class BatchScheduler:
         chosen: list[PendingPred] = []
         files: set[int] = set()
         max_batch = self.max_batch
+        # With the prefix cache, of several prompts that start alike and have not run yet, only the first
+        # runs now: the others wait for the next batch, where they find its K/V in the cache instead of
+        # computing them again beside it (SGLang's cache-aware scheduling; the budget goes to other calls).
+        cache_aware = self.kvfs.prefix_cache is not None
+        heads: set = set()
         for p in ready:
             if len(chosen) >= max_batch or budget <= 0:
                 break
             if p.fid in files:
                 continue
+            head = p.prompt_head
+            if cache_aware and head is not None and head not in self._ran_heads:
+                if head in heads:
+                    continue
+                heads.add(head)
             files.add(p.fid)
             chosen.append(p)
             budget -= min(len(p.call.tokens) - p.done_tokens, budget)
+        if len(self._ran_heads) > RAN_HEADS_KEPT:
+            self._ran_heads.clear()
+        self._ran_heads |= heads
         return chosen, False
 
     def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:

@@ -92,6 +92,10 @@ class Signal:
         return self._set
 
 
+# How many first tokens make two prompts "alike" for the scheduler (PendingPred.prompt_head).
+PROMPT_HEAD = 4
+
+
 class CallQueue(Protocol):
     """What a waiting call needs of the batch scheduler (sched/batch_scheduler.py)."""
 
@@ -124,6 +128,7 @@ class PendingPred:
         "hub_wait",
         "fid",
         "member",
+        "prompt_head",
     )
 
     def __init__(
@@ -162,6 +167,11 @@ class PendingPred:
         # Its batch record's member tuple when it runs whole (`BatchMember`'s fields), made here on the
         # caller's thread rather than by the scheduler for every member of every batch.
         self.member = (pid, tid, user, self.fid, n, "decode" if n == 1 else "prefill", (0, n, n))
+        # A prompt into an empty file at positions 0.. (what the prefix cache serves): its user and first
+        # tokens, so that the scheduler runs one of several alike prompts first (batch_scheduler.py).
+        self.prompt_head = (
+            (user, tuple(call.tokens[:PROMPT_HEAD])) if n > 1 and start_len == 0 and call.positions is None else None
+        )
 
     def wait(self, batch: CallQueue, th: LIPThread) -> Dist:
         """On the calling LIP thread `th`: queue this call on `batch` and sleep until its
