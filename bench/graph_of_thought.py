@@ -8,8 +8,8 @@ thought + verdict question) and the merge — with the same parallelism (one LIP
 branch), on the same engine and scheduler. The only difference is that nothing is shared: every
 node recomputes the prefix it has in common with its parent. (The engine's prefix cache, which would
 share those prefixes behind the independent prompts' backs, is off here: this measures what the
-program's own forks save.) Same greedy tokens on both sides,
-so the thoughts, scores and the answer should agree (checked).
+program's own forks save.) Same greedy tokens on both sides, so the thoughts, scores and the answer
+should agree (checked).
 
     python -m bench.graph_of_thought [--quick] [--branches 4] [--keep 2] [--repeats 3]
 """

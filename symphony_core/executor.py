@@ -317,13 +317,9 @@ class Executor:
                     results[i] = e
                     continue
                 seq_members.append((i, c, n))
-                k = r.reused
-                if k:
-                    seqs.append(
-                        SeqInput(c.tokens[k:], c.pos[k:], r.slots, context_slots(f), [j - k for j in c.out_index])
-                    )
-                else:
-                    seqs.append(SeqInput(c.tokens, c.pos, r.slots, context_slots(f), c.out_index))
+                k = r.reused  # the first k tokens' K/V came from the prefix cache: the rest is computed
+                out = [j - k for j in c.out_index] if k else c.out_index
+                seqs.append(SeqInput(c.tokens[k:], c.pos[k:], r.slots, context_slots(f), out))
                 if prompt:
                     prompts.append((f, len(c.tokens)))
             if not dec_members and not seq_members:

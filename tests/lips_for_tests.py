@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 
-def greedy(sym, prompt: str, max_tokens: int = 8) -> list[int]:
+def greedy(sym, prompt: str | list[int], max_tokens: int = 8) -> list[int]:
     kv = sym.kv_create()
-    toks = sym.tokenize(prompt)
+    toks = sym.tokenize(prompt) if isinstance(prompt, str) else prompt
     out: list[int] = []
     for _ in range(max_tokens):
         t = sym.pred(kv, toks).argmax()

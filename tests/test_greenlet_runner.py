@@ -11,6 +11,7 @@ import pytest
 
 from symphony_core.errors import SymphonyError
 from symphony_core.sched.process import LIPError
+from tests.lips_for_tests import greedy
 
 
 @pytest.fixture(scope="module")
@@ -20,17 +21,6 @@ def geng():
     eng = Engine(num_pages=512, lip_runner="greenlets")
     yield eng
     eng.shutdown()
-
-
-def _greedy(sym, prompt: str, n: int) -> list[int]:
-    kv = sym.kv_create()
-    tok = sym.pred(kv, sym.tokenize(prompt)).argmax()
-    out = [tok]
-    for _ in range(n - 1):
-        tok = sym.pred(kv, [tok]).argmax()
-        out.append(tok)
-    sym.kv_close(kv)
-    return out
 
 
 def _branches(sym, prompt: str, n: int) -> list[list[int]]:
@@ -58,8 +48,8 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 
 def test_same_tokens_as_on_os_threads_and_all_on_the_hub(engine, geng):
     free = geng.pool.free_pages
-    want = [engine.run(_greedy, p, 8).result(60) for p in PROMPTS] + [engine.run(_branches, PROMPTS[0], 5).result(60)]
-    procs = [geng.run(_greedy, p, 8) for p in PROMPTS] + [geng.run(_branches, PROMPTS[0], 5)]
+    want = [engine.run(greedy, p, 8).result(60) for p in PROMPTS] + [engine.run(_branches, PROMPTS[0], 5).result(60)]
+    procs = [geng.run(greedy, p, 8) for p in PROMPTS] + [geng.run(_branches, PROMPTS[0], 5)]
     assert [p.result(60) for p in procs] == want
     hub = geng.runtime.hub
     assert hub is not None
@@ -141,7 +131,7 @@ def test_cancel_in_pred_and_in_a_tight_loop_leaves_other_programs_whole(geng):
         while True:
             tok = sym.pred(kv, [tok]).argmax()
 
-    bystanders = [geng.run(_greedy, p, 12) for p in PROMPTS]
+    bystanders = [geng.run(greedy, p, 12) for p in PROMPTS]
     looping = geng.run(forever)
     spinner = geng.run(spin)
     assert started.wait(30)
@@ -175,29 +165,29 @@ def test_a_debugger_hook_sends_new_programs_to_os_threads(geng):
     rt = geng.runtime
     hook = rt.kernel.hook = _RecordingHook()
     try:
-        p = geng.run(_greedy, PROMPTS[0], 2)
+        p = geng.run(greedy, PROMPTS[0], 2)
         assert p.result(30)
         assert p.hub is None and p.threads[0].os_thread is not rt.hub.thread
         assert "pred" in hook.seen
     finally:
         rt.kernel.hook = None
-    assert geng.run(_greedy, PROMPTS[0], 2).hub is rt.hub
+    assert geng.run(greedy, PROMPTS[0], 2).hub is rt.hub
 
 
 def test_programs_on_os_threads_and_on_the_hub_run_side_by_side(engine, geng):
     """A debugger puts new programs on OS threads while earlier ones stay on the hub: their
     calls share the batch scheduler, and both kinds get the tokens they should."""
-    want = engine.run(_greedy, PROMPTS[1], 24).result(60)
+    want = engine.run(greedy, PROMPTS[1], 24).result(60)
     rt = geng.runtime
     start = rt.batch.log.total_batches
-    on_hub = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
+    on_hub = [geng.run(greedy, PROMPTS[1], 24) for _ in range(2)]
     deadline = time.monotonic() + 30
     while {m.pid for r in rt.batch.log.since(start) for m in r.members} < {p.pid for p in on_hub}:
         assert time.monotonic() < deadline, "the hub's programs never ran"
         time.sleep(0.001)  # until both have run on the hub (a debugger before their first turn moves them)
     rt.kernel.hook = _RecordingHook()
     try:
-        on_os = [geng.run(_greedy, PROMPTS[1], 24) for _ in range(2)]
+        on_os = [geng.run(greedy, PROMPTS[1], 24) for _ in range(2)]
         assert [p.result(60) for p in on_hub + on_os] == [want] * 4
     finally:
         rt.kernel.hook = None
@@ -255,7 +245,7 @@ def test_a_wall_time_limit_stops_a_greenlet_spinning_in_its_own_loop(geng):
     with pytest.raises(LIPError, match="wall-time limit"):
         p.result(30)
     assert time.monotonic() - t0 < 10
-    assert geng.run(_greedy, PROMPTS[1], 3).result(30)  # the hub goes on
+    assert geng.run(greedy, PROMPTS[1], 3).result(30)  # the hub goes on
 
 
 def test_a_debugger_attached_before_the_first_turn_moves_the_program_to_an_os_thread(geng):
@@ -269,7 +259,7 @@ def test_a_debugger_attached_before_the_first_turn_moves_the_program_to_an_os_th
 
     holder = geng.run(blocks_the_hub)
     time.sleep(0.1)
-    p = geng.run(_greedy, PROMPTS[2], 2)
+    p = geng.run(greedy, PROMPTS[2], 2)
     assert p.hub is rt.hub
     rt.on_process_start.append(lambda proc: called_on.append(threading.current_thread()))
     try:
@@ -295,7 +285,7 @@ def test_cancels_racing_the_end_of_programs_always_end_them(geng):
         procs.append(geng.run(short_spin, 2000 + 500 * (k % 7)))
         if k % 2:
             procs[-2].cancel("race")
-    bystander = geng.run(_greedy, PROMPTS[0], 4)
+    bystander = geng.run(greedy, PROMPTS[0], 4)
     assert all(p.wait(10) for p in procs), [p.status for p in procs if not p.done]
     assert all(p.status in ("finished", "cancelled") for p in procs)
     assert bystander.result(30) and bystander.status == "finished"

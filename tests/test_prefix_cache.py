@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from symphony_core.errors import OutOfPages
+from tests.lips_for_tests import greedy
 
 TEXT = (
     "The history of astronomy is the story of people looking up at the night sky and trying to explain "
@@ -154,17 +155,6 @@ def test_programs_with_alike_prompts_reuse_and_agree_with_a_recompute(pair):
     a cache-less engine gives (greedy, a few steps), and the cache saved most of their prompt work."""
     eng, plain = pair
     ids = eng.tokenize(TEXT)
-
-    def greedy(sym, prompt: list[int], n: int) -> list[int]:
-        kv = sym.kv_create()
-        tok = sym.pred(kv, prompt).argmax()
-        out = [tok]
-        for _ in range(n - 1):
-            tok = sym.pred(kv, [tok]).argmax()
-            out.append(tok)
-        sym.kv_close(kv)
-        return out
-
     prompts = [ids[: 10 + i % 7] for i in range(24)]
     before = eng.kvfs.prefix_cache.reused_tokens
     got = [p.result(timeout=120) for p in [eng.run(greedy, pr, 4) for pr in prompts]]

@@ -7,10 +7,10 @@ opens). This cache is for the prefixes nobody arranged to share: a thousand prog
 begin alike, each prefilling its own file. After a prefill of an empty file at the default positions
 0..n-1 has run, its pages go into a trie per user: a full page under the token tuple it holds, below
 the page before it; the last, partly filled page as a candidate whose first tokens may match another
-prompt (found by its first HEAD tokens). A later prefill of an empty file by the same user walks the trie: every full page that
-matches is shared (reference counted, copy-on-write, as a fork shares it) and the longest matching
-start of a partly matching page is copied into a fresh page of its own. Only the rest is computed,
-and always at least the last token, whose logits the `pred` returns.
+prompt, found by its first HEAD tokens. A later prefill of an empty file by the same user walks the
+trie: every full page that matches is shared (reference counted, copy-on-write, as a fork shares it)
+and the longest matching start of a partly matching page is copied into a fresh page of its own.
+Only the rest is computed, and always at least the last token, whose logits the `pred` returns.
 
 Two files holding the same tokens at the same positions hold the same K/V, up to float rounding
 (the forward pass that wrote them batched other rows with them). A user's cached prompts never

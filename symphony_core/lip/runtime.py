@@ -31,10 +31,8 @@ from ..sched.process_scheduler import ProcessScheduler
 from .kernel import Kernel
 from .syscalls import Sym
 
-LIP_RUNNERS = (
-    "threads",
-    "greenlets",
-)  # how LIP threads run: OS threads, or greenlets on the scheduler thread (sched/hub.py)
+# How LIP threads run: OS threads, or greenlets on the batch scheduler's thread (sched/hub.py).
+LIP_RUNNERS = ("threads", "greenlets")
 KEEP_FINISHED = 1024  # finished processes the table keeps for views (debugger, /metrics) before dropping the oldest
 EXIT_GRACE_S = 2.0  # how long shutdown waits for cancelled LIP threads to end
 

@@ -80,7 +80,9 @@ class BatchScheduler:
         self.hub = Hub(self.wake) if greenlets else None
         self._lip_cpu = 0.0
         self._lip_cpu_mark = 0.0
-        self._ran_heads: set = set()  # prompt heads that have run: their prompts are in the prefix cache
+        self._ran_heads: set[tuple[str, tuple[int, ...]]] = (
+            set()
+        )  # prompt heads that have run: their prompts are in the prefix cache
         self._bound = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="symphony-batch", daemon=True)
 
@@ -244,7 +246,7 @@ class BatchScheduler:
         # runs now: the others wait for the next batch, where they find its K/V in the cache instead of
         # computing them again beside it (SGLang's cache-aware scheduling; the budget goes to other calls).
         cache_aware = self.kvfs.prefix_cache is not None
-        heads: set = set()
+        heads: set[tuple[str, tuple[int, ...]]] = set()
         for p in ready:
             if len(chosen) >= max_batch or budget <= 0:
                 break
