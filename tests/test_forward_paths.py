@@ -86,8 +86,10 @@ def test_causal_attention_in_query_blocks_equals_one_causal_call(before, nq):
     torch.manual_seed(before + nq)
     q, k, v = torch.randn(1, 9, nq, 64), torch.randn(1, 3, before + nq, 64), torch.randn(1, 3, before + nq, 64)
     visible = torch.arange(before + nq)[None, :] <= torch.arange(before, before + nq)[:, None]
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, enable_gqa=True)
-    torch.testing.assert_close(_causal_in_blocks(q, k, v, before), want, rtol=1e-5, atol=1e-6)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, enable_gqa=True)  # [1, H, Q, D]
+    got = _causal_in_blocks(q, k, v, before)  # [Q, H, D]
+    torch.testing.assert_close(got, want[0].transpose(0, 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(_causal_in_blocks(q, k, v, before), got, rtol=0, atol=0)  # its masks, cached
 
 
 def test_single_prompt_all_positions(engine, hf_model, kvs):

@@ -39,6 +39,8 @@ multiple of 256. With smaller pages (the default is 16 tokens) it falls back to 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -91,9 +93,8 @@ def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g
     kg = _gather(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
     vg = _gather(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
     if b == 1 and nq > QUERY_BLOCK and q.device.type == "cpu":
-        o = _causal_in_blocks(qg, kg, vg, length - nq)
-    else:
-        o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, is_causal=g.causal, enable_gqa=kvh != h)
+        return _causal_in_blocks(qg, kg, vg, length - nq)
+    o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, is_causal=g.causal, enable_gqa=kvh != h)
     return o.transpose(1, 2).reshape(b * nq, h, d)
 
 
@@ -104,19 +105,32 @@ def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g
 QUERY_BLOCK = 64
 
 
+@functools.lru_cache(maxsize=16)  # 16 of 64 x 8,192 slots: 32 MB at most
+def _block_mask(rows: int, offset: int, dtype: torch.dtype) -> torch.Tensor:
+    """[rows, offset + rows] additive mask: row i sees keys 0..offset + i. Every layer of a prefill asks for
+    the same few, so they are made once; additive (0 / -inf) because SDPA turns a bool mask into one per call
+    (a 512-token prefill spent ~4% of its time building and converting masks)."""
+    seen = torch.ones(rows, offset + rows, dtype=torch.bool).tril_(offset)
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
+
+
 def _causal_in_blocks(qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, before: int) -> torch.Tensor:
     """qg [1, H, Q, D] at cache indices before..before+Q-1 over kg, vg [1, KVH, before+Q, D]; query i
-    sees keys 0..before+i. Returns [1, H, Q, D]."""
-    nq = qg.shape[2]
-    out = torch.empty_like(qg)
+    sees keys 0..before+i. Returns [Q, H, D] (token-major, as SDPA's CPU kernel lays out each block's result)."""
+    b, h, nq, d = qg.shape
+    out = torch.empty(b, nq, h, d, dtype=qg.dtype, device=qg.device)
+    blocks = out.transpose(1, 2)
     for s in range(0, nq, QUERY_BLOCK):
         e = min(s + QUERY_BLOCK, nq)
         seen = before + e
-        mask = torch.ones(e - s, seen, dtype=torch.bool).tril_(before + s)  # key j <= before + s + row
-        out[:, :, s:e] = F.scaled_dot_product_attention(
-            qg[:, :, s:e], kg[:, :, :seen], vg[:, :, :seen], attn_mask=mask, enable_gqa=kg.shape[1] != qg.shape[1]
+        blocks[:, :, s:e] = F.scaled_dot_product_attention(
+            qg[:, :, s:e],
+            kg[:, :, :seen],
+            vg[:, :, :seen],
+            attn_mask=_block_mask(e - s, before + s, qg.dtype),
+            enable_gqa=kg.shape[1] != qg.shape[1],
         )
-    return out
+    return out.view(b * nq, h, d)
 
 
 def _scatter(q: torch.Tensor, parts: list[tuple[AttentionGroup, torch.Tensor]]) -> torch.Tensor:
