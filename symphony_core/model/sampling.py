@@ -87,7 +87,8 @@ def filtered_probs(logits: torch.Tensor, temperature, top_k, top_p, min_p) -> to
 
 
 def sample_rows(logits: torch.Tensor, samplers: list[Sampler]) -> list[int]:
-    """One token per row of `logits` [R, V], each row with its own sampler."""
+    """One token per row of `logits` [R, V] (any device and dtype), each row with its own sampler."""
+    logits = logits.float().cpu()  # the samplers' generators, and so their noise, live on the CPU
     picks = logits.argmax(-1).tolist()
     rows = [i for i, s in enumerate(samplers) if not s.is_greedy]
     if not rows:
