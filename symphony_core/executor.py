@@ -365,7 +365,7 @@ class Executor:
             if c.sampler is not None:
                 flat.append(lg)
                 owners.extend([(k, c.sampler)] * lg.shape[0])
-        picks = sample_rows(torch.cat(flat).cpu(), [s for _, s in owners]) if flat else []
+        picks = sample_rows(torch.cat(flat), [s for _, s in owners]) if flat else []
         by_call: dict[int, list[int]] = {}
         for (k, _), t in zip(owners, picks):
             by_call.setdefault(k, []).append(t)

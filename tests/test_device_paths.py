@@ -15,6 +15,7 @@ from symphony_core.model.attention import CUDA_SDPA_BACKENDS, _sdpa_group
 from symphony_core.model.dist import Dist
 from symphony_core.model.forward_batch import ForwardBatch, SeqInput
 from symphony_core.model.sampling import Sampler, sample_rows
+from tests.lips_for_tests import greedy
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -146,16 +147,6 @@ def _prompt(n: int, seed: int) -> list[int]:
     return torch.randint(3, TINY_WORDS, (n,), generator=g).tolist()
 
 
-def _greedy(sym, prompt: list[int], n: int = 8) -> list[int]:
-    kv = sym.kv_create()
-    toks, out = prompt, []
-    for _ in range(n):
-        toks = [sym.pred(kv, toks).argmax()]
-        out += toks
-    sym.kv_close(kv)
-    return out
-
-
 DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 
 
@@ -186,9 +177,9 @@ def test_tiny_llama_matches_transformers_on(device, tiny_model):
         torch.testing.assert_close(rest, want[100:], rtol=0, atol=1e-4)
 
         prompts = [_prompt(n, 10 + n) for n in (5, 17, 40, 64)]
-        alone = [_greedy(ref, p) for p in prompts]
-        assert [_greedy(eng, p) for p in prompts] == alone
-        procs = [eng.run(_greedy, p) for p in prompts]  # decoding together, one batch a step
+        alone = [greedy(ref, p) for p in prompts]
+        assert [greedy(eng, p) for p in prompts] == alone
+        procs = [eng.run(greedy, p) for p in prompts]  # decoding together, one batch a step
         assert [p.result(timeout=120) for p in procs] == alone
         assert eng.kvfs.stats()["pages_used"] == 0
     finally:
@@ -205,7 +196,7 @@ def test_tiny_llama_in_bf16_on_the_gpu(tiny_model):
     eng = Engine(tiny_model, device="cuda", num_pages=128)
     try:
         assert eng.dtype == torch.bfloat16
-        procs = [eng.run(_greedy, _prompt(n, n), 16) for n in range(3, 35)]
+        procs = [eng.run(greedy, _prompt(n, n), 16) for n in range(3, 35)]
         assert all(len(p.result(timeout=120)) == 16 for p in procs)
         kv = eng.kv_create()
         picked = eng.pred(kv, _prompt(20, 2)).sample(temperature=0.8, seed=5)

@@ -124,7 +124,7 @@ class SamplingParams:
         if self.is_greedy:
             return cast(int, fast_argmax(logits))  # one row: an int
         assert self._sampler is not None  # built in __post_init__
-        return sample_rows(logits[None].float().cpu(), [self._sampler])[0]
+        return sample_rows(logits[None], [self._sampler])[0]
 
 
 def sample(

@@ -39,6 +39,7 @@ multiple of 256. With smaller pages (the default is 16 tokens) it falls back to 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -95,10 +96,7 @@ def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g
     vg = _gather(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
     if b == 1 and nq > QUERY_BLOCK and q.device.type == "cpu":
         return _causal_in_blocks(qg, kg, vg, length - nq)
-    if q.device.type == "cuda":
-        with sdpa_kernel(CUDA_SDPA_BACKENDS):
-            o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, is_causal=g.causal, enable_gqa=kvh != h)
-    else:
+    with sdpa_kernel(CUDA_SDPA_BACKENDS) if q.device.type == "cuda" else contextlib.nullcontext():
         o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=g.mask, is_causal=g.causal, enable_gqa=kvh != h)
     return o.transpose(1, 2).reshape(b * nq, h, d)
 

@@ -32,7 +32,7 @@ from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
 from .hub import Hub
-from .pending import PendingPred
+from .pending import PendingPred, PromptHead
 from .policy import AdaptiveWatermark
 from .process import LIPThread
 from .process_scheduler import ProcessScheduler
@@ -80,9 +80,8 @@ class BatchScheduler:
         self.hub = Hub(self.wake) if greenlets else None
         self._lip_cpu = 0.0
         self._lip_cpu_mark = 0.0
-        self._ran_heads: set[tuple[str, tuple[int, ...]]] = (
-            set()
-        )  # prompt heads that have run: their prompts are in the prefix cache
+        # Prompt heads that have run: their prompts are in the prefix cache.
+        self._ran_heads: set[PromptHead] = set()
         self._bound = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="symphony-batch", daemon=True)
 
@@ -246,7 +245,7 @@ class BatchScheduler:
         # runs now: the others wait for the next batch, where they find its K/V in the cache instead of
         # computing them again beside it (SGLang's cache-aware scheduling; the budget goes to other calls).
         cache_aware = self.kvfs.prefix_cache is not None
-        heads: set[tuple[str, tuple[int, ...]]] = set()
+        heads: set[PromptHead] = set()
         for p in ready:
             if len(chosen) >= max_batch or budget <= 0:
                 break

@@ -94,6 +94,7 @@ class Signal:
 
 # How many first tokens make two prompts "alike" for the scheduler (PendingPred.prompt_head).
 PROMPT_HEAD = 4
+PromptHead = tuple[str, tuple[int, ...]]  # (user, the prompt's first PROMPT_HEAD tokens)
 
 
 class CallQueue(Protocol):
@@ -169,7 +170,7 @@ class PendingPred:
         self.member = (pid, tid, user, self.fid, n, "decode" if n == 1 else "prefill", (0, n, n))
         # A prompt into an empty file at positions 0.. (what the prefix cache serves): its user and first
         # tokens, so that the scheduler runs one of several alike prompts first (batch_scheduler.py).
-        self.prompt_head = (
+        self.prompt_head: PromptHead | None = (
             (user, tuple(call.tokens[:PROMPT_HEAD])) if n > 1 and start_len == 0 and call.positions is None else None
         )
 
