@@ -68,26 +68,32 @@ def run(eng, prompts: list[list[int]], new: int) -> dict:
 
 
 def _measure(eng, cases, repeats: int, prefix_cache: bool) -> list[dict]:
+    """Each case `repeats` times, in rounds: every round runs the reference and then each workload once,
+    and a workload's ratio is the median over rounds of its tok/s over the same round's reference. A
+    round takes under a minute, so a change in the shared machine's load over the run moves a ratio's
+    two sides together, where the medians of whole blocks of runs would compare different minutes."""
     tok = eng.tokenize
     run(eng, make_prompts(tok, 4, 8, 16, seed=99), 2)  # warm-up
+    prompts = [make_prompts(tok, n, 8, 16, seed=n) for _, n, _ in cases]
+    runs: list[list[dict]] = [[] for _ in cases]
+    for _ in range(repeats):
+        for k, (_, _, new) in enumerate(cases):
+            runs[k].append(run(eng, prompts[k], new))
+    keys = ("tok_s", "wall_s", "mean_batch", "forward_share", "positions_per_token", "positions_s", "reused_share")
     rows = []
-    for kind, n, new in cases:
-        prompts = make_prompts(tok, n, 8, 16, seed=n)
-        runs = [run(eng, prompts, new) for _ in range(repeats)]
-        keys = ("tok_s", "wall_s", "mean_batch", "forward_share", "positions_per_token", "positions_s", "reused_share")
-        row = {k: statistics.median(r[k] for r in runs) for k in keys}
+    for (kind, n, new), rs in zip(cases, runs):
+        row = {k: statistics.median(r[k] for r in rs) for k in keys}
         row.update(kind=kind, programs=n, new=new, prefix_cache=prefix_cache)
+        row["round_ratios"] = [r["tok_s"] / ref["tok_s"] for r, ref in zip(rs, runs[0])]
+        row["ratio"] = statistics.median(row["round_ratios"])
         rows.append(row)
-    ref = rows[0]["tok_s"]
-    for r in rows:
-        r["ratio"] = r["tok_s"] / ref
     return rows
 
 
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="toy sizes (for the tests)")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds (each runs every case once)")
     ap.add_argument("--idle-wait", type=float, default=30.0)
     ap.add_argument("--skip-cache-off", action="store_true", help="no rows for an engine without the prefix cache")
     args = ap.parse_args(argv)
@@ -120,26 +126,29 @@ def main(argv=None) -> str:
     )
     lines = [
         f"### Many short programs: generated tok/s against {rows[0]['programs']} programs x {rows[0]['new']} "
-        f"tokens on the same engine, median of {repeats}",
+        f"tokens on the same engine, median of {repeats} rounds",
         "",
         describe(),
         "",
         "| prefix cache | programs | new tokens each | generated tok/s | ratio | wall s | mean batch "
-        "| in forward passes | prompt tokens from the cache | positions computed per generated token | positions/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| in forward passes | prompt tokens from the cache | positions computed per generated token | positions/s "
+        "| ratio in each round |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {'on' if r['prefix_cache'] else 'off'} | {r['programs']} | {r['new']} | {r['tok_s']:.1f} "
             f"| {r['ratio']:.2f}× | {r['wall_s']:.1f} | {r['mean_batch']:.1f} | {100 * r['forward_share']:.0f}% "
-            f"| {100 * r['reused_share']:.0f}% | {r['positions_per_token']:.2f} | {r['positions_s']:.0f} |"
+            f"| {100 * r['reused_share']:.0f}% | {r['positions_per_token']:.2f} | {r['positions_s']:.0f} "
+            f"| {', '.join(f'{x:.2f}' for x in r['round_ratios'])} |"
         )
     lines += [
         "",
-        "Each ratio is against the reference row of its own engine. Positions: the token positions the model "
-        "computed (prompts and decoded tokens, less the prompt tokens the prefix cache gave, the last token's "
-        "decode excluded). The cache is emptied before every run; the prompts are windows of one 159-token "
-        "text, so many start alike.",
+        "Each ratio is against the reference row of its own engine: the median, over rounds, of the workload's "
+        "tok/s over the reference's in the same round (each round runs every case once, in the table's order). "
+        "Positions: the token positions the model computed (prompts and decoded tokens, less the prompt tokens "
+        "the prefix cache gave, the last token's decode excluded). The cache is emptied before every run; the "
+        "prompts are windows of one 159-token text, so many start alike.",
     ]
     return "\n".join(lines)
 
