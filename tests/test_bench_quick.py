@@ -69,6 +69,9 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert [(r["programs"], r["prefix_cache"]) for r in sp["rows"]] == [(4, True), (16, True), (4, False), (16, False)]
     assert sp["rows"][0]["ratio"] == sp["rows"][2]["ratio"] == 1.0 and sp["ratio_cache_off"] > 0
     assert all(r["tok_s"] > 0 and r["mean_batch"] >= 1 for r in sp["rows"]), sp
+    # a ratio pairs each round's workload with the same round's reference (one round at toy size)
+    assert all(len(r["round_ratios"]) == 1 and r["ratio"] == r["round_ratios"][0] for r in sp["rows"]), sp
+    assert sp["rows"][1]["ratio"] == sp["rows"][1]["tok_s"] / sp["rows"][0]["tok_s"], sp
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
     sb = numbers["sandbox_latency"]
