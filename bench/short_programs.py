@@ -45,7 +45,7 @@ def run(eng, prompts: list[list[int]], new: int) -> dict:
     if cache is not None:
         cache.clear()
     r0 = cache.reused_tokens if cache is not None else 0
-    b0, f0 = log.total_batches, log.forward_s
+    b0, f0, fc0 = log.total_batches, log.forward_s, log.forward_cpu_s
     t0 = time.perf_counter()
     procs = [eng.run(_greedy, p, new) for p in prompts]
     generated = sum(p.result() for p in procs)
@@ -61,6 +61,9 @@ def run(eng, prompts: list[list[int]], new: int) -> dict:
         "wall_s": wall,
         "mean_batch": len(prompts) * new / max(batches, 1),  # preds per forward pass
         "forward_share": (log.forward_s - f0) / wall,
+        # the forward's own thread on a CPU for this share of its wall time (the rest: waiting for the GIL
+        # or a core while LIP threads run beside it)
+        "forward_cpu_share": (log.forward_cpu_s - fc0) / max(log.forward_s - f0, 1e-9),
         "positions_per_token": positions / generated,
         "positions_s": positions / wall,
         "reused_share": reused / sum(len(p) for p in prompts),  # of the prompt tokens
@@ -79,7 +82,16 @@ def _measure(eng, cases, repeats: int, prefix_cache: bool) -> list[dict]:
     for _ in range(repeats):
         for k, (_, _, new) in enumerate(cases):
             runs[k].append(run(eng, prompts[k], new))
-    keys = ("tok_s", "wall_s", "mean_batch", "forward_share", "positions_per_token", "positions_s", "reused_share")
+    keys = (
+        "tok_s",
+        "wall_s",
+        "mean_batch",
+        "forward_share",
+        "forward_cpu_share",
+        "positions_per_token",
+        "positions_s",
+        "reused_share",
+    )
     rows = []
     for (kind, n, new), rs in zip(cases, runs):
         row = {k: statistics.median(r[k] for r in rs) for k in keys}
@@ -131,15 +143,17 @@ def main(argv=None) -> str:
         describe(),
         "",
         "| prefix cache | programs | new tokens each | generated tok/s | ratio | wall s | mean batch "
-        "| in forward passes | prompt tokens from the cache | positions computed per generated token | positions/s "
+        "| in forward passes | forward thread on CPU | prompt tokens from the cache "
+        "| positions computed per generated token | positions/s "
         "| ratio in each round |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {'on' if r['prefix_cache'] else 'off'} | {r['programs']} | {r['new']} | {r['tok_s']:.1f} "
             f"| {r['ratio']:.2f}× | {r['wall_s']:.1f} | {r['mean_batch']:.1f} | {100 * r['forward_share']:.0f}% "
-            f"| {100 * r['reused_share']:.0f}% | {r['positions_per_token']:.2f} | {r['positions_s']:.0f} "
+            f"| {100 * r['forward_cpu_share']:.0f}% | {100 * r['reused_share']:.0f}% "
+            f"| {r['positions_per_token']:.2f} | {r['positions_s']:.0f} "
             f"| {', '.join(f'{x:.2f}' for x in r['round_ratios'])} |"
         )
     lines += [
@@ -147,8 +161,10 @@ def main(argv=None) -> str:
         "Each ratio is against the reference row of its own engine: the median, over rounds, of the workload's "
         "tok/s over the reference's in the same round (each round runs every case once, in the table's order). "
         "Positions: the token positions the model computed (prompts and decoded tokens, less the prompt tokens "
-        "the prefix cache gave, the last token's decode excluded). The cache is emptied before every run; the "
-        "prompts are windows of one 159-token text, so many start alike.",
+        "the prefix cache gave, the last token's decode excluded). Forward thread on CPU: the share of the forward "
+        "passes' wall time their thread was on a CPU; below 100% it waited, for the GIL or for a core (the "
+        "programs' OS threads run their own Python beside it, and so may other processes). The cache is emptied "
+        "before every run; the prompts are windows of one 159-token text, so many start alike.",
     ]
     return "\n".join(lines)
 

@@ -68,7 +68,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     # the default engine (prefix cache on), then one without it: each with its own reference row
     assert [(r["programs"], r["prefix_cache"]) for r in sp["rows"]] == [(4, True), (16, True), (4, False), (16, False)]
     assert sp["rows"][0]["ratio"] == sp["rows"][2]["ratio"] == 1.0 and sp["ratio_cache_off"] > 0
-    assert all(r["tok_s"] > 0 and r["mean_batch"] >= 1 for r in sp["rows"]), sp
+    assert all(r["tok_s"] > 0 and r["mean_batch"] >= 1 and 0 < r["forward_cpu_share"] <= 1.05 for r in sp["rows"]), sp
     # a ratio pairs each round's workload with the same round's reference (one round at toy size)
     assert all(len(r["round_ratios"]) == 1 and r["ratio"] == r["round_ratios"][0] for r in sp["rows"]), sp
     assert sp["rows"][1]["ratio"] == sp["rows"][1]["tok_s"] / sp["rows"][0]["tok_s"], sp
