@@ -193,13 +193,22 @@ def _fused_and_plain(engine, steps: int = 6):
     return fused, plain
 
 
-def test_fused_and_torch_paths_decode_alike_over_an_fp16_cache():
+@pytest.mark.parametrize("int8_max_rows", [8, 63])
+def test_fused_and_torch_paths_decode_alike_over_an_fp16_cache(monkeypatch, int8_max_rows):
     """kv_cache_dtype="fp16" (here under q8 weights): the fused steps and the torch formulas (which
-    convert what they gather) decode alike over it: the same greedy tokens; logits within
-    1e-2, since the two compute RoPE in another order and a last-bit difference can round a K
-    value to the neighbouring fp16 one (fp16's step is 1e-3 of the value)."""
+    convert what they gather) decode alike over it: the same greedy tokens, and close logits. The two
+    compute RoPE, the norms and SiLU in another order, and a last-bit difference can round a K value
+    to the neighbouring fp16 one (fp16's step is 1e-3 of the value). How far that carries depends on
+    which kernel runs the prompts' rows, so the int8 limit is pinned rather than measured (a timing
+    on a busy machine once chose 16 and failed a bound set at 63):
+    - at 63 (what a Zen 3 engine measures) the prompts run the int8 kernel, whose int16 rounding of
+      the activations absorbs most such differences: logits within 1e-2;
+    - at 8 (a Zen 1's choice; any limit below the prompts' length) they run fp32 and every difference
+      carries on through the layers: 0.03-0.10 measured at limits 4-32, held to 0.25 here, where a
+      real fault (a wrong position, a stale slot) moves logits by whole units."""
     from symphony_core import Engine
 
+    monkeypatch.setenv("SYMPHONY_INT8_MAX_ROWS", str(int8_max_rows))
     eng = Engine(num_pages=128, weights="q8", kv_cache_dtype="fp16")
     assert eng.pool.k.dtype == torch.float16 and eng.stats()["kv_cache_dtype"] == "float16"
     assert Engine(num_pages=16, weights="q8").pool.k.dtype == torch.float32  # "auto": the engine's dtype
@@ -208,7 +217,7 @@ def test_fused_and_torch_paths_decode_alike_over_an_fp16_cache():
     fused, plain = _fused_and_plain(eng)
     for n in fused:
         assert fused[n][0] == plain[n][0]
-        torch.testing.assert_close(fused[n][1], plain[n][1], rtol=0, atol=1e-2)
+        torch.testing.assert_close(fused[n][1], plain[n][1], rtol=0, atol=0.25 if int8_max_rows < 63 else 1e-2)
 
 
 def test_fused_and_torch_paths_decode_alike(engine):
