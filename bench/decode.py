@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from .common import publish
+from .common import busy, publish
 from .machine import describe, wait_until_idle
 
 TEXT = (
@@ -104,10 +104,6 @@ def flops_per_token(eng, context: float) -> float:
     return 2 * matmul_params(eng.model) + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * context
 
 
-def _busy(share: float | None) -> int:
-    return int(share is not None and share >= 0.1)
-
-
 def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wait: float) -> list[dict]:
     from transformers import AutoModelForCausalLM
 
@@ -130,14 +126,14 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
         ours_pre, ours_dec, hf_e2e, hf_first = [], [], [], []
         same, contended = 0, 0
         for r in range(repeats):
-            contended += _busy(wait_until_idle(idle_wait))
+            contended += busy(wait_until_idle(idle_wait))
             pre, dec, ours_out = run_ours(eng, prompts, new)
             ours_pre.append(pre)
             ours_dec.append(dec)
-            contended += _busy(wait_until_idle(idle_wait))
+            contended += busy(wait_until_idle(idle_wait))
             e2e, hf_out = run_hf(hf, prompts, new, pad_id)
             hf_e2e.append(e2e)
-            contended += _busy(wait_until_idle(idle_wait))
+            contended += busy(wait_until_idle(idle_wait))
             hf_first.append(run_hf(hf, prompts, 1, pad_id)[0])
             if r == 0:
                 same = sum(a == h for a, h in zip(ours_out, hf_out))

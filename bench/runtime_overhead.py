@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from .common import publish
+from .common import busy, publish
 from .machine import wait_until_idle
 
 
@@ -144,9 +144,8 @@ def main(argv=None) -> list[dict]:
 
     def quiet() -> None:
         nonlocal runs_total, contended
-        busy = wait_until_idle(idle_wait)
         runs_total += 1
-        contended += busy is not None and busy >= 0.1
+        contended += busy(wait_until_idle(idle_wait))
 
     rows = []
     # Each LIP runner on its own engine: OS threads (the default) with and without an event
