@@ -4,8 +4,13 @@ and can be set by hand."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
+import torch
 
 from symphony_core.model import kernel_tiers
 from symphony_core.model.kernel_tiers import (
@@ -105,6 +110,56 @@ def test_without_a_cache_directory_a_process_measures_once(monkeypatch):
     assert int8_max_rows([], TRIED, "digest-c", None, fake_measure) == 16
     assert int8_max_rows([], TRIED, "digest-c", None, fake_measure) == 16
     assert calls == [1]
+
+
+def test_a_measurement_beside_other_load_is_used_but_not_cached(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(kernel_tiers, "_measured", {})
+    shares = iter([0.4, 0.3, 0.02])
+    monkeypatch.setattr(kernel_tiers, "others_share", lambda during: (during(), next(shares)))
+    calls = []
+
+    def fake_measure(pairs, tried):
+        calls.append(1)
+        return 16 if len(calls) < 3 else 63
+
+    assert int8_max_rows([], TRIED, "d", tmp_path, fake_measure) == 16
+    assert not (tmp_path / CACHE_FILE).exists()
+    assert "other processes used 40% of the CPUs" in capsys.readouterr().err
+    assert int8_max_rows([], TRIED, "d", tmp_path, fake_measure) == 16 and calls == [1]  # once a process
+    monkeypatch.setattr(kernel_tiers, "_measured", {})  # the next process measures again: busy again
+    assert int8_max_rows([], TRIED, "d", tmp_path, fake_measure) == 16 and len(calls) == 2
+    monkeypatch.setattr(kernel_tiers, "_measured", {})  # and again, on a quiet machine: cached from then on
+    assert int8_max_rows([], TRIED, "d", tmp_path, fake_measure) == 63
+    (entry,) = json.loads((tmp_path / CACHE_FILE).read_text()).values()
+    assert entry["int8_max_rows"] == 63 and entry["others_cpu"] == 0.02
+    monkeypatch.setattr(kernel_tiers, "_measured", {})
+    assert int8_max_rows([], TRIED, "d", tmp_path, fake_measure) == 63 and len(calls) == 3
+
+
+def test_others_share_counts_other_processes_cpu_not_our_own(monkeypatch):
+    ticks = iter([(1000, 300, 50), (1200, 460, 150)])  # (all CPUs, busy, this process)
+    monkeypatch.setattr(kernel_tiers, "_cpu_ticks", lambda: next(ticks))
+    assert kernel_tiers.others_share(lambda: "x") == ("x", pytest.approx((160 - 100) / 200))
+    ticks = iter([(1000, 300, 50), (1004, 304, 52)])  # too few ticks passed to tell
+    monkeypatch.setattr(kernel_tiers, "_cpu_ticks", lambda: next(ticks))
+    assert kernel_tiers.others_share(lambda: 1) == (1, None)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc")
+def test_others_share_sees_a_process_spinning_beside_the_measurement():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # started
+        _, share = kernel_tiers.others_share(lambda: time.sleep(1.0))
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert share is not None and share >= 0.6 / (os.cpu_count() or 1)  # one busy core of them all
+    # Our own work, on every torch thread, is not counted (counted, it would be ~100%).
+    a = torch.randn(512, 512)
+    _, share = kernel_tiers.others_share(lambda: [a @ a for _ in range(200)])
+    assert share is None or share < 0.8
 
 
 def test_the_variable_sets_the_limit_and_bad_values_are_named(tmp_path, monkeypatch):
