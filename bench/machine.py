@@ -15,6 +15,8 @@ import time
 
 import torch
 
+from symphony_core.model.cpu_load import cpu_ticks
+
 
 def describe() -> str:
     cpu = platform.processor() or platform.machine()
@@ -26,23 +28,14 @@ def describe() -> str:
     return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} on {torch.get_num_threads()} threads"
 
 
-def _cpu_times() -> tuple[int, int] | None:
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return sum(fields), fields[3] + fields[4]  # total, idle + iowait
-
-
 def busy_fraction(window: float = 1.0) -> float | None:
     """Share of all CPUs used by anything during `window` seconds (we sleep meanwhile)."""
-    a = _cpu_times()
+    a = cpu_ticks()
     time.sleep(window)
-    b = _cpu_times()
-    if a is None or b is None or b[0] == a[0]:
+    b = cpu_ticks()
+    if a is None or b is None or b.total == a.total:
         return None
-    return 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+    return (b.busy - a.busy) / (b.total - a.total)
 
 
 def wait_until_idle(max_wait: float, busy_below: float = 0.1) -> float | None:

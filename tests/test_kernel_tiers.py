@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from symphony_core.model import kernel_tiers
+from symphony_core.model import cpu_load, kernel_tiers
+from symphony_core.model.cpu_load import CpuTicks
 from symphony_core.model.kernel_tiers import (
     CACHE_FILE,
     ENV,
@@ -138,12 +139,12 @@ def test_a_measurement_beside_other_load_is_used_but_not_cached(tmp_path, monkey
 
 
 def test_others_share_counts_other_processes_cpu_not_our_own(monkeypatch):
-    ticks = iter([(1000, 300, 50), (1200, 460, 150)])  # (all CPUs, busy, this process)
-    monkeypatch.setattr(kernel_tiers, "_cpu_ticks", lambda: next(ticks))
-    assert kernel_tiers.others_share(lambda: "x") == ("x", pytest.approx((160 - 100) / 200))
-    ticks = iter([(1000, 300, 50), (1004, 304, 52)])  # too few ticks passed to tell
-    monkeypatch.setattr(kernel_tiers, "_cpu_ticks", lambda: next(ticks))
-    assert kernel_tiers.others_share(lambda: 1) == (1, None)
+    ticks = iter([CpuTicks(1000, 300, 50), CpuTicks(1200, 460, 150)])
+    monkeypatch.setattr(cpu_load, "cpu_ticks", lambda: next(ticks))
+    assert cpu_load.others_share(lambda: "x") == ("x", pytest.approx((160 - 100) / 200))
+    ticks = iter([CpuTicks(1000, 300, 50), CpuTicks(1004, 304, 52)])  # too few ticks passed to tell
+    monkeypatch.setattr(cpu_load, "cpu_ticks", lambda: next(ticks))
+    assert cpu_load.others_share(lambda: 1) == (1, None)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs /proc")
@@ -151,14 +152,14 @@ def test_others_share_sees_a_process_spinning_beside_the_measurement():
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)  # started
-        _, share = kernel_tiers.others_share(lambda: time.sleep(1.0))
+        _, share = cpu_load.others_share(lambda: time.sleep(1.0))
     finally:
         spinner.kill()
         spinner.wait()
     assert share is not None and share >= 0.6 / (os.cpu_count() or 1)  # one busy core of them all
     # Our own work, on every torch thread, is not counted (counted, it would be ~100%).
     a = torch.randn(512, 512)
-    _, share = kernel_tiers.others_share(lambda: [a @ a for _ in range(200)])
+    _, share = cpu_load.others_share(lambda: [a @ a for _ in range(200)])
     assert share is None or share < 0.8
 
 

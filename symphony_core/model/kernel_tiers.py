@@ -17,9 +17,9 @@ and at every count below (never fewer than the first, a count where int8 won eve
 The answer is cached per machine in the model's directory
 (`kernel-tiers.json`, keyed by the CPU, the thread count, torch and the kernels' build), so only a
 machine's first load pays for it. A measurement taken while other processes held the CPUs (>= 10% of
-their time, from /proc/stat) is used by its process but not cached: on a busy machine int8 and fp32 lose
-time unevenly, and a skewed limit would otherwise stay for good. The next load measures again. `SYMPHONY_INT8_MAX_ROWS=<rows>` sets the limit instead (reproducible
-runs; the choice moves which batches round activations to int16, not what any kernel computes).
+their time, cpu_load.py) is used by its process but not cached: on a busy machine int8 and fp32 lose time
+unevenly, and a skewed limit would otherwise stay for good. The next load measures again.
+`SYMPHONY_INT8_MAX_ROWS=<rows>` sets the limit instead (reproducible runs; the choice moves which batches round activations to int16, not what any kernel computes).
 
 2. Which fp32 kernel runs one row (fp32 engines; cpu_kernels/gemv.cpp): "blocked", four weight rows at
 once with software prefetch, fastest on the Zen 1 EPYC, or "streamed", one row at a time without it, 7-9%
@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+
+from .cpu_load import others_share
 
 ENV = "SYMPHONY_INT8_MAX_ROWS"
 F32_ENV = "SYMPHONY_F32_ONE_ROW"
@@ -70,30 +72,6 @@ def _cpu_name() -> str:
 
 def machine_key(kernels_digest: str) -> str:
     return f"{_cpu_name()} | {torch.get_num_threads()} threads | torch {torch.__version__} | kernels {kernels_digest}"
-
-
-def _cpu_ticks() -> tuple[int, int, int] | None:
-    """(all CPUs' ticks, their busy ticks, this process's ticks) so far, from /proc; None where there is none."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:9]]
-        with open("/proc/self/stat") as f:
-            own = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    except (OSError, ValueError, IndexError):
-        return None
-    return sum(fields), sum(fields) - fields[3] - fields[4], int(own[11]) + int(own[12])  # idle, iowait; utime, stime
-
-
-def others_share(during: Callable[[], object]) -> tuple[object, float | None]:
-    """`during()`'s result and the share of all CPUs' time that other processes used while it ran
-    (None where /proc cannot say, or too little time passed to tell)."""
-    a = _cpu_ticks()
-    value = during()
-    b = _cpu_ticks()
-    if a is None or b is None or b[0] - a[0] < 10:
-        return value, None
-    others = (b[1] - a[1]) - (b[2] - a[2])
-    return value, max(0.0, others / (b[0] - a[0]))
 
 
 def _timed(linears: Sequence[Linear], xs: dict[int, torch.Tensor]) -> float:
@@ -205,16 +183,15 @@ def _cached(name: str, key: str, cache_dir: Path | None, measure_fn, valid, says
     t0 = time.perf_counter()
     value, others = others_share(measure_fn)
     took = time.perf_counter() - t0
-    if others is not None and others >= CONTENDED:
-        print(
-            f"symphony: {says(value)} (measured in {took:.1f} s while other processes used {others:.0%} of the "
-            "CPUs: used by this process, not cached; the next load measures again)",
-            file=sys.stderr,
-        )
-        _measured[memo] = value
-        return value
-    print(f"symphony: {says(value)} (measured in {took:.1f} s)", file=sys.stderr)
-    if path is None:
+    contended = others is not None and others >= CONTENDED
+    busy = (
+        f" while other processes used {others:.0%} of the CPUs: used by this process, not cached; the next "
+        "load measures again"
+        if contended
+        else ""
+    )
+    print(f"symphony: {says(value)} (measured in {took:.1f} s{busy})", file=sys.stderr)
+    if path is None or contended:
         _measured[memo] = value
         return value
     cached[key] = {name: value, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
