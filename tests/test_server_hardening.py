@@ -1,10 +1,11 @@
 """The server's answers to floods and client mistakes (issue 19): message memory bounded per
 process and per user and given back when processes are reaped, the OpenAI endpoints' 400/429,
-bad token ids caught inside a program, the runtime forgetting reaped processes; and a fault of the
-server's own while it starts a program, reported rather than dropped.
+bad token ids caught inside a program, the runtime forgetting reaped processes; a fault of the
+server's own while it starts a program, reported rather than dropped; and a waiter on a process
+the shutdown drain cancelled answered 503 however late it wakes.
 
-One real server on loopback for the module, keeping finished processes only 2 s (the last test
-runs the app in-process).
+One real server on loopback for the module, keeping finished processes only 2 s (the last three
+tests use the engine in-process instead).
 """
 
 from __future__ import annotations
@@ -201,3 +202,32 @@ def test_a_server_fault_starting_a_program_is_a_typed_500_not_a_dropped_socket(e
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
         assert closed.value.code == 1011
+
+
+def test_a_waiter_on_a_process_the_drain_cancelled_gets_503_even_once_it_has_ended(engine):
+    """The drain's cancel wakes waiters; a waiter that runs only after the cancelled process has
+    ended must still answer 503 'shutting down', as one that woke first does (a race CI once lost)."""
+    import asyncio
+
+    from starlette.testclient import TestClient
+
+    from symphony_core.server import create_app
+    from symphony_core.server.drain import drain
+    from symphony_core.server.state import ServerConfig
+
+    app = create_app(engine, config=ServerConfig(sandbox=False, drain_s=0.2))
+    state = app.state.symphony
+    with TestClient(app) as tc:
+        r = tc.post("/v1/processes", json={"source": SOURCE, "entry": "deaf"})
+        assert r.status_code == 201, r.text
+        pid = r.json()["pid"]
+        asyncio.run_coroutine_threadsafe(drain(state), state.loop).result(30)
+        rec = state.registry.get(pid, "local")
+        t0 = time.monotonic()
+        while not rec.done and time.monotonic() - t0 < 30:
+            time.sleep(0.02)
+        assert rec.done and rec.proc.status == "cancelled", rec.proc.status
+        r = tc.get(f"/v1/processes/{pid}/result", params={"wait": 5})
+        assert r.status_code == 503, r.text
+        assert r.headers["content-type"].startswith("application/json")
+        assert "shutting down" in r.json()["error"]["message"] and "did not finish" in r.json()["error"]["message"]

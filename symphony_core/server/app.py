@@ -189,7 +189,9 @@ def build_routes(state: State) -> list:
         end = time.monotonic() + wait
         while not rec.done and time.monotonic() < end and not state.drained:
             await rec.changed(end - time.monotonic())
-        if state.drained and not rec.done:
+        # A waiter woken by the drain's cancel may find the process already ended as cancelled;
+        # it is answered the same as one that wakes first.
+        if state.drained and (not rec.done or rec.cut_by_drain):
             raise BadRequest(
                 503,
                 f"the server is shutting down: process {rec.pid} did not finish within the "

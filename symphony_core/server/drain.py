@@ -45,6 +45,7 @@ async def drain(state: State) -> None:
     if late:
         log.info("drain deadline passed: cancelling %d process(es)", len(late))
     for r in late:
+        r.cut_by_drain = True
         r.proc.cancel(f"the server is shutting down (it gave running processes {state.config.drain_s:g} s to finish)")
     for r in state.registry.all():
         r._notify()

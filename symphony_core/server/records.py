@@ -86,6 +86,7 @@ class ProcessRecord:
         self.output: list[dict] = []  # print() output of a sandboxed program
         self.output_bytes = 0
         self.done = False
+        self.cut_by_drain = False  # still running when the shutdown drain ran out, so cancelled by it
         self.finished_at: float | None = None
         self.lock = threading.Lock()
         self._waiters: set[asyncio.Future] = set()
