@@ -191,7 +191,7 @@ def build_routes(state: State) -> list:
             await rec.changed(end - time.monotonic())
         # A waiter woken by the drain's cancel may find the process already ended as cancelled;
         # it is answered the same as one that wakes first.
-        if state.drained and (not rec.done or rec.cut_by_drain):
+        if state.drained and (not rec.done or (rec.cut_by_drain and rec.proc.status == "cancelled")):
             raise BadRequest(
                 503,
                 f"the server is shutting down: process {rec.pid} did not finish within the "
