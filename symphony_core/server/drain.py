@@ -1,6 +1,7 @@
 """Shutting down without dropping clients: on SIGTERM the server starts no new processes, gives
 running ones `config.drain_s` seconds to finish, then cancels what still runs and wakes every
-waiter (a `GET …/result?wait=` still waiting answers 503 in the JSON error format). The HTTP
+waiter (a `GET …/result?wait=` still waiting answers 503 in the JSON error format, as does a
+later `result` for a process the drain cancelled). The HTTP
 server itself closes its connections only after that (serve.py gives it the drain plus a margin).
 """
 
