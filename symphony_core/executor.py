@@ -254,7 +254,7 @@ class Executor:
     def _forward(self, calls: list[PredCall], idx: Sequence[int], results: list, argmax: bool) -> None:
         kvfs = self.kvfs
         pool = kvfs.pool
-        ps, refcount = pool.page_size, pool.refcount
+        ps, refcount, take_free = pool.page_size, pool.refcount, pool.take_free
         decodes = DecodeRows()
         # (result index, call, the file's length before) of every member with its slots reserved, in
         # the batch's row order: the decodes' columns first, then the other calls (`seqs`).
@@ -276,12 +276,25 @@ class Executor:
                 kv = c.kv
                 f = kv.file
                 n = len(f.tokens)
-                # Most calls: one token appended after the last, into room left in an unshared last page.
-                if c.decode and n % ps and not kv.closed and not f.evicted and refcount[f.pages[-1]] == 1:
-                    p = f.positions[-1] + 1
-                    if p < max_pos:
+                # Most calls: one token appended after the last, into room left in an unshared last page
+                # or, when the last page is full, into a truly free page (eviction, copy-on-write and the
+                # prefix cache's kept pages take `kvfs.reserve`, below).
+                if c.decode and not kv.closed and not f.evicted:
+                    p = f.positions[-1] + 1 if n else 0
+                    off = n % ps
+                    if p >= max_pos:
+                        page = -1
+                    elif off:
+                        page = f.pages[-1]
+                        if refcount[page] != 1:
+                            page = -1
+                    else:
+                        page = take_free()
+                        if page >= 0:
+                            f.pages.append(page)
+                    if page >= 0:
                         t = c.tokens[0]
-                        slot = f.pages[-1] * ps + n % ps
+                        slot = page * ps + off
                         f.tokens.append(t)
                         f.positions.append(p)
                         dec_tokens(t)
@@ -292,9 +305,14 @@ class Executor:
                         # Other members' reservations never touch this file's pages (eviction spares
                         # them), so it can be read right after its own reservation.
                         cache = f.slot_cache
-                        if cache is not None and len(cache[1]) == n and cache[0] == f.pages:
-                            ctx = cache[1]
-                            ctx.append(slot)
+                        if cache is not None and len(cache[1]) == n:
+                            if not off:
+                                cache[0].append(page)
+                            if cache[0] == f.pages:
+                                ctx = cache[1]
+                                ctx.append(slot)
+                            else:
+                                ctx = context_slots(f)
                         else:
                             ctx = context_slots(f)
                         dec_contexts(ctx)
@@ -337,10 +355,15 @@ class Executor:
             raise
         for f, n in prompts:
             kvfs.remember_prompt(f, n)
-        self._scatter(logits, fb.output_counts, reserved, results, argmax)
+        # Every decode is plain (one output, no sampler or mask): only the other calls need a look.
+        plain = all(c.plain for _, c, _ in seq_members)
+        self._scatter(logits, fb.output_counts, reserved, results, argmax, plain)
 
-    def _scatter(self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool) -> None:
-        if logits.shape[0] == len(reserved) and all(c.plain for _, c, _ in reserved):
+    def _scatter(
+        self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool, plain: bool
+    ) -> None:
+        """Each reserved call's `Dist` into `results`; `plain`: every call is (`PredCall.plain`)."""
+        if plain and logits.shape[0] == len(reserved):
             # The common decode batch: one row per call, nothing to mask or sample.
             row_of = Dist.row_of
             if argmax:

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from symphony_core import PredCall
+from symphony_core import OutOfPages, PredCall
 from symphony_core.model.attention import FLASH_BLOCK, QUERY_BLOCK, FlashPaged, TorchSDPA, _causal_in_blocks
 from symphony_core.model.forward_batch import ForwardBatch, SeqInput
 
@@ -331,3 +331,53 @@ def test_logits_in_vocabulary_blocks_are_the_plain_products_bit_for_bit(r):
         got = logits_rows(x, head, r)
         assert got.shape == (r, 3000) and got.is_contiguous()
         assert torch.equal(got, want)
+
+
+def test_a_decode_that_opens_a_page(fresh_engine, hf_model, monkeypatch):
+    """A decode whose file's last page is full (or that writes the first token of an empty file)
+    takes a truly free page inline; once only prefix-cached pages are free it takes the full
+    reservation path, which reuses one; with no page at all it fails alone. Logits match
+    transformers on each path and the page accounting stays exact."""
+    eng = fresh_engine(num_pages=4, page_size=16)
+    pool, vocab = eng.pool, eng.config.vocab_size
+    full = _prompt(16, 901, vocab)
+    a = eng.kv_create()
+    eng.pred(a, full)  # one full page
+    cached = eng.kv_create()
+    eng.pred(cached, _prompt(16, 902, vocab))
+    eng.kv_close(cached)  # its page stays free, kept by the prefix cache
+    assert pool.cached_pages == 1 and pool.free_pages == 3
+    empty = eng.kv_create()
+    reserves = []
+    reserve = eng.kvfs.reserve
+    monkeypatch.setattr(eng.kvfs, "reserve", lambda kv, *a, **k: reserves.append(kv) or reserve(kv, *a, **k))
+    toks_a, toks_e = full + [11], [12]
+    got_a, got_e = eng.pred_batch([PredCall(a, [11]), PredCall(empty, [12])])
+    assert reserves == []  # both inline
+    _close(got_a.logits, _reference(hf_model, toks_a)[-1], "decode into a new free page")
+    _close(got_e.logits, _reference(hf_model, toks_e)[-1], "first token of an empty file")
+    assert len(a.pages) == 2 and len(empty.pages) == 1 and pool.cached_pages == 1 and pool.free_pages == 1
+    eng.kvfs.check()
+    # Only the cached page is left free: the decode that opens a[2]'s page takes it through `reserve`.
+    toks_a += _prompt(15, 903, vocab)
+    eng.pred(a, toks_a[17:])  # a: 32 tokens, two full pages
+    assert pool.free_pages == 1 and pool.cached_pages == 1
+    reserves.clear()
+    got = eng.pred(a, [13])
+    assert reserves == [a]
+    toks_a.append(13)
+    _close(got.logits, _reference(hf_model, toks_a)[-1], "decode into a page the prefix cache gave up")
+    assert len(a.pages) == 3 and pool.free_pages == 0 and pool.cached_pages == 0
+    eng.kvfs.check()
+    # No page left: the decode that needs one fails alone; its batch-mate runs and nothing leaks.
+    for t in range(14, 14 + 15):
+        eng.pred(empty, [t])
+    before = list(empty.tokens)
+    got_e, got_a = eng.pred_batch([PredCall(empty, [40]), PredCall(a, [41])])
+    assert isinstance(got_e, OutOfPages) and empty.tokens == before
+    toks_a.append(41)
+    _close(got_a.logits, _reference(hf_model, toks_a)[-1], "decode beside one that found no page")
+    eng.kvfs.check()
+    for kv in (a, empty):
+        eng.kv_close(kv)
+    assert pool.free_pages == pool.n_pages

@@ -83,6 +83,16 @@ class PagePool:
             self.refcount[p] = 1
         return pages
 
+    def take_free(self) -> int:
+        """One truly free page (reference count 1), or -1 when none is: a decode's new page, taken
+        without the cached pages' bookkeeping (`alloc` takes those)."""
+        free = self._free
+        if not free:
+            return -1
+        p = free.pop()
+        self.refcount[p] = 1
+        return p
+
     def retain(self, pages: list[int]) -> None:
         """One more holder for each page; a cached page (no holder) is taken back from the cache's keeping."""
         for p in pages:

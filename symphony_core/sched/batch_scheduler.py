@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from operator import attrgetter, is_
 
 import torch
 
@@ -36,6 +37,13 @@ from .pending import PendingPred, PromptHead
 from .policy import AdaptiveWatermark
 from .process import LIPThread
 from .process_scheduler import ProcessScheduler
+
+# Read off every member of a batch in one C-level pass (`map`), not a Python loop per member.
+_call, _fid, _done_tokens, _waiting_pages, _member, _hub_wait, _n_tokens = map(
+    attrgetter, ("call", "fid", "done_tokens", "waiting_pages", "member", "hub_wait", "n_tokens")
+)
+
+_JUST_DIST = {Dist}
 
 logger = logging.getLogger(__name__)
 
@@ -231,8 +239,10 @@ class BatchScheduler:
         if len(ready) <= self.max_batch:
             # The whole queue fits (most batches): every call goes, in the order they came, and
             # nobody's rank matters. Two calls on one file need two batches, as below.
-            fids = [p.fid for p in ready]
-            if len(set(fids)) == len(fids) and sum(len(p.call.tokens) - p.done_tokens for p in ready) <= budget:
+            if (
+                len(set(map(_fid, ready))) == len(ready)
+                and sum(map(_n_tokens, ready)) - sum(map(_done_tokens, ready)) <= budget
+            ):
                 return ready, True
         rank = self.procs.rank
         # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
@@ -267,8 +277,8 @@ class BatchScheduler:
     def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:
         """Run `chosen` as one forward pass and complete what finished. `whole`: every call runs
         whole within the token budget (`_select` checked), so none is cut into chunks."""
-        if whole and all(p.done_tokens == 0 for p in chosen):
-            calls = [p.call for p in chosen]
+        if whole and not any(map(_done_tokens, chosen)):
+            calls = list(map(_call, chosen))
             spans = None
         else:
             budget = self.token_budget
@@ -297,15 +307,15 @@ class BatchScheduler:
         self.idle_since = t1
         members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
         finished: list[tuple[PendingPred, Dist | BaseException]] = []
-        if spans is None and all(type(r) is Dist for r in results) and not any(p.waiting_pages for p in chosen):
+        if spans is None and set(map(type, results)) == _JUST_DIST and not any(map(_waiting_pages, chosen)):
             # Every call ran whole and got its distribution: the member tuples were made at submit.
-            finished = list(zip(chosen, results))
-            members = [p.member for p in chosen]
-            tokens, errors = sum(len(p.call.tokens) for p in chosen), 0
+            self._finish_many(chosen, results)
+            members = list(map(_member, chosen))
+            tokens, errors = sum(map(_n_tokens, chosen)), 0
         else:
             members, finished, tokens, errors = self._complete(chosen, spans, results)
-        if finished:
-            self._finish_many(finished)
+            if finished:
+                self._finish_many([p for p, _ in finished], [r for _, r in finished])
         if members:
             pool = self.kvfs.pool
             rec = BatchRecord(
@@ -399,22 +409,27 @@ class BatchScheduler:
             if not p.call.kv.closed and p.call.kv.file.length > p.start_len:
                 self.kvfs.rollback(Reservation(p.call.kv, p.start_len, []))
 
-    def _finish_many(self, done: list[tuple[PendingPred, Dist | BaseException]]) -> None:
+    def _finish_many(self, done: list[PendingPred], results: list[Dist | BaseException]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,
-        one after the other (see `Signal`)."""
+        one after the other (see `Signal`); `results[k]` is `done[k]`'s."""
         with self._cv:
             q = self._queue
-            if len(done) == len(q) and all(a is b for a, (b, _) in zip(q, done)):
+            if len(done) == len(q) and all(map(is_, q, done)):
                 self._queue = []  # the batch took the whole queue, in its order
             else:
-                gone = {p for p, _ in done}
+                gone = set(done)
                 self._queue = [p for p in q if p not in gone]
+        for p, result in zip(done, results):
+            p.result = result
+        waits = list(map(_hub_wait, done))
+        if waits and None not in waits:  # greenlets only: the hub resumes them all in one pass
+            waits[0].hub.fire_many(waits)
+            return
         first = prev = None
         hub_waits = []
-        for p, result in done:
-            p.result = result
-            if p.hub_wait is not None:  # a greenlet: the hub resumes them all in one pass
-                hub_waits.append(p.hub_wait)
+        for p, w in zip(done, waits):
+            if w is not None:
+                hub_waits.append(w)
                 continue
             assert p.finished is not None
             if prev is None:
@@ -428,7 +443,7 @@ class BatchScheduler:
             hub_waits[0].hub.fire_many(hub_waits)
 
     def _finish(self, p: PendingPred, result) -> None:
-        self._finish_many([(p, result)])
+        self._finish_many([p], [result])
 
     def fail(self, p: PendingPred, error: BaseException) -> None:
         """End a queued call with an error (its process was killed, or it can never fit)."""

@@ -130,6 +130,7 @@ class PendingPred:
         "fid",
         "member",
         "prompt_head",
+        "n_tokens",
     )
 
     def __init__(
@@ -164,7 +165,7 @@ class PendingPred:
         self.thread: LIPThread | None = None  # the LIPThread asleep on it (BatchScheduler.pred), for its state
         f = call.kv.file
         self.fid = f.fid
-        n = len(call.tokens)
+        n = self.n_tokens = len(call.tokens)
         # Its batch record's member tuple when it runs whole (`BatchMember`'s fields), made here on the
         # caller's thread rather than by the scheduler for every member of every batch.
         self.member = (pid, tid, user, self.fid, n, "decode" if n == 1 else "prefill", (0, n, n))
