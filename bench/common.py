@@ -55,8 +55,9 @@ def hf_generate(model, prompts: list[list[int]], new: int, pad_id: int) -> tuple
 
 class PeakPages:
     """Highest `pages_used` of the engine's KVFS while the block runs, above what was in use
-    when it began. Every page allocation goes through `PagePool.alloc`, so the peak is read
-    right after each one (the hook wraps the pool instance's method and is removed on exit)."""
+    when it began. Every page allocation goes through `PagePool.alloc` or, for a decode's new
+    page, `PagePool.take_free`, so the peak is read right after each one (the hooks wrap the pool
+    instance's methods and are removed on exit)."""
 
     def __init__(self, eng) -> None:
         self.eng = eng
@@ -64,24 +65,34 @@ class PeakPages:
         self.base = self.peak = 0
         self.allocated = 0  # pages handed out during the block, in all (freed ones counted too)
 
+    def _taken(self, n: int) -> None:
+        self.allocated += n
+        used = self.pool.used_pages
+        if used > self.peak:
+            self.peak = used
+
     def __enter__(self) -> PeakPages:
         self.base = self.eng.kvfs.stats()["pages_used"]
         self.peak = self.base
-        orig = self.pool.alloc
+        alloc, take_free = self.pool.alloc, self.pool.take_free
 
-        def alloc(n: int) -> list[int]:
-            pages = orig(n)
-            self.allocated += n
-            used = self.pool.used_pages
-            if used > self.peak:
-                self.peak = used
+        def hooked_alloc(n: int) -> list[int]:
+            pages = alloc(n)
+            self._taken(n)
             return pages
 
-        self.pool.alloc = alloc
+        def hooked_take_free() -> int:
+            page = take_free()
+            if page >= 0:
+                self._taken(1)
+            return page
+
+        self.pool.alloc = hooked_alloc
+        self.pool.take_free = hooked_take_free
         return self
 
     def __exit__(self, *exc) -> None:
-        del self.pool.alloc  # back to the class's method
+        del self.pool.alloc, self.pool.take_free  # back to the class's methods
 
     @property
     def pages(self) -> int:

@@ -112,3 +112,22 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     )
     assert again.returncode == 0, again.stderr[-2000:]
     assert out.read_text() == text2
+
+
+def test_peak_pages_counts_the_pages_a_decode_takes_inline(fresh_engine):
+    """W3's page figure: a decode that opens a page takes it outside `PagePool.alloc` (the
+    executor's inline path); the peak counts it all the same, and a page freed inside the block
+    leaves the peak where it was."""
+    from bench.common import PeakPages
+
+    eng = fresh_engine(num_pages=8, page_size=16)
+    a, b = eng.kv_create(), eng.kv_create()
+    with PeakPages(eng) as peak:
+        eng.pred(a, list(range(100, 116)))  # one full page, through `alloc`
+        eng.pred(a, [7])  # the second page, inline
+        eng.pred(b, [8])  # an empty file's first page, inline
+        assert peak.pages == 3 and peak.allocated == 3
+        eng.kv_close(b)
+    assert peak.pages == 3 and eng.pool.used_pages == 2
+    assert "take_free" not in vars(eng.pool) and "alloc" not in vars(eng.pool)  # the hooks are gone
+    eng.kv_close(a)
