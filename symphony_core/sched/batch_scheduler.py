@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from operator import attrgetter, is_
+from typing import cast
 
 import torch
 
@@ -33,17 +34,10 @@ from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
 from .hub import Hub
-from .pending import PendingPred, PromptHead
+from .pending import PendingPred, PromptHead, Signal
 from .policy import AdaptiveWatermark
 from .process import LIPThread
 from .process_scheduler import ProcessScheduler
-
-# Read off every member of a batch in one C-level pass (`map`), not a Python loop per member.
-_call, _fid, _done_tokens, _waiting_pages, _member, _hub_wait, _n_tokens = map(
-    attrgetter, ("call", "fid", "done_tokens", "waiting_pages", "member", "hub_wait", "n_tokens")
-)
-
-_JUST_DIST = {Dist}
 
 logger = logging.getLogger(__name__)
 
@@ -240,8 +234,8 @@ class BatchScheduler:
             # The whole queue fits (most batches): every call goes, in the order they came, and
             # nobody's rank matters. Two calls on one file need two batches, as below.
             if (
-                len(set(map(_fid, ready))) == len(ready)
-                and sum(map(_n_tokens, ready)) - sum(map(_done_tokens, ready)) <= budget
+                len(set(map(attrgetter("fid"), ready))) == len(ready)
+                and sum(map(attrgetter("n_tokens"), ready)) - sum(map(attrgetter("done_tokens"), ready)) <= budget
             ):
                 return ready, True
         rank = self.procs.rank
@@ -277,8 +271,8 @@ class BatchScheduler:
     def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:
         """Run `chosen` as one forward pass and complete what finished. `whole`: every call runs
         whole within the token budget (`_select` checked), so none is cut into chunks."""
-        if whole and not any(map(_done_tokens, chosen)):
-            calls = list(map(_call, chosen))
+        if whole and not any(map(attrgetter("done_tokens"), chosen)):
+            calls = list(map(attrgetter("call"), chosen))
             spans = None
         else:
             budget = self.token_budget
@@ -307,11 +301,11 @@ class BatchScheduler:
         self.idle_since = t1
         members: list[tuple] = []  # BatchMember fields, as plain tuples (see BatchRecord)
         finished: list[tuple[PendingPred, Dist | BaseException]] = []
-        if spans is None and set(map(type, results)) == _JUST_DIST and not any(map(_waiting_pages, chosen)):
+        if spans is None and set(map(type, results)) == {Dist} and not any(map(attrgetter("waiting_pages"), chosen)):
             # Every call ran whole and got its distribution: the member tuples were made at submit.
             self._finish_many(chosen, results)
-            members = list(map(_member, chosen))
-            tokens, errors = sum(map(_n_tokens, chosen)), 0
+            members = list(map(attrgetter("member"), chosen))
+            tokens, errors = sum(map(attrgetter("n_tokens"), chosen)), 0
         else:
             members, finished, tokens, errors = self._complete(chosen, spans, results)
             if finished:
@@ -421,24 +415,16 @@ class BatchScheduler:
                 self._queue = [p for p in q if p not in gone]
         for p, result in zip(done, results):
             p.result = result
-        waits = list(map(_hub_wait, done))
+        waits = list(map(attrgetter("hub_wait"), done))
         if waits and None not in waits:  # greenlets only: the hub resumes them all in one pass
             waits[0].hub.fire_many(waits)
             return
-        first = prev = None
-        hub_waits = []
-        for p, w in zip(done, waits):
-            if w is not None:
-                hub_waits.append(w)
-                continue
-            assert p.finished is not None
-            if prev is None:
-                first = p.finished
-            else:
-                prev.next = p.finished
-            prev = p.finished
-        if first is not None:
-            first.set()  # the rest follow down the chain (Signal)
+        signals = [cast(Signal, p.finished) for p, w in zip(done, waits) if w is None]  # OS threads' calls
+        for a, b in zip(signals, signals[1:]):
+            a.next = b
+        if signals:
+            signals[0].set()  # the rest follow down the chain (Signal)
+        hub_waits = [w for w in waits if w is not None]
         if hub_waits:
             hub_waits[0].hub.fire_many(hub_waits)
 
