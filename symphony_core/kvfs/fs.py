@@ -180,13 +180,13 @@ class KVFS:
             ps = self.pool.page_size
             reused = 0
             if reuse_up_to and not f.tokens and self.prefix_cache is not None:
-                reused = self._start_from_cache(f, tokens[: reuse_up_to + 1], {f.fid, *protect})
+                reused = self._start_from_cache(f, tokens[: reuse_up_to + 1], protect)
                 tokens, positions = tokens[reused:], positions[reused:]
             old = f.length
             new_pages = -(-(old + len(tokens)) // ps) - len(f.pages)
             cow = old % ps != 0 and self.pool.refcount[f.pages[-1]] > 1
-            need = new_pages + int(cow)  # most decode steps need none: no protect set to build then
-            fresh = self._alloc(need, protect={f.fid, *protect}) if need else []
+            need = new_pages + int(cow)
+            fresh = self._alloc(need, f.fid, protect) if need else []
             if cow:
                 dst = fresh.pop()
                 self.pool.copy_page(f.pages[-1], dst, old % ps)
@@ -198,7 +198,7 @@ class KVFS:
             slots = [f.pages[i // ps] * ps + i % ps for i in range(old, old + len(tokens))]
             return Reservation(kv, old - reused, slots, reused)
 
-    def _start_from_cache(self, f: KVFile, tokens: list[int], protect: set[int]) -> int:
+    def _start_from_cache(self, f: KVFile, tokens: list[int], protect: frozenset[int] | set[int]) -> int:
         """Give the empty file `f` the cached pages of the longest cached start of `tokens` (shared
         full pages; a partly matching page's first slots copied into a page of its own), never all of
         them; record those tokens. Returns how many. Nothing changes when a page cannot be had."""
@@ -213,7 +213,7 @@ class KVFS:
         if k:
             pool.retain([src])
             try:
-                (dst,) = self._alloc(1, protect)
+                (dst,) = self._alloc(1, f.fid, protect)
             except OutOfPages:
                 pool.release(full + [src])
                 return 0
@@ -336,9 +336,12 @@ class KVFS:
             f.pages = []
             self.files.pop(f.fid, None)
 
-    def _alloc(self, n: int, protect: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    def _alloc(self, n: int, writing: int, protect: set[int] | frozenset[int] = frozenset()) -> list[int]:
+        """`n` free pages for file `writing`, evicting hinted files other than it and those in `protect`
+        if need be (the set of both is built only then: a batch's prompts would otherwise copy the
+        batch's member set once each)."""
         if n > self.pool.free_pages:
-            self._evict_until_free(n, protect)
+            self._evict_until_free(n, protect if writing in protect else protect | {writing})
         return self.pool.alloc(n)
 
     def _evict_until_free(self, target: int, protect: set[int] | frozenset[int] = frozenset()) -> None:
