@@ -104,6 +104,14 @@ def flops_per_token(eng, context: float) -> float:
     return 2 * matmul_params(eng.model) + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * context
 
 
+def _matmul_gflops(eng, rows: int) -> float:
+    """The machine's matmul rate now, at `rows` rows on the engine's own fp32 weights (bench/matmul.py)."""
+    from .matmul import measure
+
+    with torch.inference_mode():
+        return measure(eng.model, [rows], 3, 0.0)[0]["gflops"]
+
+
 def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wait: float) -> list[dict]:
     from transformers import AutoModelForCausalLM
 
@@ -123,11 +131,21 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
     rows = []
     for b in batches:
         prompts = make_prompts(eng.tokenize, b, lo, hi, seed=b)
+        mean_context = sum(len(p) for p in prompts) / b + new / 2
         ours_pre, ours_dec, hf_e2e, hf_first = [], [], [], []
+        # Target C at the widest batch: the matmuls alone, timed just before and just after each of our
+        # runs, so both sides of the ratio see the machine in the same state (this machine's speed drifts
+        # by tens of percent between the matmul section and this one).
+        paired = b == max(batches)
+        c_runs: list[float] = []
         same, contended = 0, 0
         for r in range(repeats):
             contended += busy(wait_until_idle(idle_wait))
+            mm_before = _matmul_gflops(eng, b) if paired else 0.0
             pre, dec, ours_out = run_ours(eng, prompts, new)
+            if paired:
+                ours = b * (new - 1) * flops_per_token(eng, mean_context) / dec / 1e9
+                c_runs.append(ours / ((mm_before + _matmul_gflops(eng, b)) / 2))
             ours_pre.append(pre)
             ours_dec.append(dec)
             contended += busy(wait_until_idle(idle_wait))
@@ -140,7 +158,6 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             print(f"  batch {b} repeat {r + 1}/{repeats}: ours {pre + dec:.2f} s, transformers {e2e:.2f} s", flush=True)
         med = statistics.median
         decode_tokens, all_tokens = b * (new - 1), b * new
-        mean_context = sum(len(p) for p in prompts) / b + new / 2
         row = {
             "batch": b,
             "ours_decode": decode_tokens / med(ours_dec),
@@ -151,6 +168,9 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             "same": same,
             "contended": f"{contended}/{3 * repeats}" if idle_wait > 0 else "not checked",
         }
+        if c_runs:
+            row["c_runs"] = c_runs
+            row["c_paired"] = med(c_runs)
         rows.append(row)
     return rows
 
@@ -172,6 +192,14 @@ def table(rows: list[dict], new: int, repeats: int, lo: int, hi: int) -> str:
             f"| {r['ours_e2e']:.1f} | {r['hf_e2e']:.1f} | {r['ours_e2e'] / r['hf_e2e']:.2f}× | {r['same']}/{r['batch']} "
             f"| {r['contended']} |"
         )
+    for r in rows:
+        if "c_paired" in r:
+            lines += [
+                "",
+                f"Target C at {r['batch']} sequences, paired: our decode GFLOP/s in each run over the matmuls' own "
+                f"GFLOP/s at {r['batch']} rows (bench/matmul.py's timing, the mean of one just before and one just "
+                f"after that run): {', '.join(f'{c:.2f}' for c in r['c_runs'])}; median **{r['c_paired']:.2f}**.",
+            ]
     lines += [
         "",
         "llama.cpp: in the weight formats section (bench/weights.py: its low-level API, every sequence in one batch).",
