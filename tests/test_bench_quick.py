@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -42,6 +43,10 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert (w3["doc_tokens"], w3["questions"], w3["new"]) == (128, 4, 16)
     assert (numbers["agents"]["agents"], numbers["agents"]["steps"]) == (2, 2)
     assert numbers["decode"]["new"] == 8
+    # target C: each of the widest batch's decode runs over the matmuls alone timed around it
+    widest = max(numbers["decode"]["rows"], key=lambda r: r["batch"])
+    assert len(widest["c_runs"]) == numbers["decode"]["repeats"] and all(c > 0 for c in widest["c_runs"]), widest
+    assert widest["c_paired"] == statistics.median(widest["c_runs"])
     assert w3["ratio"] > 0 and w3["ours_s"] > 0 and w3["hf_s"] > 0
     assert 0 < w3["peak_pages"] and w3["pages_ratio"] <= 1.3, w3  # forks share the document's pages
     assert w3["peak_pages"] < w3["copies_pages"]
@@ -82,6 +87,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     for wid in ("W1", "W2", "W3", "W4", "W5", "Short programs", "W6", "W7", "C"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {wid} |"))
         assert "not run" not in row, row
+    assert "median of runs" in next(line for line in table.splitlines() if line.startswith("| C |"))
 
     # the plots (matplotlib is in the [dev] extra)
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
