@@ -132,6 +132,7 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
     for b in batches:
         prompts = make_prompts(eng.tokenize, b, lo, hi, seed=b)
         mean_context = sum(len(p) for p in prompts) / b + new / 2
+        decode_gflop = b * (new - 1) * flops_per_token(eng, mean_context) / 1e9  # model work of our decode steps
         ours_pre, ours_dec, hf_e2e, hf_first = [], [], [], []
         # Target C at the widest batch: the matmuls alone, timed just before and just after each of our
         # runs, so both sides of the ratio see the machine in the same state (this machine's speed drifts
@@ -144,8 +145,7 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
             mm_before = _matmul_gflops(eng, b) if paired else 0.0
             pre, dec, ours_out = run_ours(eng, prompts, new)
             if paired:
-                ours = b * (new - 1) * flops_per_token(eng, mean_context) / dec / 1e9
-                c_runs.append(ours / ((mm_before + _matmul_gflops(eng, b)) / 2))
+                c_runs.append(decode_gflop / dec / ((mm_before + _matmul_gflops(eng, b)) / 2))
             ours_pre.append(pre)
             ours_dec.append(dec)
             contended += busy(wait_until_idle(idle_wait))
@@ -161,7 +161,7 @@ def bench(batches: list[int], new: int, repeats: int, lo: int, hi: int, idle_wai
         row = {
             "batch": b,
             "ours_decode": decode_tokens / med(ours_dec),
-            "ours_gflops": decode_tokens * flops_per_token(eng, mean_context) / med(ours_dec) / 1e9,
+            "ours_gflops": decode_gflop / med(ours_dec),
             "hf_decode": decode_tokens / max(1e-9, med(e - f for e, f in zip(hf_e2e, hf_first))),
             "ours_e2e": all_tokens / med(p + d for p, d in zip(ours_pre, ours_dec)),
             "hf_e2e": all_tokens / med(hf_e2e),

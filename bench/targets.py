@@ -10,23 +10,24 @@ def _row(rows: list[dict], key: str, value) -> dict | None:
     return next((r for r in rows if r.get(key) == value), None)
 
 
+def _widest_decode(n: dict) -> dict | None:
+    """The decode section's row with the most sequences: target C is measured there."""
+    return max(n.get("decode", {}).get("rows", []), key=lambda r: r["batch"], default=None)
+
+
 def _c_pair(n: dict) -> tuple[int, dict, dict] | None:
     """Target C's inputs: the widest decode row and the matmul row nearest its batch size
     (decode's model FLOP/s against the machine's matmul FLOP/s at about the same rows)."""
-    dec = n.get("decode", {}).get("rows", [])
+    row = _widest_decode(n)
     mm = n.get("matmul", {}).get("rows", [])
-    widest = max((r["batch"] for r in dec), default=None)
-    row = _row(dec, "batch", widest)
-    m = min(mm, key=lambda m: abs(m["rows"] - widest), default=None) if row else None
-    return (widest, row, m) if row and m else None
+    m = min(mm, key=lambda m: abs(m["rows"] - row["batch"]), default=None) if row else None
+    return (row["batch"], row, m) if row and m else None
 
 
 def _c_value(n: dict) -> tuple[float, str] | None:
     """Target C and how it was measured: the decode section's paired runs (the matmuls timed around
     each of ours) where it has them, else the decode row over the matmul section's row."""
-    dec = n.get("decode", {}).get("rows", [])
-    widest = max(dec, key=lambda r: r["batch"], default=None)
-    pair = _c_pair(n)
+    widest, pair = _widest_decode(n), _c_pair(n)
     apart = pair[1]["ours_gflops"] / pair[2]["gflops"] if pair else None
     if widest is not None and "c_paired" in widest:
         runs = ", ".join(f"{c:.2f}" for c in widest["c_runs"])
@@ -41,9 +42,9 @@ def _c_value(n: dict) -> tuple[float, str] | None:
         )
     if pair is None or apart is None:
         return None
-    widest_b, r32, m32 = pair
+    _, row, m = pair
     return apart, (
-        f"{apart:.2f} ({r32['ours_gflops']:.0f} ÷ {m32['gflops']:.0f} GFLOP/s at {widest_b} seq, matmul at {m32['rows']} rows)"
+        f"{apart:.2f} ({row['ours_gflops']:.0f} ÷ {m['gflops']:.0f} GFLOP/s at {row['batch']} seq, matmul at {m['rows']} rows)"
     )
 
 
@@ -252,7 +253,8 @@ def missed_notes(n: dict) -> str:
         )
     cv = _c_value(n)
     if cv and cv[0] < 0.75:
-        r32 = max(n["decode"]["rows"], key=lambda r: r["batch"])
+        r32 = _widest_decode(n)
+        assert r32 is not None  # C comes from the widest decode row
         widest = r32["batch"]
         if "c_runs" in r32:
             against = f"the same matmuls alone timed around each run (per-run ratios {', '.join(f'{c:.2f}' for c in r32['c_runs'])})."

@@ -336,7 +336,7 @@ class KVFS:
             f.pages = []
             self.files.pop(f.fid, None)
 
-    def _alloc(self, n: int, writing: int, protect: set[int] | frozenset[int] = frozenset()) -> list[int]:
+    def _alloc(self, n: int, writing: int, protect: set[int] | frozenset[int]) -> list[int]:
         """`n` free pages for file `writing`, evicting hinted files other than it and those in `protect`
         if need be (the set of both is built only then: a batch's prompts would otherwise copy the
         batch's member set once each)."""
@@ -344,7 +344,7 @@ class KVFS:
             self._evict_until_free(n, protect if writing in protect else protect | {writing})
         return self.pool.alloc(n)
 
-    def _evict_until_free(self, target: int, protect: set[int] | frozenset[int] = frozenset()) -> None:
+    def _evict_until_free(self, target: int, protect: set[int] | frozenset[int]) -> None:
         """Evict hinted files (lowest priority first) until `target` pages are free.
 
         Evicts nothing when even every evictable file would not free enough (pages shared
