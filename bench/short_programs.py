@@ -99,7 +99,20 @@ def _measure(eng, cases, repeats: int, prefix_cache: bool) -> list[dict]:
         row["round_ratios"] = [r["tok_s"] / ref["tok_s"] for r, ref in zip(rs, runs[0])]
         row["ratio"] = statistics.median(row["round_ratios"])
         rows.append(row)
+    body, head = _matmul_params(eng.config)
+    ref_cost = rows[0]["positions_per_token"] * body + head
+    for row in rows:
+        # The ratio if this workload ran the matmuls at the reference's own rate per FLOP: every computed
+        # position costs the body's weights once, every generated token one row of the LM head.
+        row["flop_ratio"] = ref_cost / (row["positions_per_token"] * body + head)
     return rows
+
+
+def _matmul_params(cfg) -> tuple[int, int]:
+    """Weights one token position multiplies by in the layers (attention and MLP projections), and in the LM head."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    per_layer = h * (cfg.n_heads + 2 * cfg.n_kv_heads) * d + cfg.n_heads * d * h + 3 * h * cfg.intermediate_size
+    return cfg.n_layers * per_layer, cfg.vocab_size * h
 
 
 def main(argv=None) -> str:
@@ -144,16 +157,16 @@ def main(argv=None) -> str:
         "",
         "| prefix cache | programs | new tokens each | generated tok/s | ratio | wall s | mean batch "
         "| in forward passes | forward thread on CPU | prompt tokens from the cache "
-        "| positions computed per generated token | positions/s "
+        "| positions computed per generated token | positions/s | ratio at the reference's rate per FLOP "
         "| ratio in each round |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {'on' if r['prefix_cache'] else 'off'} | {r['programs']} | {r['new']} | {r['tok_s']:.1f} "
             f"| {r['ratio']:.2f}× | {r['wall_s']:.1f} | {r['mean_batch']:.1f} | {100 * r['forward_share']:.0f}% "
             f"| {100 * r['forward_cpu_share']:.0f}% | {100 * r['reused_share']:.0f}% "
-            f"| {r['positions_per_token']:.2f} | {r['positions_s']:.0f} "
+            f"| {r['positions_per_token']:.2f} | {r['positions_s']:.0f} | {r['flop_ratio']:.2f}× "
             f"| {', '.join(f'{x:.2f}' for x in r['round_ratios'])} |"
         )
     lines += [
@@ -161,7 +174,10 @@ def main(argv=None) -> str:
         "Each ratio is against the reference row of its own engine: the median, over rounds, of the workload's "
         "tok/s over the reference's in the same round (each round runs every case once, in the table's order). "
         "Positions: the token positions the model computed (prompts and decoded tokens, less the prompt tokens "
-        "the prefix cache gave, the last token's decode excluded). Forward thread on CPU: the share of the forward "
+        "the prefix cache gave, the last token's decode excluded). Ratio at the reference's rate per FLOP: the "
+        "ratio if this workload's matmuls ran as fast per FLOP as the reference's (each computed position "
+        "multiplies by the layers' weights, each generated token by the LM head's); the measured ratio over it is "
+        "the workload's efficiency against the reference. Forward thread on CPU: the share of the forward "
         "passes' wall time their thread was on a CPU; below 100% it waited, for the GIL or for a core (the "
         "programs' OS threads run their own Python beside it, and so may other processes). The cache is emptied "
         "before every run; the prompts are windows of one 159-token text, so many start alike.",

@@ -65,6 +65,19 @@ def _short_programs_bound(n: dict, short: dict, ref: dict) -> str:
     )
 
 
+def _short_programs_flops(short: dict) -> str:
+    """The ratio the matmul FLOPs alone allow, at the reference's own rate per FLOP (runs from before the
+    short-programs section recorded it have no such figure)."""
+    ceiling = short.get("flop_ratio")
+    if not ceiling:
+        return ""
+    return (
+        f"Were every matmul FLOP as fast as in the reference, the ratio would be {ceiling:.2f}× (its computed "
+        f"positions through the layers plus one LM-head row per generated token, against the reference's); the "
+        f"short programs ran at {short['ratio'] / ceiling:.2f}× the reference's rate per FLOP. "
+    )
+
+
 def _verdict(ok: bool | None) -> str:
     return "not run" if ok is None else ("met" if ok else "**missed**")
 
@@ -235,6 +248,7 @@ def missed_notes(n: dict) -> str:
                 else ". "
             )
             + _short_programs_bound(n, short, ref)
+            + _short_programs_flops(short)
             + "What would close it: less prompt work per generated token (programs that fork one shared, "
             "already-prefilled prefix)."
         )

@@ -77,6 +77,10 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     # a ratio pairs each round's workload with the same round's reference (one round at toy size)
     assert all(len(r["round_ratios"]) == 1 and r["ratio"] == r["round_ratios"][0] for r in sp["rows"]), sp
     assert sp["rows"][1]["ratio"] == sp["rows"][1]["tok_s"] / sp["rows"][0]["tok_s"], sp
+    # the FLOP ceiling: 1 for each reference; below 1 for a workload computing more positions per generated token
+    assert sp["rows"][0]["flop_ratio"] == sp["rows"][2]["flop_ratio"] == 1.0, sp
+    short, ref = sp["rows"][1], sp["rows"][0]
+    assert (short["flop_ratio"] < 1) == (short["positions_per_token"] > ref["positions_per_token"]), sp
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
     sb = numbers["sandbox_latency"]
