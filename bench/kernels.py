@@ -3,7 +3,8 @@
 For T rows, one model step's worth of matmuls (the 30 layers' four projections + the LM head)
 through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) and by Symphony's compiled
 fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded), int8 weight-only and int4
-weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations); the
+weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations), and
+the weights rounded to bf16 through oneDNN (the quantised engines' wide tier on CPUs with native bf16); the
 compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
 noisy shared machine then slows all of them alike); the figure is the median. This is what set
 `KERNEL_MAX_ROWS` and `FP32_KERNEL_MAX_ROWS` in symphony_core/model/weight_formats.py.
@@ -20,6 +21,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from symphony_core.model.quant import native_bf16
+
 from .common import publish
 from .machine import describe
 
@@ -27,7 +30,7 @@ from .machine import describe
 def measure(rows: list[int], repeats: int) -> list[dict]:
     from symphony_core import Engine
     from symphony_core.model.llama import matmul_rows
-    from symphony_core.model.quant import CompiledDenseLinear, Int8Linear, quantize_int8
+    from symphony_core.model.quant import Bf16Linear, CompiledDenseLinear, Int8Linear, quantize_int8
     from symphony_core.model.weight_formats import fp32_weight
 
     fp32 = Engine(num_pages=16)
@@ -46,6 +49,7 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         forms = {"fp32 compiled": fp32c, "int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
     else:  # not built: the engine's own linears already run torch's kernels
         forms = {"int8": int8, "int4": int4}
+    forms["bf16"] = [Bf16Linear(w) for w in dense]  # q8's and q4's wide tier where the CPU multiplies bf16 natively
     out = []
     for t in rows:
         xs = {k: torch.randn(t, k) for k in {w.shape[1] for w in dense}}
@@ -103,10 +107,10 @@ def main(argv=None) -> str:
         f"Machine: {describe()}",
         "",
         "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
-        "| int8, compiled (int16 act.) | int4, compiled (int16 act.) | fastest |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| int8, compiled (int16 act.) | int4, compiled (int16 act.) | bf16, oneDNN (bf16 act.) | fastest |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "fp32 compiled", "int8", "int4", "int8 compiled", "int4 compiled")
+    kinds = ("fp32", "fp32 compiled", "int8", "int4", "int8 compiled", "int4 compiled", "bf16")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])
         cells = " | ".join(f"{r[k]:.1f}" if k in r else "not built" for k in kinds)
@@ -114,7 +118,9 @@ def main(argv=None) -> str:
     lines += [
         "",
         'The int4 column\'s LM head runs int8 (as in `weights="q4"`); fp32 reads 538 MB a step, '
-        "int8 ~134 MB, int4 ~53 MB + the 28 MB int8 LM head.",
+        "int8 ~134 MB, int4 ~53 MB + the 28 MB int8 LM head, bf16 269 MB. bf16 (weights and activations rounded "
+        "to bf16, fp32 sums) is the wide tier of q8 and q4 on a CPU that multiplies bf16 natively "
+        f"(this one: {'yes' if native_bf16() else 'no'}), where it measured faster than fp32 (kernel_tiers.py).",
     ]
     md = "\n".join(lines)
     print(md)

@@ -15,6 +15,7 @@ import torch
 from symphony_core.model import cpu_load, kernel_tiers
 from symphony_core.model.cpu_load import CpuTicks
 from symphony_core.model.kernel_tiers import (
+    BF16_ENV,
     CACHE_FILE,
     ENV,
     F32_ENV,
@@ -23,6 +24,7 @@ from symphony_core.model.kernel_tiers import (
     machine_key,
     measure,
     measure_one_row,
+    wide_bf16,
 )
 
 TRIED = (8, 16, 32, 48, 63)
@@ -208,6 +210,45 @@ def test_the_one_row_kernel_is_cached_beside_the_int8_limit_and_the_variable_win
         f32_one_row([], print, "d", tmp_path, must_not_measure)
 
 
+def test_the_wide_tier_choice_is_cached_apart_from_the_int8_limit_and_the_variable_wins(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(BF16_ENV, raising=False)
+
+    def must_not_measure(*args):
+        raise AssertionError("measured again though the answer is cached or set")
+
+    assert wide_bf16([], 64, "d", tmp_path, lambda pairs, rows: True) is True
+    assert wide_bf16([], 64, "d", tmp_path, must_not_measure) is True
+    # the int8 limit measured against bf16 is another entry than the one against fp32
+    assert int8_max_rows([], TRIED, "d", tmp_path, lambda pairs, tried: 8, against="bf16") == 8
+    assert int8_max_rows([], TRIED, "d", tmp_path, lambda pairs, tried: 48) == 48
+    assert int8_max_rows([], TRIED, "d", tmp_path, must_not_measure, against="bf16") == 8
+    entries = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert sorted(str(v.get("wide_bf16", v.get("int8_max_rows"))) for v in entries.values()) == ["48", "8", "True"]
+    monkeypatch.setenv(BF16_ENV, "0")
+    assert wide_bf16([], 64, "d", tmp_path, must_not_measure) is False
+    monkeypatch.setenv(BF16_ENV, "yes")
+    with pytest.raises(ValueError, match=f"{BF16_ENV}='yes'"):
+        wide_bf16([], 64, "d", tmp_path, must_not_measure)
+
+
+@pytest.mark.slow  # ~10 s: loads a q8 engine
+def test_a_q8_engine_runs_int8_up_to_the_limit_then_bf16_where_asked(monkeypatch):
+    from symphony_core import Engine
+    from symphony_core.model.quant import Bf16Linear, Int8Linear
+    from symphony_core.model.weight_formats import WIDE
+
+    monkeypatch.setenv(ENV, "16")
+    monkeypatch.setenv(BF16_ENV, "1")
+    eng = Engine(num_pages=16, weights="q8")
+    try:
+        for lin in (eng.model.layers[0].wqkv, eng.model.layers[-1].w_down, eng.model.lm_head):
+            assert [rows for rows, _ in lin.tiers] == [16, WIDE]
+            assert isinstance(lin.pick(16), Int8Linear) and isinstance(lin.pick(17), Bf16Linear)
+    finally:
+        eng.shutdown()
+
+
 @pytest.mark.slow  # ~10 s: loads a q8 engine
 def test_a_q8_engine_runs_int8_up_to_the_limit_then_fp32(monkeypatch):
     from symphony_core import Engine
@@ -217,6 +258,7 @@ def test_a_q8_engine_runs_int8_up_to_the_limit_then_fp32(monkeypatch):
     if compiled() is None:
         pytest.skip("the compiled kernels are not built here: torch's kernels keep their fixed limits")
     monkeypatch.setenv(ENV, "16")
+    monkeypatch.setenv(BF16_ENV, "0")  # fp32 above int8, as where the CPU has no native bf16
     eng = Engine(num_pages=16, weights="q8")
     try:
         for lin in (eng.model.layers[0].wqkv, eng.model.layers[-1].w_down, eng.model.lm_head):

@@ -12,7 +12,7 @@ import torch
 from symphony_core import Engine, PredCall
 from symphony_core.errors import ModelError
 from symphony_core.model.cpu_kernels import compiled
-from symphony_core.model.quant import CompiledDenseLinear, DenseLinear, Int8Linear
+from symphony_core.model.quant import Bf16Linear, CompiledDenseLinear, DenseLinear, Int8Linear, native_bf16
 from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, INT8_ROWS_TRIED, QUANTISED_MAX_ROWS
 
 HELD_PROMPTS = [
@@ -59,12 +59,17 @@ def test_quantised_engine_generates_close_to_fp32_and_keeps_pages_exact(fmt, fp3
     # decode in groups the quantised kernels take (wider batches run the fp32 tier: weight_formats.py)
     group = HELD_PROMPTS[:QUANTISED_MAX_ROWS]
     assert not isinstance(eng.model.layers[0].wqkv.pick(len(group)), DenseLinear)
-    if compiled() is not None:  # wider batches: fp32 on the shared tensors, the compiled kernel before MKL
+    if compiled() is not None:  # wider batches: fp32 on the shared tensors (the compiled kernel before MKL), or bf16
         int8_rows = eng.model.lm_head.tiers[0][0]  # measured on this machine (kernel_tiers.py)
         assert int8_rows in INT8_ROWS_TRIED
         assert isinstance(eng.model.lm_head.pick(int8_rows), Int8Linear)
-        assert isinstance(eng.model.lm_head.pick(int8_rows + 1), CompiledDenseLinear | DenseLinear)
-        assert isinstance(eng.model.layers[0].wqkv.pick(FP32_KERNEL_MAX_ROWS + 1), DenseLinear)
+        wide = eng.model.layers[0].wqkv.pick(FP32_KERNEL_MAX_ROWS + 1)
+        if isinstance(wide, Bf16Linear):  # only where the CPU multiplies bf16 natively (and it measured faster)
+            assert native_bf16()
+            assert isinstance(eng.model.lm_head.pick(int8_rows + 1), Bf16Linear)
+        else:
+            assert isinstance(wide, DenseLinear)
+            assert isinstance(eng.model.lm_head.pick(int8_rows + 1), CompiledDenseLinear | DenseLinear)
     ours = [
         o
         for i in range(0, len(HELD_PROMPTS), QUANTISED_MAX_ROWS)
@@ -82,6 +87,45 @@ def test_quantised_engine_generates_close_to_fp32_and_keeps_pages_exact(fmt, fp3
     assert proc.result(timeout=300) == fp32_tokens[0][0]
     assert eng.kvfs.stats()["pages_used"] == before
     eng.shutdown()
+
+
+@pytest.mark.parametrize("bf16", ["0", "1"])
+def test_wide_batches_run_the_tier_asked_for_and_stay_close_to_fp32(bf16, monkeypatch, engine):
+    """`SYMPHONY_WIDE_BF16` picks the wide tier of a quantised engine on any CPU (bf16 runs, if slowly, without
+    native bf16); a prefill wide enough for it gives fp32's first token on the held prompts."""
+    monkeypatch.setenv("SYMPHONY_WIDE_BF16", bf16)
+    eng = Engine(num_pages=64, weights="q8")
+    wide = eng.model.layers[3].w_down.pick(1 << 20)
+    assert isinstance(wide, Bf16Linear) if bf16 == "1" else isinstance(wide, DenseLinear)
+    assert isinstance(eng.model.lm_head.pick(1 << 20), Bf16Linear if bf16 == "1" else DenseLinear)
+    # one prompt long enough that its prefill runs the wide tier whatever the int8 limit measured here
+    long_prompt = " ".join(HELD_PROMPTS) * 3
+    ids = eng.tokenize(long_prompt)
+    assert len(ids) > max(INT8_ROWS_TRIED)
+    kv = eng.kv_create()
+    ours = eng.pred_batch([PredCall(kv, ids)])[0].argmax()
+    eng.kv_close(kv)
+    eng.shutdown()
+    kv = engine.kv_create()
+    ref = engine.pred_batch([PredCall(kv, ids)])[0].argmax()
+    engine.kv_close(kv)
+    assert ours == ref
+
+
+def test_bf16_linear_is_the_fp32_product_to_bf16_rounding():
+    from symphony_core.model.quant import Bf16Linear
+
+    torch.manual_seed(0)
+    w = torch.randn(96, 64) * 0.05
+    x = torch.randn(70, 64)
+    y = Bf16Linear(w)(x)
+    assert y.dtype == torch.float32 and y.shape == (70, 96)
+    ref = x @ w.t()
+    # bf16 keeps 8 bits of mantissa: each product's inputs within 2^-8, the sums in fp32
+    assert torch.allclose(y, ref, atol=0.02 * ref.abs().max().item(), rtol=0.02), (y - ref).abs().max()
+    # a feature-major view (what the MLP hands the down projection at wide batches) gives the same result
+    xt = x.t().contiguous().t()
+    assert torch.equal(Bf16Linear(w)(xt), y)
 
 
 def _one_token_lip(sym, prompt: str) -> int:

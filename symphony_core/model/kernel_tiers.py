@@ -26,6 +26,11 @@ once with software prefetch, fastest on the Zen 1 EPYC, or "streamed", one row a
 faster on the Zen 3 one. Timed the same way on the model's layers at one row (~0.4 s), cached beside the first
 answer; `SYMPHONY_F32_ONE_ROW=blocked|streamed` sets it instead. Both compute the same fp32 sums in the
 same order per output, so the choice changes no result.
+
+3. Whether a quantised engine runs its wide batches (above the int8 limit) in bf16 rather than fp32, on a CPU
+that multiplies bf16 natively (AVX512-BF16, AMX: torch's oneDNN then runs bf16 matmuls 3-4x as fast as MKL's
+fp32 sgemm once compute-bound). Timed the same way at `weight_formats.BF16_ROWS_TRIED` rows, cached;
+`SYMPHONY_WIDE_BF16=1|0` decides instead. The int8 limit is then measured against that tier, its own entry.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .cpu_load import others_share
 
 ENV = "SYMPHONY_INT8_MAX_ROWS"
 F32_ENV = "SYMPHONY_F32_ONE_ROW"
+BF16_ENV = "SYMPHONY_WIDE_BF16"
 F32_ONE_ROW = ("blocked", "streamed")  # the first wins a tie
 ONE_ROW_REPEATS = 7
 CACHE_FILE = "kernel-tiers.json"
@@ -81,21 +87,26 @@ def _timed(linears: Sequence[Linear], xs: dict[int, torch.Tensor]) -> float:
     return time.perf_counter() - t0
 
 
+def _faster(pairs: Sequence[tuple[Linear, Linear]], rows: int) -> bool:
+    """Whether the first linear of each pair ran all of them faster than the second at `rows` rows. The two
+    alternate within each repeat; medians. pairs: each linear with `.shape` (out, in)."""
+    firsts, seconds = [p[0] for p in pairs], [p[1] for p in pairs]
+    xs = {lin.shape[1]: torch.randn(rows, lin.shape[1]) for lin in firsts}  # type: ignore[attr-defined]
+    _timed(firsts, xs), _timed(seconds, xs)  # warm-up
+    times: list[list[float]] = [[], []]
+    for r in range(REPEATS):
+        for k in (0, 1) if r % 2 == 0 else (1, 0):
+            times[k].append(_timed(firsts if k == 0 else seconds, xs))
+    return statistics.median(times[0]) < statistics.median(times[1])
+
+
 def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int]) -> int:
     """The widest of the (increasing) candidate row counts at which the int8 linears ran faster than their
-    fp32 forms, as they did at every candidate below it; the first candidate, the floor, if int8 lost there.
-    pairs: (int8, fp32) per weight, each with `.shape` (out, in). The two kernels alternate within each
-    repeat; medians."""
-    int8s, fp32s = [p[0] for p in pairs], [p[1] for p in pairs]
+    wider tier (fp32, or bf16 where that runs wide batches), as they did at every candidate below it; the first
+    candidate, the floor, if int8 lost there. pairs: (int8, wide tier) per weight."""
     chosen = candidates[0]
     for rows in candidates:
-        xs = {lin.shape[1]: torch.randn(rows, lin.shape[1]) for lin in int8s}  # type: ignore[attr-defined]
-        _timed(int8s, xs), _timed(fp32s, xs)  # warm-up
-        times: dict[int, list[float]] = {8: [], 32: []}
-        for r in range(REPEATS):
-            for bits in (8, 32) if r % 2 == 0 else (32, 8):
-                times[bits].append(_timed(int8s if bits == 8 else fp32s, xs))
-        if statistics.median(times[8]) >= statistics.median(times[32]):
+        if not _faster(pairs, rows):
             break
         chosen = max(chosen, rows)
     return chosen
@@ -122,9 +133,11 @@ def int8_max_rows(
     kernels_digest: str,
     cache_dir: Path | None,
     measure_fn=measure,
+    against: str = "fp32",
 ) -> int:
     """The int8 tier's row limit: `ENV` if set, else this machine's cached measurement, else
-    `measure_fn(pairs, candidates)` (then cached in `cache_dir`, or for this process where there is none)."""
+    `measure_fn(pairs, candidates)` (then cached in `cache_dir`, or for this process where there is none).
+    `against`: the tier above int8 that `pairs` holds ("fp32" or "bf16"), part of the cache's key."""
     override = os.environ.get(ENV, "").strip()
     if override:
         try:
@@ -135,6 +148,8 @@ def int8_max_rows(
             raise ValueError(f"{ENV}={override!r}: give a row count of at least 1")
         return rows
     key = f"{machine_key(kernels_digest)} | rows {','.join(map(str, candidates))}"
+    if against != "fp32":
+        key += f" | against {against}"
     return _cached(
         "int8_max_rows",
         key,
@@ -142,6 +157,31 @@ def int8_max_rows(
         lambda: measure_fn(pairs, candidates),
         lambda v: isinstance(v, int) and not isinstance(v, bool),
         lambda rows: f"the int8 kernel runs up to {rows} rows on this machine",
+    )
+
+
+def wide_bf16(
+    pairs: Sequence[tuple[Linear, Linear]],
+    rows: int,
+    kernels_digest: str,
+    cache_dir: Path | None,
+    measure_fn=_faster,
+) -> bool:
+    """Whether a quantised engine runs its wide batches in bf16: `BF16_ENV` ("1"/"0") if set, else this
+    machine's cached measurement, else whether the bf16 linears of `pairs` (bf16, fp32) beat fp32 at `rows`
+    rows (cached as int8_max_rows's is)."""
+    override = os.environ.get(BF16_ENV, "").strip()
+    if override:
+        if override not in ("0", "1"):
+            raise ValueError(f"{BF16_ENV}={override!r}: give 1 (bf16) or 0 (fp32)")
+        return override == "1"
+    return _cached(
+        "wide_bf16",
+        f"{machine_key(kernels_digest)} | bf16 at {rows} rows",
+        cache_dir,
+        lambda: measure_fn(pairs, rows),
+        lambda v: isinstance(v, bool),
+        lambda bf16: f"quantised engines run wide batches in {'bf16' if bf16 else 'fp32'} on this machine",
     )
 
 

@@ -11,9 +11,10 @@
   came as a Q4_1 GGUF (no second rounding), else quantised the same way from fp32; the LM head
   int8 (the shipped file keeps it at 8 bits).
 
-Both keep the fp32 weights too and switch kernels by the rows of the call (`KERNEL_MAX_ROWS`, the
-compiled int8 limit measured per machine by kernel_tiers.py): the weight-only kernels win while reading
-the weights is the cost (decode), fp32 above: fp32's own
+Both switch kernels by the rows of the call (`KERNEL_MAX_ROWS`, the compiled int8 limit measured per
+machine by kernel_tiers.py): the weight-only kernels win while reading the weights is the cost (decode),
+the wide tier above. That is bf16 (`Bf16Linear`, oneDNN) where the CPU multiplies bf16 natively and it
+measured faster than fp32 (`_wide_tiers`), else fp32's own
 tiers (the compiled fp32 kernel to `FP32_KERNEL_MAX_ROWS`, MKL's sgemm for wide batches and prefill,
 where the matmul is compute-bound). The weight-only kernels are Symphony's own compiled ones
 (cpu_kernels/, built by `make kernels`) where they load, else torch's.
@@ -24,6 +25,7 @@ Quantised tensors are cached beside the converted fp32 weights (`quant-q8.safete
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,14 +35,16 @@ from ..errors import ModelError
 from .cpu_kernels import compiled
 from .cpu_kernels import digest as kernels_digest
 from .huge_pages import into_huge_pages
-from .kernel_tiers import SAMPLE_LAYERS, f32_one_row, int8_max_rows
+from .kernel_tiers import BF16_ENV, SAMPLE_LAYERS, f32_one_row, int8_max_rows, wide_bf16
 from .quant import (
+    Bf16Linear,
     CompiledDenseLinear,
     DenseLinear,
     Int4Linear,
     Int8Linear,
     RowsSwitchLinear,
     TierLinear,
+    native_bf16,
     quantize_int4,
     quantize_int8,
 )
@@ -85,6 +89,10 @@ FP32_KERNEL_MAX_ROWS = 63
 # row-reading kernels would have to copy first.
 INT8_ROWS_TRIED = (KERNEL_MAX_ROWS["compiled"][1], 16, 32, 48, FP32_KERNEL_MAX_ROWS)
 WIDE = 1 << 30
+# The row count a quantised engine times bf16 against fp32 at, where the CPU multiplies bf16 natively: a wide
+# batch, where the matmul is compute-bound. On a 2-core Zen 5 EPYC (AVX512-BF16), ms per model step's matmuls,
+# bf16 (oneDNN) / fp32 (MKL sgemm): 16 rows 16.2 / 44.0, 64 rows 33.3 / 102.7, 512 rows 203 / 674.
+BF16_ROWS_TRIED = 64
 CACHE_VERSION = "2"
 
 
@@ -211,6 +219,34 @@ def _apply_fp32(model, cache_dir: Path | None) -> None:
     model.fused.clear()
 
 
+def _wide_tiers(model, use_compiled: bool, cache_dir: Path | None) -> tuple[dict, list, str]:
+    """A quantised engine's tiers for the batches too wide for its int8 kernel, per (layer, projection) and for
+    the LM head, and their kind: bf16 where this CPU multiplies it natively and it measured faster than fp32
+    at BF16_ROWS_TRIED rows (kernel_tiers.wide_bf16; `SYMPHONY_WIDE_BF16` decides instead), else fp32's own."""
+    fp32s = {
+        (i, attr): _fp32_tiers(getattr(layer, attr), use_compiled)
+        for i, layer in enumerate(model.layers)
+        for attr in PARTS
+    }
+    head_fp32 = _fp32_tiers(model.lm_head, use_compiled)
+    if model.device.type != "cpu" or not (native_bf16() or os.environ.get(BF16_ENV, "").strip() == "1"):
+        return fp32s, head_fp32, "fp32"
+    bf16s = {k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s}
+    sample = [
+        (bf16s[i, attr], RowsSwitchLinear(fp32s[i, attr]))
+        for i in range(min(SAMPLE_LAYERS, len(model.layers)))
+        for attr in PARTS
+    ]
+    if not wide_bf16(sample, BF16_ROWS_TRIED, kernels_digest(), cache_dir):
+        return fp32s, head_fp32, "fp32"
+    # Streamed at the narrower of the rows they run (a few dozen): into huge pages as the other weights.
+    head = Bf16Linear(model.lm_head)
+    lins = [*bf16s.values(), head]
+    for lin, w in zip(lins, into_huge_pages([lin.weight for lin in lins])):
+        lin.weight = w
+    return {k: [(WIDE, lin)] for k, lin in bf16s.items()}, [(WIDE, head)], "bf16"
+
+
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
     """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
     if fmt == "fp32":
@@ -227,18 +263,14 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
         for i in range(len(model.layers))
         for attr in PARTS
     }
-    fp32s = {
-        (i, attr): _fp32_tiers(getattr(layer, attr), use_compiled)
-        for i, layer in enumerate(model.layers)
-        for attr in PARTS
-    }
+    wides, head_wide, wide_kind = _wide_tiers(model, use_compiled, cache_dir)
     if use_compiled:  # how far int8 wins depends on the CPU (kernel_tiers.py)
         sample = [
-            (int8s[i, attr], RowsSwitchLinear(fp32s[i, attr]))
+            (int8s[i, attr], RowsSwitchLinear(wides[i, attr]))
             for i in range(min(SAMPLE_LAYERS, len(model.layers)))
             for attr in PARTS
         ]
-        int8_rows = int8_max_rows(sample, INT8_ROWS_TRIED, kernels_digest(), cache_dir)
+        int8_rows = int8_max_rows(sample, INT8_ROWS_TRIED, kernels_digest(), cache_dir, against=wide_kind)
     int4s = {
         (i, attr): Int4Linear(
             _unpack_nibbles(t[f"{i}.{attr}.q4"]), t[f"{i}.{attr}.q4_scale"], t[f"{i}.{attr}.q4_min"], use_compiled
@@ -254,10 +286,10 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
             tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8s[i, attr])]
             if fmt == "q4":
                 tiers.insert(0, (int4_rows, int4s[i, attr]))
-            tiers += fp32s[i, attr]  # wider batches: fp32, compute-bound
+            tiers += wides[i, attr]  # wider batches: fp32 or bf16, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))
     head = Int8Linear(t["lm_head.q8"], t["lm_head.q8_scale"], use_compiled=use_compiled)
-    model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *_fp32_tiers(model.lm_head, use_compiled)]))
+    model.lm_head = RowsSwitchLinear(_reachable([(int8_rows, head), *head_wide]))
     model.pad = False  # row padding is an MKL sgemm effect; the quantised kernels gain nothing from it
     model.weight_format = fmt
     model.fused.clear()
