@@ -190,6 +190,17 @@ def test_killing_a_replica(front):
     pb = bob.run(server_lips.waits_for_message)
     ra, rb = replica_of(pa.pid), replica_of(pb.pid)
     assert ra != rb
+    # the front learns a replica's named files by polling it (pool.py): alice's two must have been seen
+    # before the kill, else no front could list them as lost (on a fast machine the kill came first)
+    owned = 0  # named files on r{ra} by owner, as the replicas list them now
+    for user in ("alice", "bob"):
+        listed = httpx.get(f"{front.url}/v1/kv", headers={"Authorization": f"Bearer tok-{user}"}).json()["files"]
+        owned += sum(f["replica"] == f"r{ra}" and f["owner"] == user for f in listed)
+    assert owned >= 2, owned
+    deadline = time.time() + 60
+    while httpx.get(front.url + "/health", timeout=10).json()["replicas"][ra - 1]["named_files"] < owned:
+        assert time.time() < deadline, "the front never polled alice's named files"
+        time.sleep(0.5)
     ray.kill(ray.get_actor(f"symphony-r{ra}", namespace=NAMESPACE), no_restart=False)
     with pytest.raises(RemoteLIPError) as e:
         pa.result(timeout=60)

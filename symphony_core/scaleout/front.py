@@ -313,6 +313,8 @@ class Front:
                 "url": None if st.info is None else st.info.url,
                 "node": None if st.info is None else st.info.node_id[:12],
                 "down_reason": st.down_reason or None,
+                # as of the monitor's last poll: what a death of this replica would list as lost
+                "named_files": sum(map(len, st.files.values())),
             }
             for i, st in sorted(self.pool.replicas.items())
         ]

@@ -185,7 +185,10 @@ class ReplicaPool:
             text = (await self.http.get(info.url + "/metrics")).text
             m = _RUNNING.search(text)
             self.placement.set_running(r.index, int(float(m.group(1))) if m else 0)
-            r.files = await asyncio.wait_for(r.actor.named_files.remote(), self.poll_interval * 5)
+            named = await asyncio.wait_for(r.actor.named_files.remote(), self.poll_interval * 5)
+            if named.generation != info.generation:
+                return  # Ray restarted the actor since `info`: the next poll records the death with the old files
+            r.files = named.files
             r.up = True
         except httpx.ConnectError:
             self.mark_down(r.index, "its server stopped answering")

@@ -44,6 +44,14 @@ class ReplicaSpec:
 
 
 @dataclass
+class NamedFiles:
+    """A replica's answer to `named_files`: user -> paths, and the generation of the replica that holds them."""
+
+    generation: int
+    files: dict[str, list[str]]
+
+
+@dataclass
 class ReplicaInfo:
     index: int
     name: str
@@ -149,8 +157,10 @@ class SymphonyReplica:
     def info(self) -> ReplicaInfo:
         return self.info_
 
-    def named_files(self) -> dict[str, list[str]]:
-        """Each user's named KV files on this replica (their own and the /shared/ ones they own)."""
+    def named_files(self) -> NamedFiles:
+        """Each user's named KV files on this replica (their own and the /shared/ ones they own), with the
+        generation that holds them: an actor Ray restarted between two calls of the front answers for its
+        new, empty self, which must not stand for the files its predecessor lost."""
         out: dict[str, list[str]] = {}
         for user, token in self._tokens.items() if self._tokens else [("local", None)]:
             req = urllib.request.Request(self.url + "/v1/kv")
@@ -164,7 +174,7 @@ class SymphonyReplica:
             mine = [f["path"] for f in files if f.get("owner") == user]
             if mine:
                 out[user] = mine
-        return out
+        return NamedFiles(self.generation, out)
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
