@@ -23,7 +23,7 @@ import statistics
 import time
 
 from .common import publish
-from .decode import make_prompts
+from .decode import make_prompts, matmul_params
 from .machine import describe, wait_until_idle
 
 TARGET = 0.9
@@ -99,20 +99,14 @@ def _measure(eng, cases, repeats: int, prefix_cache: bool) -> list[dict]:
         row["round_ratios"] = [r["tok_s"] / ref["tok_s"] for r, ref in zip(rs, runs[0])]
         row["ratio"] = statistics.median(row["round_ratios"])
         rows.append(row)
-    body, head = _matmul_params(eng.config)
+    head = eng.model.lm_head.numel()
+    body = matmul_params(eng.model) - head
     ref_cost = rows[0]["positions_per_token"] * body + head
     for row in rows:
         # The ratio if this workload ran the matmuls at the reference's own rate per FLOP: every computed
         # position costs the body's weights once, every generated token one row of the LM head.
         row["flop_ratio"] = ref_cost / (row["positions_per_token"] * body + head)
     return rows
-
-
-def _matmul_params(cfg) -> tuple[int, int]:
-    """Weights one token position multiplies by in the layers (attention and MLP projections), and in the LM head."""
-    h, d = cfg.hidden_size, cfg.head_dim
-    per_layer = h * (cfg.n_heads + 2 * cfg.n_kv_heads) * d + cfg.n_heads * d * h + 3 * h * cfg.intermediate_size
-    return cfg.n_layers * per_layer, cfg.vocab_size * h
 
 
 def main(argv=None) -> str:

@@ -231,14 +231,12 @@ def _wide_tiers(model, use_compiled: bool, cache_dir: Path | None) -> tuple[dict
     head_fp32 = _fp32_tiers(model.lm_head, use_compiled)
     if model.device.type != "cpu" or not (native_bf16() or os.environ.get(BF16_ENV, "").strip() == "1"):
         return fp32s, head_fp32, "fp32"
-    bf16s = {k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s}
-    sample = [
-        (bf16s[i, attr], RowsSwitchLinear(fp32s[i, attr]))
-        for i in range(min(SAMPLE_LAYERS, len(model.layers)))
-        for attr in PARTS
-    ]
+    # The sample's layers first: the rest are rounded only once bf16 is the answer.
+    bf16s = {k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s if k[0] < SAMPLE_LAYERS}
+    sample = [(lin, RowsSwitchLinear(fp32s[k])) for k, lin in bf16s.items()]
     if not wide_bf16(sample, BF16_ROWS_TRIED, kernels_digest(), cache_dir):
         return fp32s, head_fp32, "fp32"
+    bf16s.update({k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s if k not in bf16s})
     # Streamed at the narrower of the rows they run (a few dozen): into huge pages as the other weights.
     head = Bf16Linear(model.lm_head)
     lins = [*bf16s.values(), head]
