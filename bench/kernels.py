@@ -2,7 +2,8 @@
 
 For T rows, one model step's worth of matmuls (the 30 layers' four projections + the LM head)
 through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) and by Symphony's compiled
-fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded), int8 weight-only and int4
+fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded) and by oneDNN's fp32 kernel on a packed
+copy (where torch has oneDNN; the fp32 tier above the compiled kernel where it measures faster), int8 weight-only and int4
 weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations), and
 the weights rounded to bf16 through oneDNN (the quantised engines' wide tier on CPUs with native bf16); the
 compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
@@ -21,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from symphony_core.model.quant import native_bf16
+from symphony_core.model.quant import native_bf16, onednn_fp32
 
 from .common import publish
 from .machine import describe
@@ -30,7 +31,7 @@ from .machine import describe
 def measure(rows: list[int], repeats: int) -> list[dict]:
     from symphony_core import Engine
     from symphony_core.model.llama import matmul_rows
-    from symphony_core.model.quant import Bf16Linear, CompiledDenseLinear, Int8Linear, quantize_int8
+    from symphony_core.model.quant import Bf16Linear, CompiledDenseLinear, Int8Linear, OnednnLinear, quantize_int8
     from symphony_core.model.weight_formats import fp32_weight
 
     fp32 = Engine(num_pages=16)
@@ -49,6 +50,8 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         forms = {"fp32 compiled": fp32c, "int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
     else:  # not built: the engine's own linears already run torch's kernels
         forms = {"int8": int8, "int4": int4}
+    if onednn_fp32():
+        forms["fp32 oneDNN"] = [OnednnLinear(w) for w in dense]
     forms["bf16"] = [Bf16Linear(w) for w in dense]  # q8's and q4's wide tier where the CPU multiplies bf16 natively
     out = []
     for t in rows:
@@ -106,21 +109,25 @@ def main(argv=None) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | int8, torch (bf16 act.) | int4, torch (bf16 act.) "
-        "| int8, compiled (int16 act.) | int4, compiled (int16 act.) | bf16, oneDNN (bf16 act.) | fastest |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | fp32, oneDNN (packed) | int8, torch (bf16 act.) "
+        "| int4, torch (bf16 act.) | int8, compiled (int16 act.) | int4, compiled (int16 act.) | bf16, oneDNN (bf16 act.) "
+        "| fastest |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "fp32 compiled", "int8", "int4", "int8 compiled", "int4 compiled", "bf16")
+    kinds = ("fp32", "fp32 compiled", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled", "bf16")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])
-        cells = " | ".join(f"{r[k]:.1f}" if k in r else "not built" for k in kinds)
+        cells = " | ".join(f"{r[k]:.1f}" if k in r else "—" for k in kinds)
         lines.append(f"| {r['rows']} | {cells} | {best} |")
     lines += [
         "",
         'The int4 column\'s LM head runs int8 (as in `weights="q4"`); fp32 reads 538 MB a step, '
         "int8 ~134 MB, int4 ~53 MB + the 28 MB int8 LM head, bf16 269 MB. bf16 (weights and activations rounded "
         "to bf16, fp32 sums) is the wide tier of q8 and q4 on a CPU that multiplies bf16 natively "
-        f"(this one: {'yes' if native_bf16() else 'no'}), where it measured faster than fp32 (kernel_tiers.py).",
+        f"(this one: {'yes' if native_bf16() else 'no'}), where it measured faster than fp32 (kernel_tiers.py). "
+        "fp32 oneDNN computes the fp32 products on a packed copy of the weights; every engine runs it from the rows "
+        "where it measured faster than the compiled kernel and MKL (kernel_tiers.py). — : not built here (the "
+        "compiled kernels: `make kernels`) or not in this torch (oneDNN).",
     ]
     md = "\n".join(lines)
     print(md)

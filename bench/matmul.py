@@ -1,10 +1,12 @@
 """The machine's matrix-multiply speed on the model's own shapes, and the layout the forward uses.
 
 For T rows (the tokens of one forward pass) it times every projection of the 30 layers plus
-the LM head, on the loaded weights (so they stream from memory as in a real pass), three ways:
-`F.linear(x, W)` (x @ Wᵀ, what transformers does), `W @ xᵀ` (what our forward does) and
-`W @ xᵀ` on T padded to `matmul_rows(T)` (ditto, for small T). Reports ms per forward's worth
-of matmuls and GFLOP/s — the denominator for "how close to the machine" figures.
+the LM head, on the loaded weights (so they stream from memory as in a real pass): `F.linear(x, W)`
+(x @ Wᵀ, what transformers does), `W @ xᵀ` (what our forward does with MKL), `W @ xᵀ` on T padded to
+`matmul_rows(T)` (ditto, for small T) and, where torch has it, oneDNN's fp32 kernel on a packed copy
+of the weights (what our forward runs from the rows it measured faster at, kernel_tiers.py). Reports ms
+per forward's worth of matmuls and GFLOP/s of the fastest way — the denominator for "how close to the
+machine" figures.
 
     python -m bench.matmul [--quick] [--rows 1,2,8,16,32,64,512]
 """
@@ -34,11 +36,13 @@ def _time(fn, repeats: int) -> float:
 
 def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict]:
     from symphony_core.model.llama import matmul_rows
+    from symphony_core.model.quant import OnednnLinear, onednn_fp32
     from symphony_core.model.weight_formats import fp32_weight
 
     weights = [fp32_weight(w) for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
     weights.append(fp32_weight(model.lm_head))
     params = sum(w.numel() for w in weights)
+    packed = [OnednnLinear(w) for w in weights] if onednn_fp32() and weights[0].device.type == "cpu" else []
     inputs = {n: {w.shape[1] for w in weights} for n in rows}
     out = []
     for t in rows:
@@ -57,11 +61,18 @@ def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict
             for w in weights:
                 torch.mm(w, padded[w.shape[1]].t())
 
+        def onednn(xs=xs):
+            for lin in packed:
+                lin(xs[lin.shape[1]])
+
+        ways = [("linear", linear), ("wxt", transposed), ("padded", padded_transposed)]
         wait_until_idle(idle_wait)
         row = {"rows": t, "padded_to": matmul_rows(t)}
-        for name, fn in (("linear", linear), ("wxt", transposed), ("padded", padded_transposed)):
+        for name, fn in ways + ([("onednn", onednn)] if packed else []):
             row[name] = _time(fn, repeats)
-        row["gflops"] = 2 * params * t / min(row["linear"], row["wxt"], row["padded"]) / 1e9
+        row["gflops"] = (
+            2 * params * t / min(row[name] for name in ("linear", "wxt", "padded", "onednn") if name in row) / 1e9
+        )
         out.append(row)
     return out
 
@@ -90,19 +101,20 @@ def main(argv=None) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| rows | F.linear (x·Wᵀ) ms | W·xᵀ ms | W·xᵀ padded ms (to rows) | best GFLOP/s |",
-        "|---:|---:|---:|---:|---:|",
+        "| rows | F.linear (x·Wᵀ) ms | W·xᵀ ms | W·xᵀ padded ms (to rows) | oneDNN packed ms | best GFLOP/s |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
+        onednn = f"{1e3 * r['onednn']:.1f}" if "onednn" in r else "—"
         lines.append(
             f"| {r['rows']} | {1e3 * r['linear']:.1f} | {1e3 * r['wxt']:.1f} | {1e3 * r['padded']:.1f} ({r['padded_to']}) "
-            f"| {r['gflops']:.0f} |"
+            f"| {onednn} | {r['gflops']:.0f} |"
         )
     lines += [
         "",
         "One row of the table is one forward pass's matmuls at that many tokens. Our forward runs "
-        "W·xᵀ, padded for small row counts (`matmul_rows` in symphony_core/model/llama.py); "
-        "transformers runs F.linear.",
+        "W·xᵀ, padded for small row counts (`matmul_rows` in symphony_core/model/llama.py), or oneDNN's "
+        "kernel where it measured faster (kernel_tiers.py); transformers runs F.linear. —: torch has no oneDNN here.",
     ]
     md = "\n".join(lines)
     print(md)

@@ -124,18 +124,21 @@ def test_both_one_row_fp32_kernels_give_the_same_sums(shape):
 
 @needs_avx2
 def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
-    from symphony_core.model.quant import DenseLinear, RowsSwitchLinear
+    from symphony_core.model.quant import DenseLinear, OnednnLinear, RowsSwitchLinear
     from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, fp32_weight
 
     m = engine.model
     assert engine.stats()["weights"] == "fp32" and m.pad is False
+    # the compiled kernel up to its limit, then MKL; or up to where oneDNN's kernel measured faster here
+    top = min(FP32_KERNEL_MAX_ROWS, m.onednn_from - 1) if m.onednn_from else FP32_KERNEL_MAX_ROWS
+    wide_kind = OnednnLinear if m.onednn_from else DenseLinear
     for lin in [m.layers[0].wqkv, m.layers[-1].w_down, m.lm_head]:
         assert isinstance(lin, RowsSwitchLinear)
-        (rows, fast), (_, mkl) = lin.tiers
-        assert rows == FP32_KERNEL_MAX_ROWS and isinstance(fast, CompiledDenseLinear) and isinstance(mkl, DenseLinear)
-        assert fast.weight is mkl.weight is fp32_weight(lin)  # one tensor, shared
+        (rows, fast), (_, wide) = lin.tiers
+        assert rows == top and isinstance(fast, CompiledDenseLinear) and isinstance(wide, wide_kind)
+        assert fast.weight is wide.weight is fp32_weight(lin)  # one tensor, shared (oneDNN packs its own copy)
         assert isinstance(lin.pick(1), CompiledDenseLinear)
-        assert isinstance(lin.pick(FP32_KERNEL_MAX_ROWS + 1), DenseLinear)
+        assert isinstance(lin.pick(top + 1), wide_kind)
     if engine.config.tie_embeddings:
         assert fp32_weight(m.lm_head) is m.embed
 

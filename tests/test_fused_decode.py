@@ -42,12 +42,16 @@ def _assert_fused_matches_loop(eng, rows: tuple[int, ...]) -> None:
         assert torch.equal(fused, loop), f"{n} rows: fused logits differ by {(fused - loop).abs().max()}"
 
 
-def test_fp32_fused_decode_is_the_loop_bit_for_bit(engine):
-    from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS
+def _compiled_fp32_rows(model) -> int:
+    """The most rows the fp32 engine's compiled kernel runs: its limit, or below where oneDNN's starts here."""
+    return model.lm_head.tiers[0][0]
 
-    _assert_fused_matches_loop(engine, (1, 5, FP32_KERNEL_MAX_ROWS))
-    # above the compiled fp32 kernel's rows MKL runs the projections: the loop runs them
-    assert engine.model.fused.stack(FP32_KERNEL_MAX_ROWS + 1) is None
+
+def test_fp32_fused_decode_is_the_loop_bit_for_bit(engine):
+    top = _compiled_fp32_rows(engine.model)
+    _assert_fused_matches_loop(engine, (1, 5, top))
+    # above the compiled fp32 kernel's rows MKL or oneDNN runs the projections: the loop runs them
+    assert engine.model.fused.stack(top + 1) is None
 
 
 @pytest.mark.slow  # ~20 s: loads a q8 and a q4 engine
@@ -57,6 +61,7 @@ def test_quantised_fused_decode_is_the_loop_bit_for_bit(fmt, monkeypatch):
 
     # 9 rows on the compiled fp32 tier (fused); a bf16 wide tier (CPUs with native bf16) runs the loop there
     monkeypatch.setenv("SYMPHONY_WIDE_BF16", "0")
+    monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "off")  # and the compiled fp32 kernel, not oneDNN's, at 9
     eng = Engine(num_pages=256, weights=fmt)
     try:
         _assert_fused_matches_loop(eng, (1, 2, 9))  # q4's int4 tier, then int8
@@ -81,7 +86,8 @@ def test_prefill_and_shared_prefix_batches_take_the_loop(engine, monkeypatch):
     monkeypatch.setattr(m, "_layers", lambda *a: loops.append(a[1].token_ids.shape[0]) or real(*a))
     kv = engine.kv_create()
     try:
-        engine.pred(kv, [1000 + i for i in range(FOLD_MAX_QUERY - 1)])  # a short chunk: decode-style rows, fused
+        short = min(FOLD_MAX_QUERY - 1, _compiled_fp32_rows(m))
+        engine.pred(kv, [1000 + i for i in range(short)])  # a short chunk: decode-style rows, fused
         assert loops == []
         long = max(FOLD_MAX_QUERY, FOLD_MAX_CONTEXT) + 1
         engine.pred(kv, [2000 + i for i in range(long)])  # a chunk attended as a block: the loop

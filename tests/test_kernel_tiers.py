@@ -1,5 +1,5 @@
-"""kernel_tiers.py: the int8 tier's row limit and the fp32 one-row kernel are measured once per machine, cached,
-and can be set by hand."""
+"""kernel_tiers.py: the int8 tier's row limit, the fp32 one-row kernel, the wide tier and where oneDNN's fp32 kernel
+starts are measured once per machine, cached, and can be set by hand."""
 
 from __future__ import annotations
 
@@ -19,15 +19,19 @@ from symphony_core.model.kernel_tiers import (
     CACHE_FILE,
     ENV,
     F32_ENV,
+    ONEDNN_ENV,
     f32_one_row,
     int8_max_rows,
     machine_key,
     measure,
+    measure_from,
     measure_one_row,
+    onednn_from_rows,
     wide_bf16,
 )
 
 TRIED = (8, 16, 32, 48, 63)
+ONEDNN_TRIED = (8, 16, 32, 64, 256)
 
 
 class FakeClock:
@@ -74,6 +78,43 @@ def test_measure_never_goes_below_the_floor(clock):
     int8 = FakeLinear(clock, lambda rows: 5.0)
     fp32 = FakeLinear(clock, lambda rows: 1.0)
     assert measure([(int8, fp32)], TRIED) == 8
+
+
+def test_measure_from_takes_the_narrowest_count_onednn_wins_at_and_above(clock):
+    others = FakeLinear(clock, lambda rows: 2.0)
+    onednn = FakeLinear(clock, lambda rows: 1.0 if rows >= 32 else 3.0)
+    assert measure_from([(onednn, others)], ONEDNN_TRIED) == 32
+    assert 16 in onednn.rows_seen and 8 not in onednn.rows_seen  # widest first, stops at the first loss
+    # a win below a loss does not count: the tier covers every row count above where it starts
+    onednn = FakeLinear(clock, lambda rows: 3.0 if rows == 64 else 1.0)
+    assert measure_from([(onednn, others)], ONEDNN_TRIED) == 256
+    onednn = FakeLinear(clock, lambda rows: 1.0)
+    assert measure_from([(onednn, others)], ONEDNN_TRIED) == 8
+    # lost at the widest: nowhere
+    onednn = FakeLinear(clock, lambda rows: 1.0 if rows < 256 else 3.0)
+    assert measure_from([(onednn, others)], ONEDNN_TRIED) == 0
+
+
+def test_where_onednn_starts_is_cached_and_the_variable_wins(tmp_path, monkeypatch):
+    monkeypatch.delenv(ONEDNN_ENV, raising=False)
+
+    def must_not_measure(*args):
+        raise AssertionError("measured again though the answer is cached or set")
+
+    assert onednn_from_rows([], ONEDNN_TRIED, "d", tmp_path, lambda pairs, tried: 0) == 0  # "never" is an answer
+    assert onednn_from_rows([], ONEDNN_TRIED, "d", tmp_path, must_not_measure) == 0
+    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, lambda pairs, tried: 16) == 16
+    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 16
+    entries = json.loads((tmp_path / CACHE_FILE).read_text())
+    assert sorted(v["onednn_from_rows"] for v in entries.values()) == [0, 16]
+    monkeypatch.setenv(ONEDNN_ENV, "Off")
+    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 0
+    monkeypatch.setenv(ONEDNN_ENV, "24")
+    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 24
+    for bad in ("0", "wide"):
+        monkeypatch.setenv(ONEDNN_ENV, bad)
+        with pytest.raises(ValueError, match=f"{ONEDNN_ENV}='{bad}'"):
+            onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure)
 
 
 def test_the_answer_is_cached_per_machine_and_a_bad_cache_is_measured_again(tmp_path, monkeypatch):
@@ -219,12 +260,20 @@ def test_the_wide_tier_choice_is_cached_apart_from_the_int8_limit_and_the_variab
 
     assert wide_bf16([], 64, "d", tmp_path, lambda pairs, rows: True) is True
     assert wide_bf16([], 64, "d", tmp_path, must_not_measure) is True
+    # measured against other fp32 tiers (oneDNN's from some rows): another entry
+    assert wide_bf16([], 64, "d", tmp_path, lambda pairs, rows: False, against="fp32, oneDNN from 16 rows") is False
+    assert wide_bf16([], 64, "d", tmp_path, must_not_measure, against="fp32, oneDNN from 16 rows") is False
     # the int8 limit measured against bf16 is another entry than the one against fp32
     assert int8_max_rows([], TRIED, "d", tmp_path, lambda pairs, tried: 8, against="bf16") == 8
     assert int8_max_rows([], TRIED, "d", tmp_path, lambda pairs, tried: 48) == 48
     assert int8_max_rows([], TRIED, "d", tmp_path, must_not_measure, against="bf16") == 8
     entries = json.loads((tmp_path / CACHE_FILE).read_text())
-    assert sorted(str(v.get("wide_bf16", v.get("int8_max_rows"))) for v in entries.values()) == ["48", "8", "True"]
+    assert sorted(str(v.get("wide_bf16", v.get("int8_max_rows"))) for v in entries.values()) == [
+        "48",
+        "8",
+        "False",
+        "True",
+    ]
     monkeypatch.setenv(BF16_ENV, "0")
     assert wide_bf16([], 64, "d", tmp_path, must_not_measure) is False
     monkeypatch.setenv(BF16_ENV, "yes")
@@ -259,6 +308,7 @@ def test_a_q8_engine_runs_int8_up_to_the_limit_then_fp32(monkeypatch):
         pytest.skip("the compiled kernels are not built here: torch's kernels keep their fixed limits")
     monkeypatch.setenv(ENV, "16")
     monkeypatch.setenv(BF16_ENV, "0")  # fp32 above int8, as where the CPU has no native bf16
+    monkeypatch.setenv(ONEDNN_ENV, "off")  # the compiled fp32 kernel, then MKL, as where oneDNN loses
     eng = Engine(num_pages=16, weights="q8")
     try:
         for lin in (eng.model.layers[0].wqkv, eng.model.layers[-1].w_down, eng.model.lm_head):

@@ -12,7 +12,15 @@ import torch
 from symphony_core import Engine, PredCall
 from symphony_core.errors import ModelError
 from symphony_core.model.cpu_kernels import compiled
-from symphony_core.model.quant import Bf16Linear, CompiledDenseLinear, DenseLinear, Int8Linear, native_bf16
+from symphony_core.model.quant import (
+    Bf16Linear,
+    CompiledDenseLinear,
+    DenseLinear,
+    Int8Linear,
+    OnednnLinear,
+    native_bf16,
+    onednn_fp32,
+)
 from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, INT8_ROWS_TRIED, QUANTISED_MAX_ROWS
 
 HELD_PROMPTS = [
@@ -68,8 +76,8 @@ def test_quantised_engine_generates_close_to_fp32_and_keeps_pages_exact(fmt, fp3
             assert native_bf16()
             assert isinstance(eng.model.lm_head.pick(int8_rows + 1), Bf16Linear)
         else:
-            assert isinstance(wide, DenseLinear)
-            assert isinstance(eng.model.lm_head.pick(int8_rows + 1), CompiledDenseLinear | DenseLinear)
+            assert isinstance(wide, OnednnLinear if eng.model.onednn_from else DenseLinear)
+            assert isinstance(eng.model.lm_head.pick(int8_rows + 1), CompiledDenseLinear | DenseLinear | OnednnLinear)
     ours = [
         o
         for i in range(0, len(HELD_PROMPTS), QUANTISED_MAX_ROWS)
@@ -96,8 +104,9 @@ def test_wide_batches_run_the_tier_asked_for_and_stay_close_to_fp32(bf16, monkey
     monkeypatch.setenv("SYMPHONY_WIDE_BF16", bf16)
     eng = Engine(num_pages=64, weights="q8")
     wide = eng.model.layers[3].w_down.pick(1 << 20)
-    assert isinstance(wide, Bf16Linear) if bf16 == "1" else isinstance(wide, DenseLinear)
-    assert isinstance(eng.model.lm_head.pick(1 << 20), Bf16Linear if bf16 == "1" else DenseLinear)
+    fp32_wide = OnednnLinear if eng.model.onednn_from else DenseLinear
+    assert isinstance(wide, Bf16Linear if bf16 == "1" else fp32_wide)
+    assert isinstance(eng.model.lm_head.pick(1 << 20), Bf16Linear if bf16 == "1" else fp32_wide)
     # one prompt long enough that its prefill runs the wide tier whatever the int8 limit measured here
     long_prompt = " ".join(HELD_PROMPTS) * 3
     ids = eng.tokenize(long_prompt)
@@ -191,3 +200,31 @@ def test_the_command_line_offers_what_the_engine_takes():
 
     assert tuple(commands.WEIGHT_FORMATS) == tuple(WEIGHT_FORMATS)
     assert tuple(commands.KV_CACHE_DTYPES) == tuple(KV_CACHE_DTYPES)
+
+
+@pytest.mark.skipif(not onednn_fp32(), reason="torch has no oneDNN fp32 matmul here")
+def test_fp32_on_onednn_is_fp32_whichever_rows_it_starts_from(monkeypatch, engine):
+    """oneDNN's fp32 kernel (on packed weights) computes the same fp32 products as the compiled kernel and MKL, in
+    another order: from 2 rows it gives the default tiers' logits to float tolerance and their greedy tokens."""
+    monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "off")
+    plain = Engine(num_pages=64)
+    monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "2")
+    onednn = Engine(num_pages=64)
+    try:
+        assert plain.model.onednn_from == 0 and onednn.model.onednn_from == 2
+        for rows, plain_kind in ((1, CompiledDenseLinear), (2, CompiledDenseLinear), (1 << 20, DenseLinear)):
+            assert isinstance(plain.model.layers[5].w_gate_up.pick(rows), plain_kind)
+            on = onednn.model.layers[5].w_gate_up.pick(rows)
+            assert isinstance(on, CompiledDenseLinear if rows == 1 else OnednnLinear)
+        ids = onednn.tokenize(" ".join(HELD_PROMPTS) * 2)  # a prefill wider than FP32_KERNEL_MAX_ROWS
+        assert len(ids) > FP32_KERNEL_MAX_ROWS
+        got = []
+        for eng in (plain, onednn):
+            kv = eng.kv_create()
+            got.append(eng.pred_batch([PredCall(kv, ids, outputs="all")])[0].logits)
+            eng.kv_close(kv)
+        assert (got[0] - got[1]).abs().max().item() <= 2e-3
+        assert greedy(onednn, HELD_PROMPTS[:4], NEW) == greedy(plain, HELD_PROMPTS[:4], NEW)  # 4-row decode steps
+    finally:
+        plain.shutdown()
+        onednn.shutdown()

@@ -31,6 +31,15 @@ same order per output, so the choice changes no result.
 that multiplies bf16 natively (AVX512-BF16, AMX: torch's oneDNN then runs bf16 matmuls 3-4x as fast as MKL's
 fp32 sgemm once compute-bound). Timed the same way at `weight_formats.BF16_ROWS_TRIED` rows, cached;
 `SYMPHONY_WIDE_BF16=1|0` decides instead. The int8 limit is then measured against that tier, its own entry.
+
+4. From how many rows an fp32 matmul runs oneDNN's fp32 kernel on weights packed for it (quant.OnednnLinear)
+rather than the compiled fp32 kernel or MKL's sgemm, in every engine (fp32, and the fp32 tiers of q8/q4). Where
+the CPU has AVX-512 oneDNN uses it and the MKL that torch ships may not: on a 2-core Zen 5 EPYC, ms per model
+step's matmuls, compiled / MKL / oneDNN packed: 8 rows 13.9 / 25.0 / 13.2, 32 rows 34.9 / 49.6 / 22.9, 256 rows
+254 / 273 / 122. Timed at each of `weight_formats.ONEDNN_ROWS_TRIED` against the other fp32 tiers; it runs from
+the narrowest count where it won there and at every wider one, nowhere if it lost at the widest. Cached;
+`SYMPHONY_ONEDNN_FROM_ROWS=<rows>|off` decides instead. The products are fp32 either way; only their order
+differs. The packed weights are a second copy of the fp32 projections (and LM head).
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from .cpu_load import others_share
 ENV = "SYMPHONY_INT8_MAX_ROWS"
 F32_ENV = "SYMPHONY_F32_ONE_ROW"
 BF16_ENV = "SYMPHONY_WIDE_BF16"
+ONEDNN_ENV = "SYMPHONY_ONEDNN_FROM_ROWS"
 F32_ONE_ROW = ("blocked", "streamed")  # the first wins a tie
 ONE_ROW_REPEATS = 7
 CACHE_FILE = "kernel-tiers.json"
@@ -112,6 +122,17 @@ def measure(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int]) -
     return chosen
 
 
+def measure_from(pairs: Sequence[tuple[Linear, Linear]], candidates: Sequence[int]) -> int:
+    """The narrowest of the (increasing) candidate row counts from which the first linears of `pairs` ran faster
+    than the second at it and at every wider candidate; 0 where they lost at the widest. Widest first."""
+    chosen = 0
+    for rows in reversed(candidates):
+        if not _faster(pairs, rows):
+            break
+        chosen = rows
+    return chosen
+
+
 def measure_one_row(linears: Sequence[Linear], use: Callable[[str], None]) -> str:
     """The fp32 one-row kernel (of F32_ONE_ROW) that ran `linears` fastest at one row; `use(name)` selects
     a kernel. The kernels alternate within each repeat; medians."""
@@ -166,10 +187,11 @@ def wide_bf16(
     kernels_digest: str,
     cache_dir: Path | None,
     measure_fn=_faster,
+    against: str = "fp32",
 ) -> bool:
     """Whether a quantised engine runs its wide batches in bf16: `BF16_ENV` ("1"/"0") if set, else this
     machine's cached measurement, else whether the bf16 linears of `pairs` (bf16, fp32) beat fp32 at `rows`
-    rows (cached as int8_max_rows's is)."""
+    rows (cached as int8_max_rows's is). `against`: which fp32 tiers `pairs` holds, part of the cache's key."""
     override = os.environ.get(BF16_ENV, "").strip()
     if override:
         if override not in ("0", "1"):
@@ -177,11 +199,46 @@ def wide_bf16(
         return override == "1"
     return _cached(
         "wide_bf16",
-        f"{machine_key(kernels_digest)} | bf16 at {rows} rows",
+        f"{machine_key(kernels_digest)} | bf16 at {rows} rows" + ("" if against == "fp32" else f" | against {against}"),
         cache_dir,
         lambda: measure_fn(pairs, rows),
         lambda v: isinstance(v, bool),
         lambda bf16: f"quantised engines run wide batches in {'bf16' if bf16 else 'fp32'} on this machine",
+    )
+
+
+def onednn_from_rows(
+    pairs: Sequence[tuple[Linear, Linear]],
+    candidates: Sequence[int],
+    kernels_digest: str,
+    cache_dir: Path | None,
+    measure_fn=measure_from,
+) -> int:
+    """The row count from which fp32 matmuls run oneDNN's kernel, 0 for none: `ONEDNN_ENV` (rows, or "off") if
+    set, else this machine's cached measurement, else `measure_fn(pairs, candidates)` on `pairs` (oneDNN, the
+    other fp32 tiers), cached as int8_max_rows's is."""
+    override = os.environ.get(ONEDNN_ENV, "").strip().lower()
+    if override:
+        if override == "off":
+            return 0
+        try:
+            rows = int(override)
+        except ValueError:
+            rows = 0
+        if rows < 1:
+            raise ValueError(f"{ONEDNN_ENV}={override!r}: give a row count of at least 1, or off")
+        return rows
+    return _cached(
+        "onednn_from_rows",
+        f"{machine_key(kernels_digest)} | onednn at rows {','.join(map(str, candidates))}",
+        cache_dir,
+        lambda: measure_fn(pairs, candidates),
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        lambda rows: (
+            f"fp32 matmuls run oneDNN's kernel from {rows} rows on this machine"
+            if rows
+            else "fp32 matmuls do not run oneDNN's kernel on this machine"
+        ),
     )
 
 

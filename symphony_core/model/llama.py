@@ -35,7 +35,6 @@ from .forward_batch import ForwardBatch
 from .fused_decode import FusedDecode
 from .huge_pages import into_huge_pages
 from .quant import sgemm_weight
-from .weight_formats import FP32_KERNEL_MAX_ROWS
 
 
 @dataclass
@@ -150,6 +149,7 @@ class PagedLlama:
         self.sin = torch.cat((-sin, sin), dim=-1).to(device=self.device, dtype=dtype)
         self.pad = self.device.type == "cpu"  # the row padding is an MKL effect
         self.weight_format = "fp32"  # weight_formats.apply_weight_format swaps in quantised linears
+        self.onednn_from = 0  # from how many rows fp32 matmuls run oneDNN's kernel (0: never); weight_formats.py
         # The fused steps (module docstring): fp32 on CPU, where the compiled kernels load.
         fused = self.device.type == "cpu" and dtype == torch.float32
         self.ops = compiled() if fused else None
@@ -249,9 +249,9 @@ class PagedLlama:
                 a = attn_out
             gate_up = project(self.add_norm(x, project(a, layer.wo).t(), layer.mlp_norm), layer.w_gate_up)
             if ops is not None:
-                # Row-major while the few-row kernels run the down projection (they read rows);
-                # feature-major where MKL's sgemm does, ~10x faster than gathering each row's values.
-                swiglu = ops.silu_mul(gate_up.t(), feature_major=rows > FP32_KERNEL_MAX_ROWS)
+                # Feature-major where MKL's sgemm runs the down projection (`W·xᵀ` then reads it as it is,
+                # ~10x faster than gathering each row's values); row-major for every other kernel.
+                swiglu = ops.silu_mul(gate_up.t(), feature_major=sgemm_weight(layer.w_down, rows) is not None)
                 delta = project(swiglu, layer.w_down).t()
             elif rows < ROW_MAJOR_ACT_BELOW:
                 gate, up = gate_up.chunk(2)

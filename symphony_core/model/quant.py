@@ -15,6 +15,8 @@ torch's own (bf16 activations); `use_compiled` / `SYMPHONY_CPU_KERNELS=torch` ch
   than int8 from ~4 rows (its widening costs more per weight).
 - `DenseLinear`: the fp32 weight, for wide batches and prefill, where MKL's sgemm is compute-bound
   and faster than either weight-only kernel.
+- `OnednnLinear`: the fp32 weight packed for oneDNN's fp32 matmul, where it measured faster than both
+  (AVX-512 CPUs), from the row count kernel_tiers.py finds.
 - `CompiledDenseLinear`: the same fp32 tensor (shared, not copied) run by the compiled kernel, for the
   few rows of decode, where MKL's sgemm reads the weights at ~2/3 of the memory's speed and it at ~all.
 - `RowsSwitchLinear`: one weight held in several forms, run by whichever is fastest at the batch's rows.
@@ -32,6 +34,9 @@ import torch
 from .cpu_kernels import compiled
 
 INT4_GROUP = 32
+# The batch size oneDNN's fp32 weights are packed for: one packing serves every row count (on the Zen 5 EPYC a
+# packing for 8, 32, 64, 256 or 1024 rows ran each of 2-256 rows within noise of the best).
+ONEDNN_PACK_ROWS = 64
 
 
 def _kernels(use_compiled: bool | None) -> ModuleType | None:
@@ -82,6 +87,34 @@ class DenseLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.mm(self.weight, x.t()).t()
+
+
+class OnednnLinear:
+    """The fp32 weight packed once, at load, into oneDNN's blocked layout and multiplied by its fp32 matmul: the
+    same fp32 products and sums as MKL's sgemm, in another order. On a CPU with AVX-512 oneDNN runs them with
+    512-bit FMAs; the MKL that torch ships reached about what 256-bit ones allow on a 2-core Zen 5 EPYC (~210
+    GFLOP/s at 64-512 rows against oneDNN's ~470), and the compiled fp32 kernel lost to it from ~8 rows there.
+    kernel_tiers.py measures from which rows it runs on each machine. The packed copy is a second copy of the weight's bytes; `weight` stays the plain tensor,
+    shared with the narrower tiers."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        self.weight = weight
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, ONEDNN_PACK_ROWS)
+        self.shape = tuple(weight.shape)
+
+    def numel(self) -> int:
+        return self.weight.numel()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
+
+def onednn_fp32() -> bool:
+    """Whether torch's oneDNN can run fp32 matmuls here (an x86 CPU build with oneDNN)."""
+    try:
+        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    except (AttributeError, RuntimeError):
+        return False
 
 
 class Bf16Linear:
@@ -188,7 +221,7 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 TierLinear = (
-    Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | Bf16Linear
+    Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | OnednnLinear | Bf16Linear
 )  # one form a RowsSwitchLinear may run
 
 
@@ -213,7 +246,7 @@ class RowsSwitchLinear:
         return self.pick(x.shape[0])(x)
 
 
-QuantLinear = Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | Bf16Linear | RowsSwitchLinear
+QuantLinear = Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | OnednnLinear | Bf16Linear | RowsSwitchLinear
 
 
 def sgemm_weight(linear: torch.Tensor | QuantLinear, rows: int) -> torch.Tensor | None:

@@ -3,7 +3,8 @@
 - fp32: the dequantised weights as they are; the reference the parity tests check. Where the compiled
   kernels load, each projection and the LM head runs the compiled fp32 kernel up to `FP32_KERNEL_MAX_ROWS`
   rows and MKL's sgemm above, on the same tensors (no copy; fp32 throughout, only the summation order
-  differs).
+  differs) — and oneDNN's fp32 kernel, on a packed copy, from the rows where it measured faster than both
+  (kernel_tiers.py; on AVX-512 CPUs).
 - q8: every projection and the LM head as per-row int8 weights, quantised from the fp32 weights
   (the activations rounded only for the dot products: to int16 per group of 32 in the compiled kernels,
   bf16 in torch's).
@@ -35,16 +36,18 @@ from ..errors import ModelError
 from .cpu_kernels import compiled
 from .cpu_kernels import digest as kernels_digest
 from .huge_pages import into_huge_pages
-from .kernel_tiers import BF16_ENV, SAMPLE_LAYERS, f32_one_row, int8_max_rows, wide_bf16
+from .kernel_tiers import BF16_ENV, SAMPLE_LAYERS, f32_one_row, int8_max_rows, onednn_from_rows, wide_bf16
 from .quant import (
     Bf16Linear,
     CompiledDenseLinear,
     DenseLinear,
     Int4Linear,
     Int8Linear,
+    OnednnLinear,
     RowsSwitchLinear,
     TierLinear,
     native_bf16,
+    onednn_fp32,
     quantize_int4,
     quantize_int8,
 )
@@ -93,6 +96,9 @@ WIDE = 1 << 30
 # batch, where the matmul is compute-bound. On a 2-core Zen 5 EPYC (AVX512-BF16), ms per model step's matmuls,
 # bf16 (oneDNN) / fp32 (MKL sgemm): 16 rows 16.2 / 44.0, 64 rows 33.3 / 102.7, 512 rows 203 / 674.
 BF16_ROWS_TRIED = 64
+# The row counts every CPU engine times oneDNN's packed fp32 matmul against the compiled kernel and MKL at
+# (kernel_tiers.py, 4.): from decode's few rows, where the fused decode stack needs the compiled kernel, to prefill.
+ONEDNN_ROWS_TRIED = (8, 16, 32, 64, 256)
 CACHE_VERSION = "2"
 
 
@@ -184,32 +190,55 @@ def _reachable(tiers: list[tuple[int, TierLinear]]) -> list[tuple[int, TierLinea
 
 
 def fp32_weight(linear) -> torch.Tensor:
-    """The fp32 tensor behind one of the model's projections: the tensor itself, or its MKL tier's weight."""
+    """The fp32 tensor behind one of the model's projections: the tensor itself, or its widest tier's weight."""
     if isinstance(linear, torch.Tensor):
         return linear
     if isinstance(linear, RowsSwitchLinear):
         linear = linear.tiers[-1][1]
-    if not isinstance(linear, DenseLinear | CompiledDenseLinear):
+    if not isinstance(linear, DenseLinear | CompiledDenseLinear | OnednnLinear):
         raise TypeError(f"{type(linear).__name__} holds no fp32 weight")
     return linear.weight
 
 
-def _fp32_tiers(w: torch.Tensor, use_compiled: bool) -> list[tuple[int, TierLinear]]:
+def _fp32_tiers(w: torch.Tensor, use_compiled: bool, onednn_from: int = 0) -> list[tuple[int, TierLinear]]:
     """The fp32 forms of `w`, sharing it: the compiled kernel up to FP32_KERNEL_MAX_ROWS rows where it can
-    read `w` (contiguous fp32 on the CPU), then MKL's sgemm."""
+    read `w` (contiguous fp32 on the CPU), then MKL's sgemm; oneDNN's kernel on a packed copy from
+    `onednn_from` rows where that is set (kernel_tiers.onednn_from_rows), the narrower tiers below it."""
     tiers: list[tuple[int, TierLinear]] = [(WIDE, DenseLinear(w))]
     if use_compiled and w.dtype == torch.float32 and w.device.type == "cpu" and w.is_contiguous():
         tiers.insert(0, (FP32_KERNEL_MAX_ROWS, CompiledDenseLinear(w)))
+    if onednn_from:
+        below = [(min(rows, onednn_from - 1), lin) for rows, lin in tiers if onednn_from > 1]
+        tiers = _reachable([*below, (WIDE, OnednnLinear(w))])
     return tiers
+
+
+def _onednn_from(model, use_compiled: bool, cache_dir: Path | None) -> int:
+    """From how many rows this engine's fp32 matmuls run oneDNN's kernel (0: never), timed on SAMPLE_LAYERS of
+    its layers against the other fp32 tiers where not cached (kernel_tiers.onednn_from_rows)."""
+    if model.device.type != "cpu" or model.dtype != torch.float32 or not onednn_fp32():
+        return 0
+    sample = [
+        (OnednnLinear(w), RowsSwitchLinear(_fp32_tiers(w, use_compiled)))
+        for layer in model.layers[:SAMPLE_LAYERS]
+        for w in (getattr(layer, attr) for attr in PARTS)
+    ]
+    return onednn_from_rows(sample, ONEDNN_ROWS_TRIED, kernels_digest(), cache_dir)
+
+
+def _fp32_kind(onednn_from: int) -> str:
+    """The fp32 tiers' description in the kernel-tier cache's keys of the measurements made against them."""
+    return f"fp32, oneDNN from {onednn_from} rows" if onednn_from else "fp32"
 
 
 def _apply_fp32(model, cache_dir: Path | None) -> None:
     if model.device.type != "cpu" or model.dtype != torch.float32 or (ops := compiled()) is None:
         return  # llama.py's plain torch.mm on the tensors, padded as MKL likes
+    onednn_from = model.onednn_from = _onednn_from(model, True, cache_dir)
     for layer in model.layers:
         for attr in PARTS:
-            setattr(layer, attr, RowsSwitchLinear(_fp32_tiers(getattr(layer, attr), True)))
-    model.lm_head = RowsSwitchLinear(_fp32_tiers(model.lm_head, True))
+            setattr(layer, attr, RowsSwitchLinear(_fp32_tiers(getattr(layer, attr), True, onednn_from)))
+    model.lm_head = RowsSwitchLinear(_fp32_tiers(model.lm_head, True, onednn_from))
     model.pad = False  # padding is for MKL, which now runs from 64 rows only: matmul_rows pads none of those
     # Which fp32 kernel streams one row fastest depends on the CPU (kernel_tiers.py); timed on every layer,
     # as a decode step streams them: on 6 layers (85 MB) the two measured alike on a Zen 3 EPYC where the
@@ -223,20 +252,25 @@ def _wide_tiers(model, use_compiled: bool, cache_dir: Path | None) -> tuple[dict
     """A quantised engine's tiers for the batches too wide for its int8 kernel, per (layer, projection) and for
     the LM head, and their kind: bf16 where this CPU multiplies it natively and it measured faster than fp32
     at BF16_ROWS_TRIED rows (kernel_tiers.wide_bf16; `SYMPHONY_WIDE_BF16` decides instead), else fp32's own."""
-    fp32s = {
-        (i, attr): _fp32_tiers(getattr(layer, attr), use_compiled)
-        for i, layer in enumerate(model.layers)
-        for attr in PARTS
-    }
-    head_fp32 = _fp32_tiers(model.lm_head, use_compiled)
+    onednn_from = _onednn_from(model, use_compiled, cache_dir)
+    fp32_kind = _fp32_kind(onednn_from)
+    keys = [(i, attr) for i in range(len(model.layers)) for attr in PARTS]
+
+    def fp32(k: tuple[int, str]) -> list[tuple[int, TierLinear]]:
+        return _fp32_tiers(getattr(model.layers[k[0]], k[1]), use_compiled, onednn_from)
+
+    def all_fp32() -> tuple[dict, list, str]:
+        model.onednn_from = onednn_from
+        return {k: fp32(k) for k in keys}, _fp32_tiers(model.lm_head, use_compiled, onednn_from), fp32_kind
+
     if model.device.type != "cpu" or not (native_bf16() or os.environ.get(BF16_ENV, "").strip() == "1"):
-        return fp32s, head_fp32, "fp32"
-    # The sample's layers first: the rest are rounded only once bf16 is the answer.
-    bf16s = {k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s if k[0] < SAMPLE_LAYERS}
-    sample = [(lin, RowsSwitchLinear(fp32s[k])) for k, lin in bf16s.items()]
-    if not wide_bf16(sample, BF16_ROWS_TRIED, kernels_digest(), cache_dir):
-        return fp32s, head_fp32, "fp32"
-    bf16s.update({k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in fp32s if k not in bf16s})
+        return all_fp32()
+    # The sample's layers first: the rest are rounded (or packed) only once bf16 (or fp32) is the answer.
+    bf16s = {k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in keys if k[0] < SAMPLE_LAYERS}
+    sample = [(lin, RowsSwitchLinear(fp32(k))) for k, lin in bf16s.items()]
+    if not wide_bf16(sample, BF16_ROWS_TRIED, kernels_digest(), cache_dir, against=fp32_kind):
+        return all_fp32()
+    bf16s.update({k: Bf16Linear(getattr(model.layers[k[0]], k[1])) for k in keys if k not in bf16s})
     # Streamed at the narrower of the rows they run (a few dozen): into huge pages as the other weights.
     head = Bf16Linear(model.lm_head)
     lins = [*bf16s.values(), head]
