@@ -28,6 +28,8 @@ BUCKETS = {
         "aten::bmm",
         "quantized::linear_dynamic",
         "aten::_weight_int4pack_mm_for_cpu",
+        "aten::_weight_int8pack_mm",
+        "mkldnn::_linear_pointwise",
     ),
     "attention": (
         "aten::scaled_dot_product_attention",
