@@ -94,8 +94,8 @@ class OnednnLinear:
     same fp32 products and sums as MKL's sgemm, in another order. On a CPU with AVX-512 oneDNN runs them with
     512-bit FMAs; the MKL that torch ships reached about what 256-bit ones allow on a 2-core Zen 5 EPYC (~210
     GFLOP/s at 64-512 rows against oneDNN's ~470), and the compiled fp32 kernel lost to it from ~8 rows there.
-    kernel_tiers.py measures from which rows it runs on each machine. The packed copy is a second copy of the weight's bytes; `weight` stays the plain tensor,
-    shared with the narrower tiers."""
+    kernel_tiers.py measures from which rows it runs on each machine. The packed copy is a second copy of the
+    weight's bytes; `weight` stays the plain tensor, shared with the narrower tiers."""
 
     def __init__(self, weight: torch.Tensor) -> None:
         self.weight = weight
