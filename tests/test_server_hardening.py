@@ -231,3 +231,18 @@ def test_a_waiter_on_a_process_the_drain_cancelled_gets_503_even_once_it_has_end
         assert r.status_code == 503, r.text
         assert r.headers["content-type"].startswith("application/json")
         assert "shutting down" in r.json()["error"]["message"] and "did not finish" in r.json()["error"]["message"]
+
+
+def test_a_page_quota_refusal_counts_the_pages_held_now(engine):
+    """The page count a pred is checked against may be up to 50 ms old (every pred asks); a refusal counts again, so
+    a program started just after another of the same user closed its files is not refused for the other's pages."""
+    from symphony_core.sched.process import LimitExceeded
+    from symphony_core.server.users import QuotaKeeper, User, Users
+
+    keeper = QuotaKeeper(engine, Users({"alice": User("alice", token="t", max_pages=4)}))
+    assert keeper.pages_held("alice") == 0
+    keeper._pages_cache["alice"] = (time.monotonic(), 3)  # counted a moment ago, while a program held 3 pages
+    keeper.before_pred("alice", 40)  # 3 pages + 1 fit the quota of 4 with none held now
+    keeper._pages_cache["alice"] = (time.monotonic(), 3)
+    with pytest.raises(LimitExceeded, match=r"page quota of 4 reached \(0 pages held, pred needs up to 6 more\)"):
+        keeper.before_pred("alice", 80)

@@ -142,11 +142,12 @@ class QuotaKeeper:
                 f"({live} running); wait for one to finish or cancel one"
             )
 
-    def pages_held(self, name: str) -> int:
-        """Distinct pages in the files this user's live processes hold open, plus their named files."""
+    def pages_held(self, name: str, fresh: bool = False) -> int:
+        """Distinct pages in the files this user's live processes hold open, plus their named files: counted at
+        most 50 ms ago (every pred of the user's programs asks), or now where `fresh`."""
         hit = self._pages_cache.get(name)
         now = time.monotonic()
-        if hit is not None and now - hit[0] < 0.05:
+        if hit is not None and now - hit[0] < 0.05 and not fresh:
             return hit[1]
         eng = self.engine
         kvfs = eng.kvfs
@@ -162,6 +163,10 @@ class QuotaKeeper:
         if u.max_pages is not None:
             need = -(-max(n_tokens, 1) // self.engine.pool.page_size) + 1
             held = self.pages_held(name)
+            if held + need > u.max_pages:
+                # A refusal reads the pages held now: the count of a moment ago may include the files of a program
+                # of this user's that has since closed them or ended (the next program then starts inside it).
+                held = self.pages_held(name, fresh=True)
             if held + need > u.max_pages:
                 raise LimitExceeded(
                     f"user {name!r}: page quota of {u.max_pages} reached "
