@@ -34,15 +34,30 @@ def _time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _onednn_forms(linears: list, weights: list[torch.Tensor]) -> list:
+    """oneDNN's packed form of each weight: the engine's own tier where it runs one (bench.decode measures around
+    each run, and packing the model again each time would copy 538 MB), else packed here."""
+    from symphony_core.model.quant import OnednnLinear, RowsSwitchLinear
+
+    own = [
+        next((tier for _, tier in lin.tiers if isinstance(tier, OnednnLinear)), None)
+        if isinstance(lin, RowsSwitchLinear)
+        else None
+        for lin in linears
+    ]
+    return [o if o is not None else OnednnLinear(w) for o, w in zip(own, weights)]
+
+
 def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict]:
     from symphony_core.model.llama import matmul_rows
-    from symphony_core.model.quant import OnednnLinear, onednn_fp32
+    from symphony_core.model.quant import onednn_fp32
     from symphony_core.model.weight_formats import fp32_weight
 
-    weights = [fp32_weight(w) for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
-    weights.append(fp32_weight(model.lm_head))
+    linears = [w for layer in model.layers for w in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)]
+    linears.append(model.lm_head)
+    weights = [fp32_weight(w) for w in linears]
     params = sum(w.numel() for w in weights)
-    packed = [OnednnLinear(w) for w in weights] if onednn_fp32() and weights[0].device.type == "cpu" else []
+    packed = _onednn_forms(linears, weights) if onednn_fp32() and weights[0].device.type == "cpu" else []
     inputs = {n: {w.shape[1] for w in weights} for n in rows}
     out = []
     for t in rows:
@@ -66,13 +81,12 @@ def measure(model, rows: list[int], repeats: int, idle_wait: float) -> list[dict
                 lin(xs[lin.shape[1]])
 
         ways = [("linear", linear), ("wxt", transposed), ("padded", padded_transposed)]
+        ways += [("onednn", onednn)] if packed else []
         wait_until_idle(idle_wait)
         row = {"rows": t, "padded_to": matmul_rows(t)}
-        for name, fn in ways + ([("onednn", onednn)] if packed else []):
+        for name, fn in ways:
             row[name] = _time(fn, repeats)
-        row["gflops"] = (
-            2 * params * t / min(row[name] for name in ("linear", "wxt", "padded", "onednn") if name in row) / 1e9
-        )
+        row["gflops"] = 2 * params * t / min(row[name] for name, _ in ways) / 1e9
         out.append(row)
     return out
 

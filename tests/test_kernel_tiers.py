@@ -101,20 +101,20 @@ def test_where_onednn_starts_is_cached_and_the_variable_wins(tmp_path, monkeypat
     def must_not_measure(*args):
         raise AssertionError("measured again though the answer is cached or set")
 
-    assert onednn_from_rows([], ONEDNN_TRIED, "d", tmp_path, lambda pairs, tried: 0) == 0  # "never" is an answer
-    assert onednn_from_rows([], ONEDNN_TRIED, "d", tmp_path, must_not_measure) == 0
-    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, lambda pairs, tried: 16) == 16
-    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 16
+    assert onednn_from_rows(list, ONEDNN_TRIED, "d", tmp_path, lambda pairs, tried: 0) == 0  # "never" is an answer
+    assert onednn_from_rows(list, ONEDNN_TRIED, "d", tmp_path, must_not_measure) == 0
+    assert onednn_from_rows(list, ONEDNN_TRIED, "e", tmp_path, lambda pairs, tried: 16) == 16
+    assert onednn_from_rows(list, ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 16
     entries = json.loads((tmp_path / CACHE_FILE).read_text())
     assert sorted(v["onednn_from_rows"] for v in entries.values()) == [0, 16]
     monkeypatch.setenv(ONEDNN_ENV, "Off")
-    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 0
+    assert onednn_from_rows(list, ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 0
     monkeypatch.setenv(ONEDNN_ENV, "24")
-    assert onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 24
+    assert onednn_from_rows(list, ONEDNN_TRIED, "e", tmp_path, must_not_measure) == 24
     for bad in ("0", "wide"):
         monkeypatch.setenv(ONEDNN_ENV, bad)
         with pytest.raises(ValueError, match=f"{ONEDNN_ENV}='{bad}'"):
-            onednn_from_rows([], ONEDNN_TRIED, "e", tmp_path, must_not_measure)
+            onednn_from_rows(list, ONEDNN_TRIED, "e", tmp_path, must_not_measure)
 
 
 def test_the_answer_is_cached_per_machine_and_a_bad_cache_is_measured_again(tmp_path, monkeypatch):

@@ -159,21 +159,12 @@ def int8_max_rows(
     """The int8 tier's row limit: `ENV` if set, else this machine's cached measurement, else
     `measure_fn(pairs, candidates)` (then cached in `cache_dir`, or for this process where there is none).
     `against`: the tier above int8 that `pairs` holds ("fp32" or "bf16"), part of the cache's key."""
-    override = os.environ.get(ENV, "").strip()
-    if override:
-        try:
-            rows = int(override)
-        except ValueError:
-            rows = 0
-        if rows < 1:
-            raise ValueError(f"{ENV}={override!r}: give a row count of at least 1")
-        return rows
-    key = f"{machine_key(kernels_digest)} | rows {','.join(map(str, candidates))}"
-    if against != "fp32":
-        key += f" | against {against}"
+    override = _rows_override(ENV)
+    if override is not None:
+        return override
     return _cached(
         "int8_max_rows",
-        key,
+        f"{machine_key(kernels_digest)} | rows {','.join(map(str, candidates))}{_against(against)}",
         cache_dir,
         lambda: measure_fn(pairs, candidates),
         lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -199,7 +190,7 @@ def wide_bf16(
         return override == "1"
     return _cached(
         "wide_bf16",
-        f"{machine_key(kernels_digest)} | bf16 at {rows} rows" + ("" if against == "fp32" else f" | against {against}"),
+        f"{machine_key(kernels_digest)} | bf16 at {rows} rows{_against(against)}",
         cache_dir,
         lambda: measure_fn(pairs, rows),
         lambda v: isinstance(v, bool),
@@ -208,31 +199,24 @@ def wide_bf16(
 
 
 def onednn_from_rows(
-    pairs: Sequence[tuple[Linear, Linear]],
+    pairs: Callable[[], Sequence[tuple[Linear, Linear]]],
     candidates: Sequence[int],
     kernels_digest: str,
     cache_dir: Path | None,
     measure_fn=measure_from,
 ) -> int:
     """The row count from which fp32 matmuls run oneDNN's kernel, 0 for none: `ONEDNN_ENV` (rows, or "off") if
-    set, else this machine's cached measurement, else `measure_fn(pairs, candidates)` on `pairs` (oneDNN, the
-    other fp32 tiers), cached as int8_max_rows's is."""
-    override = os.environ.get(ONEDNN_ENV, "").strip().lower()
-    if override:
-        if override == "off":
-            return 0
-        try:
-            rows = int(override)
-        except ValueError:
-            rows = 0
-        if rows < 1:
-            raise ValueError(f"{ONEDNN_ENV}={override!r}: give a row count of at least 1, or off")
-        return rows
+    set, else this machine's cached measurement, else `measure_fn(pairs(), candidates)` (cached as
+    int8_max_rows's is). `pairs()` makes the sample, (oneDNN, the other fp32 tiers) per weight, only where it is
+    measured: packing it for oneDNN is a copy of six layers' weights."""
+    override = _rows_override(ONEDNN_ENV, off=0)
+    if override is not None:
+        return override
     return _cached(
         "onednn_from_rows",
         f"{machine_key(kernels_digest)} | onednn at rows {','.join(map(str, candidates))}",
         cache_dir,
-        lambda: measure_fn(pairs, candidates),
+        lambda: measure_fn(pairs(), candidates),
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         lambda rows: (
             f"fp32 matmuls run oneDNN's kernel from {rows} rows on this machine"
@@ -264,6 +248,29 @@ def f32_one_row(
         lambda v: v in F32_ONE_ROW,
         lambda name: f"the {name} fp32 kernel runs one row on this machine",
     )
+
+
+def _rows_override(env: str, off: int | None = None) -> int | None:
+    """The row count the variable `env` sets, None where unset; "off" gives `off` where that is allowed."""
+    override = os.environ.get(env, "").strip()
+    if not override:
+        return None
+    if off is not None and override.lower() == "off":
+        return off
+    try:
+        rows = int(override)
+    except ValueError:
+        rows = 0
+    if rows < 1:
+        raise ValueError(
+            f"{env}={override!r}: give a row count of at least 1" + (", or off" if off is not None else "")
+        )
+    return rows
+
+
+def _against(against: str) -> str:
+    """The cache key's note of the tier a measurement was timed against (none for fp32's own, as keys always had)."""
+    return "" if against == "fp32" else f" | against {against}"
 
 
 def _cached(name: str, key: str, cache_dir: Path | None, measure_fn, valid, says):

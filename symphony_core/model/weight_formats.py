@@ -218,11 +218,14 @@ def _onednn_from(model, use_compiled: bool, cache_dir: Path | None) -> int:
     its layers against the other fp32 tiers where not cached (kernel_tiers.onednn_from_rows)."""
     if model.device.type != "cpu" or model.dtype != torch.float32 or not onednn_fp32():
         return 0
-    sample = [
-        (OnednnLinear(w), RowsSwitchLinear(_fp32_tiers(w, use_compiled)))
-        for layer in model.layers[:SAMPLE_LAYERS]
-        for w in (getattr(layer, attr) for attr in PARTS)
-    ]
+
+    def sample() -> list[tuple[OnednnLinear, RowsSwitchLinear]]:
+        return [
+            (OnednnLinear(w), RowsSwitchLinear(_fp32_tiers(w, use_compiled)))
+            for layer in model.layers[:SAMPLE_LAYERS]
+            for w in (getattr(layer, attr) for attr in PARTS)
+        ]
+
     return onednn_from_rows(sample, ONEDNN_ROWS_TRIED, kernels_digest(), cache_dir)
 
 
