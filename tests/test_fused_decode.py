@@ -50,8 +50,24 @@ def _compiled_fp32_rows(model) -> int:
 def test_fp32_fused_decode_is_the_loop_bit_for_bit(engine):
     top = _compiled_fp32_rows(engine.model)
     _assert_fused_matches_loop(engine, (1, 5, top))
-    # above the compiled fp32 kernel's rows MKL or oneDNN runs the projections: the loop runs them
-    assert engine.model.fused.stack(top + 1) is None
+    for wide in (top + 1, 32):
+        if all(form is not None and form[0] == 3 for form in _forms(engine.model, wide)):
+            _assert_fused_matches_loop(engine, (wide,))  # oneDNN's packed-weight matmul: the stack calls it too
+        else:  # MKL's sgemm above the compiled fp32 kernel's rows: the loop runs it
+            assert engine.model.fused.stack(wide) is None
+
+
+def test_fp32_with_onednn_off_takes_the_loop_above_the_compiled_kernel(monkeypatch):
+    from symphony_core import Engine
+
+    monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "off")
+    eng = Engine(num_pages=256)
+    try:
+        top = _compiled_fp32_rows(eng.model)
+        assert eng.model.fused.stack(top) is not None
+        assert eng.model.fused.stack(top + 1) is None  # MKL's sgemm runs there, which the stack does not call
+    finally:
+        eng.shutdown()
 
 
 @pytest.mark.slow  # ~20 s: loads a q8 and a q4 engine

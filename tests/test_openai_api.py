@@ -136,7 +136,9 @@ def test_chat_logprobs_and_top_logprobs(oc):
         assert bytes(t.bytes).decode() == t.token
     texts, _, lps, _, _ = stream_chat(oc, logprobs=True, top_logprobs=3)
     assert texts[0] == c.message.content
-    assert [(t.token, round(t.logprob, 4)) for t in lps[0]] == [(t.token, round(t.logprob, 4)) for t in content]
+    # The streamed request's prompt comes from the prefix cache (its rows run other matmul kernels): float rounding
+    assert [t.token for t in lps[0]] == [t.token for t in content]
+    assert [t.logprob for t in lps[0]] == pytest.approx([t.logprob for t in content], abs=1e-4)
     plain = chat(oc)
     assert plain.choices[0].logprobs is None
 

@@ -7,23 +7,25 @@ tensors in C++, so its result is bit for bit the loop's.
 
 A step qualifies when every row is a single-token decode read from the pool in place (one
 `CompiledDecode` group, no shared prefix) and, at its row count, every projection runs one of
-the compiled kernels (fp32, int8 or int4: gemv.cpp). Which kernel a projection runs depends on the
-rows (weight_formats.py's tiers), so a stack is made per row count on first use, over the same
-weight tensors.
+the compiled kernels (fp32, int8 or int4: gemv.cpp) or oneDNN's fp32 matmul on its packed weight
+(quant.OnednnLinear; the stack calls it through torch's dispatcher). Which kernel a projection runs
+depends on the rows (weight_formats.py's tiers), so a stack is made per row count on first use,
+over the same weight tensors.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .quant import CompiledDenseLinear, Int4Linear, Int8Linear, RowsSwitchLinear
+from .quant import CompiledDenseLinear, Int4Linear, Int8Linear, OnednnLinear, RowsSwitchLinear
 
 # The projections of a layer in the order DecodeStack takes them.
 PROJECTIONS = ("wqkv", "wo", "w_gate_up", "w_down")
 
 
 def kernel_form(linear, rows: int) -> tuple[int, list[torch.Tensor]] | None:
-    """(kind, tensors) of the compiled kernel `linear` runs at `rows`, or None where it runs another."""
+    """(kind, tensors) of the kernel `linear` runs at `rows` as DecodeStack takes it, or None where it runs
+    one the stack does not call."""
     tier = linear.pick(rows) if isinstance(linear, RowsSwitchLinear) else linear
     if isinstance(tier, CompiledDenseLinear):
         return 0, [tier.weight]
@@ -31,6 +33,8 @@ def kernel_form(linear, rows: int) -> tuple[int, list[torch.Tensor]] | None:
         return 1, [tier.qweight, tier.scales]
     if isinstance(tier, Int4Linear) and tier.backend == "compiled":
         return 2, [tier.packed, tier.scale, tier.minimum]
+    if isinstance(tier, OnednnLinear):
+        return 3, [tier.packed]
     return None
 
 

@@ -76,13 +76,30 @@ void check_pool(const torch::Tensor& k, const torch::Tensor& v) {
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(at::Half* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 
-// One row: y = x · rsqrt(mean(x²) + eps) · w (the sum of squares in double).
+// One row: y = x · rsqrt(mean(x²) + eps) · w (the sum of squares in double). Four vector
+// accumulators: a single running sum is one dependent add per value (~20 µs for 32 rows of 576).
 inline void norm_row(const float* x, const float* w, float* y, int64_t n, float eps) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int a = 0; a < 4; ++a) {
+            const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * a));
+            acc[a] = _mm256_fmadd_pd(v, v, acc[a]);  // exact: a float's square fits a double
+        }
+    const __m256d s4 = _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3]));
+    const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+    for (; i < n; ++i) ss += double(x[i]) * x[i];
     const float r = 1.0f / std::sqrt(float(ss / n) + eps);
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * w[i];
+    const __m256 rv = _mm256_set1_ps(r);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), rv), _mm256_loadu_ps(w + i)));
+    for (; i < n; ++i) y[i] = (x[i] * r) * w[i];
 }
 
 // Rows of a small batch are independent: at 1-8 rows one thread does them all (a parallel region
@@ -191,7 +208,14 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
             auto rotate = [&](int64_t head, auto* dst) {
                 using T = std::remove_pointer_t<decltype(dst)>;
                 const float* x = row + head * d;
-                for (int64_t i = 0; i < half; ++i) {
+                int64_t i = 0;
+                for (; i + 8 <= half; i += 8) {  // head_dim a multiple of 16: every lane here
+                    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + half);
+                    store8(dst + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(c + i), _mm256_mul_ps(b, _mm256_loadu_ps(s + i))));
+                    store8(dst + i + half, _mm256_fmadd_ps(b, _mm256_loadu_ps(c + i + half),
+                                                           _mm256_mul_ps(a, _mm256_loadu_ps(s + i + half))));
+                }
+                for (; i < half; ++i) {
                     const float a = x[i], b = x[i + half];
                     dst[i] = T(b * s[i] + a * c[i]);
                     dst[i + half] = T(a * s[i + half] + b * c[i + half]);
@@ -202,7 +226,9 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
             KV* vdst = vp + sp[r] * kvh * d;
             for (int64_t h = 0; h < kvh; ++h) rotate(heads + h, kdst + h * d);
             const float* v = row + (heads + kvh) * d;
-            for (int64_t i = 0; i < kvh * d; ++i) vdst[i] = KV(v[i]);
+            int64_t i = 0;
+            for (; i + 8 <= kvh * d; i += 8) store8(vdst + i, _mm256_loadu_ps(v + i));
+            for (; i < kvh * d; ++i) vdst[i] = KV(v[i]);
         };
         if (s1 == 1)
             over_rows(t, width, [&](int64_t r) { rope_row(r, src + r * s0); });
@@ -258,12 +284,22 @@ torch::Tensor silu_mul(torch::Tensor gate_up, bool feature_major) {
     return out;
 }
 
+// Slots ahead whose K or V the attention loops prefetch: the pool is read in page-sized runs at
+// scattered places, which the hardware prefetchers follow poorly (+15% of DRAM rate at 32 sequences).
+constexpr int64_t PREFETCH_AHEAD = 16;
+
+template <int D, class KV>
+inline void prefetch_row(const KV* row) {
+    for (size_t o = 0; o < D * sizeof(KV); o += 64) _mm_prefetch(reinterpret_cast<const char*>(row) + o, _MM_HINT_T0);
+}
+
 // One (sequence, KV head) of a decode: G query heads [G, D] against `len` slots of the pool.
 template <int D, class KV>
 void decode_head(const float* q, int64_t G, const KV* kc, const KV* vc, const int64_t* slots, int64_t len,
                  int64_t kv_stride, float scale, float* out, std::vector<float>& scores) {
     scores.resize(G * len);
     for (int64_t j = 0; j < len; ++j) {
+        if (j + PREFETCH_AHEAD < len) prefetch_row<D>(kc + slots[j + PREFETCH_AHEAD] * kv_stride);
         const KV* kj = kc + slots[j] * kv_stride;
         __m256 k[D / 8];  // widened once, scored against all G query heads
         for (int i = 0; i < D / 8; ++i) k[i] = load8(kj + 8 * i);
@@ -298,6 +334,7 @@ void decode_head(const float* q, int64_t G, const KV* kc, const KV* vc, const in
         __m256 acc[D / 8];
         for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_setzero_ps();
         for (j = 0; j < len; ++j) {
+            if (g == 0 && j + PREFETCH_AHEAD < len) prefetch_row<D>(vc + slots[j + PREFETCH_AHEAD] * kv_stride);
             const KV* v = vc + slots[j] * kv_stride;
             const __m256 p = _mm256_set1_ps(s[j]);
             for (int i = 0; i < D / 8; ++i) acc[i] = _mm256_fmadd_ps(p, load8(v + 8 * i), acc[i]);

@@ -7,24 +7,39 @@
 // layers. Here the loop and the glue between the kernels are C++.
 //
 // A `DecodeStack` holds one model's weights as the kernels take them, for one choice of kernel per
-// projection (the tier the row count picks: fp32, int8 or int4), made once and run every step.
+// projection (the tier the row count picks: fp32, int8, int4, or oneDNN's fp32 matmul on its packed
+// weight, which wide decode batches run), made once and run every step.
 #include "kernels.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <vector>
 
 namespace {
 
-enum Kind : int64_t { F32 = 0, INT8 = 1, INT4 = 2 };
+enum Kind : int64_t { F32 = 0, INT8 = 1, INT4 = 2, ONEDNN = 3 };
+
+// quant.OnednnLinear's call, `torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")`,
+// through torch's dispatcher (boxed: the op's C++ signature is not part of torch's public headers).
+torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& packed) {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+    std::vector<c10::IValue> stack{x, packed, c10::IValue(), std::string("none"),
+                                   c10::List<std::optional<c10::Scalar>>(), std::string("")};
+    op.callBoxed(&stack);
+    return stack[0].toTensor();
+}
 
 struct Linear {
     int64_t kind;
-    std::vector<torch::Tensor> t;  // F32: {w}; INT8: {q, scale}; INT4: {packed, scale, minimum}
+    std::vector<torch::Tensor> t;  // F32: {w}; INT8: {q, scale}; INT4: {packed, scale, minimum}; ONEDNN: {packed}
 
     torch::Tensor operator()(const torch::Tensor& x) const {
         switch (kind) {
             case F32: return symphony::f32_linear(x, t[0]);
             case INT8: return symphony::int8_linear(x, t[0], t[1]);
-            default: return symphony::int4_linear(x, t[0], t[1], t[2]);
+            case INT4: return symphony::int4_linear(x, t[0], t[1], t[2]);
+            default: return onednn_linear(x, t[0]);
         }
     }
 };
@@ -34,7 +49,7 @@ struct Layer {
     Linear qkv, o, gate_up, down;
 };
 
-constexpr size_t WEIGHTS_PER_KIND[] = {1, 2, 3};
+constexpr size_t WEIGHTS_PER_KIND[] = {1, 2, 3, 1};
 
 class DecodeStack {
    public:
@@ -47,7 +62,7 @@ class DecodeStack {
                     "DecodeStack takes 2 norms and 4 projections a layer: got ", norms.size(), " norms, ",
                     kinds.size(), " kinds and ", weights.size(), " weight lists");
         for (size_t i = 0; i < kinds.size(); ++i)
-            TORCH_CHECK(kinds[i] >= F32 && kinds[i] <= INT4 && weights[i].size() == WEIGHTS_PER_KIND[kinds[i]],
+            TORCH_CHECK(kinds[i] >= F32 && kinds[i] <= ONEDNN && weights[i].size() == WEIGHTS_PER_KIND[kinds[i]],
                         "projection ", i, ": kind ", kinds[i], " with ", weights[i].size(), " tensors");
         for (size_t l = 0; l < n; ++l) {
             auto lin = [&](size_t j) { return Linear{kinds[4 * l + j], weights[4 * l + j]}; };
@@ -94,7 +109,8 @@ void add_decode_stack(pybind11::module_& m) {
     namespace py = pybind11;
     py::class_<DecodeStack>(m, "DecodeStack",
                             "A decode step's layers as one call (decode_stack.cpp): DecodeStack(norms, kinds, weights, "
-                            "heads, eps); kinds 0 fp32 {w}, 1 int8 {q, scale}, 2 int4 {packed, scale, minimum}")
+                            "heads, eps); kinds 0 fp32 {w}, 1 int8 {q, scale}, 2 int4 {packed, scale, minimum}, "
+                            "3 oneDNN fp32 {packed}")
         .def(py::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<std::vector<torch::Tensor>>,
                       int64_t, double>(),
              py::arg("norms"), py::arg("kinds"), py::arg("weights"), py::arg("heads"), py::arg("eps"))
