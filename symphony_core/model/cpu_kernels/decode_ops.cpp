@@ -209,7 +209,7 @@ torch::Tensor rope_write_kv(torch::Tensor qkv, torch::Tensor cos, torch::Tensor 
                 using T = std::remove_pointer_t<decltype(dst)>;
                 const float* x = row + head * d;
                 int64_t i = 0;
-                for (; i + 8 <= half; i += 8) {  // head_dim a multiple of 16: every lane here
+                for (; i + 8 <= half; i += 8) {  // the scalar loop below takes a half's last < 8 values
                     const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + half);
                     store8(dst + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(c + i), _mm256_mul_ps(b, _mm256_loadu_ps(s + i))));
                     store8(dst + i + half, _mm256_fmadd_ps(b, _mm256_loadu_ps(c + i + half),
