@@ -209,7 +209,7 @@ def test_q4_engine_runs_torchs_kernels_when_forced(monkeypatch, engine):
     """The whole engine honours the variable: torch's kernels in every quantised tier, at their own
     row limits, and the same first greedy tokens as fp32 on a held prompt."""
     from symphony_core import Engine, PredCall
-    from symphony_core.model.quant import RowsSwitchLinear
+    from symphony_core.model.quant import Int4Linear, Int8Linear, RowsSwitchLinear
     from symphony_core.model.weight_formats import KERNEL_MAX_ROWS
 
     monkeypatch.setenv(loader.ENV, "torch")
@@ -217,7 +217,9 @@ def test_q4_engine_runs_torchs_kernels_when_forced(monkeypatch, engine):
     try:
         linears = [lin for layer in eng.model.layers for lin in (layer.wqkv, layer.w_down)] + [eng.model.lm_head]
         assert all(isinstance(s, RowsSwitchLinear) for s in linears)
-        assert {lin.backend for s in linears for _, lin in s.tiers[:-1]} == {"torch"}
+        # the fp32 tiers above them (MKL, oneDNN: measured per machine) have no compiled form to force off
+        quantised = [lin for s in linears for _, lin in s.tiers if isinstance(lin, (Int4Linear, Int8Linear))]
+        assert quantised and {lin.backend for lin in quantised} == {"torch"}
         assert eng.model.layers[0].wqkv.tiers[0][0] == KERNEL_MAX_ROWS["torch"][0]
         prompt = "The capital of France is"
 
