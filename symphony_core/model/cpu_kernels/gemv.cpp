@@ -282,19 +282,26 @@ int64_t grain(int64_t row_bytes, int64_t chunk_bytes = 32 << 10) {
     return std::max<int64_t>(8, chunk_bytes / std::max<int64_t>(row_bytes, 1));
 }
 
-// f(o0, o1) over [0, out) in chunks of `rows`, the chunks handed out one at a time to torch's
-// intra-op threads: on a shared machine a thread that is descheduled for a while then delays the
-// call by its current chunk only, not by a fixed half of the work (a static split's cost).
+// f(o0, o1) over [0, out) in chunks of `rows`. Each of torch's intra-op threads owns one contiguous
+// share of the chunks and takes them in order, so that it streams its share of the weight front to
+// back; one that finishes early then takes chunks from the others' shares, so that on a shared machine
+// a thread descheduled for a while delays the call by its current chunk only, not by its whole share.
+// (Chunks handed out one at a time from a single counter interleave the threads' reads every chunk:
+// on a 2-core Zen 5 EPYC a one-row fp32 matmul then streamed its weight at ~80% of this rate.)
 template <class F>
 void parallel_rows(int64_t out, int64_t rows, const F& f) {
-    const int64_t chunks = (out + rows - 1) / rows;
-    if (chunks <= 1 || at::get_num_threads() <= 1 || at::in_parallel_region()) {
+    const int64_t chunks = (out + rows - 1) / rows, n = at::get_num_threads();
+    if (chunks <= 1 || n <= 1 || at::in_parallel_region()) {
         f(0, out);
         return;
     }
-    std::atomic<int64_t> next{0};
-    at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
-        for (int64_t c; (c = next.fetch_add(1)) < chunks;) f(c * rows, std::min(out, (c + 1) * rows));
+    std::vector<std::atomic<int64_t>> next(n);
+    for (int64_t s = 0; s < n; ++s) next[s] = chunks * s / n;
+    at::parallel_for(0, n, 1, [&](int64_t s0, int64_t) {
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t s = (s0 + i) % n, end = chunks * (s + 1) / n;
+            for (int64_t c; (c = next[s].fetch_add(1)) < end;) f(c * rows, std::min(out, (c + 1) * rows));
+        }
     });
 }
 
