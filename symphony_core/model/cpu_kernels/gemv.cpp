@@ -295,12 +295,15 @@ void parallel_rows(int64_t out, int64_t rows, const F& f) {
         f(0, out);
         return;
     }
-    std::vector<std::atomic<int64_t>> next(n);
-    for (int64_t s = 0; s < n; ++s) next[s] = chunks * s / n;
+    struct alignas(64) Share {  // a cache line each: one thread's taking a chunk does not evict the others' counters
+        std::atomic<int64_t> next;
+    };
+    std::vector<Share> shares(n);
+    for (int64_t s = 0; s < n; ++s) shares[s].next = chunks * s / n;
     at::parallel_for(0, n, 1, [&](int64_t s0, int64_t) {
         for (int64_t i = 0; i < n; ++i) {
             const int64_t s = (s0 + i) % n, end = chunks * (s + 1) / n;
-            for (int64_t c; (c = next[s].fetch_add(1)) < end;) f(c * rows, std::min(out, (c + 1) * rows));
+            for (int64_t c; (c = shares[s].next.fetch_add(1)) < end;) f(c * rows, std::min(out, (c + 1) * rows));
         }
     });
 }
