@@ -59,7 +59,7 @@ class FusedDecode:
 
     def _make(self, rows: int):
         m = self.model
-        if m.ops is None:
+        if m.ops is None or not m.plain:
             return None
         norms, kinds, weights = [], [], []
         for layer in m.layers:

@@ -1,8 +1,12 @@
-"""Our own Llama-family forward pass over the paged KV pool.
+"""Our own forward pass over the paged KV pool, for every family families.py lists.
 
 RMSNorm, RoPE (tables from the config, any scaling), grouped-query attention, SwiGLU, tied or
 separate LM head. Q/K/V and gate/up are fused into one matmul each; the LM head runs only on
-the rows whose logits were asked for.
+the rows whose logits were asked for. The families' switches (config.py) sit in the same layer loop:
+Q/K/V and output biases, per-head q/k RMSNorm, partial rotary, a RoPE table per layer type, sliding
+windows per layer (sliding_window.py), Gemma's norms after each sublayer, scaled embeddings and GeGLU,
+a softmax scale of the config's, and soft-capped logits. A model without any (`ModelConfig.plain`,
+SmolLM2 and Llama) runs exactly the code it always ran.
 
 Matmul layout (measured with MKL on 2 CPU threads, SmolLM2-135M; see bench/RESULTS.md):
 - Every projection is `W @ xᵀ` with x row-major, giving a feature-major [out, T] result.
@@ -31,10 +35,12 @@ import torch.nn.functional as F
 from .attention import CompiledDecode, choose_backend
 from .config import ModelConfig
 from .cpu_kernels import compiled
+from .families import layer_tensors
 from .forward_batch import ForwardBatch
 from .fused_decode import FusedDecode
 from .huge_pages import into_huge_pages
 from .quant import sgemm_weight
+from .sliding_window import window_plan, windowed_attention
 
 
 @dataclass
@@ -45,6 +51,12 @@ class LayerWeights:
     mlp_norm: torch.Tensor
     w_gate_up: torch.Tensor  # [2 * intermediate, hidden]
     w_down: torch.Tensor
+    bqkv: torch.Tensor | None = None  # Qwen2's Q/K/V biases
+    bo: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None  # per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3)
+    k_norm: torch.Tensor | None = None
+    post_attn_norm: torch.Tensor | None = None  # Gemma's norms of each sublayer's output
+    post_mlp_norm: torch.Tensor | None = None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -116,37 +128,32 @@ class PagedLlama:
         self.device = torch.device(device)
         self.dtype = dtype
         w = weights
+        # Gemma's norms multiply by (1 + w): folded into the weight once (the same fp32 sum transformers makes).
+        plus_one = cfg.gemma_norms
         self.embed = w["model.embed_tokens.weight"]
-        self.norm = w["model.norm.weight"]
+        self.norm = w["model.norm.weight"] + 1 if plus_one else w["model.norm.weight"]
         self.lm_head = self.embed if cfg.tie_embeddings or "lm_head.weight" not in w else w["lm_head.weight"]
+        # Gemma scales the embeddings by sqrt(hidden), rounded to the weights' dtype as transformers does.
+        self.embed_scale = torch.tensor(cfg.hidden_size**0.5).to(dtype).item() if cfg.gemma_norms else None
         self.layers = []
         for i in range(cfg.n_layers):
-            p = f"model.layers.{i}."
-            self.layers.append(
-                LayerWeights(
-                    attn_norm=w[p + "input_layernorm.weight"],
-                    wqkv=torch.cat(
-                        [
-                            w[p + "self_attn.q_proj.weight"],
-                            w[p + "self_attn.k_proj.weight"],
-                            w[p + "self_attn.v_proj.weight"],
-                        ]
-                    ).contiguous(),
-                    wo=w[p + "self_attn.o_proj.weight"].contiguous(),
-                    mlp_norm=w[p + "post_attention_layernorm.weight"],
-                    w_gate_up=torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]]).contiguous(),
-                    w_down=w[p + "mlp.down_proj.weight"].contiguous(),
-                )
-            )
+            t = layer_tensors(cfg.family, w, i)
+            for k in ("attn_norm", "mlp_norm", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm"):
+                if plus_one and (norm_w := t[k]) is not None:
+                    t[k] = norm_w + 1
+            self.layers.append(LayerWeights(**t))  # type: ignore[arg-type]
         if self.device.type == "cpu":  # a decode step streams every weight: fewer TLB misses (huge_pages.py)
             self._into_huge_pages()
-        # RoPE tables [max_positions, head_dim]; sin carries the rotation's sign, so that
-        # rotate_half(x) * sin == swap_halves(x) * signed_sin.
-        pos = torch.arange(cfg.max_positions, dtype=torch.float32)
-        freqs = torch.outer(pos, cfg.inv_freq)
-        cos, sin = freqs.cos() * cfg.rope_scaling, freqs.sin() * cfg.rope_scaling
-        self.cos = torch.cat((cos, cos), dim=-1).to(device=self.device, dtype=dtype)
-        self.sin = torch.cat((-sin, sin), dim=-1).to(device=self.device, dtype=dtype)
+        # RoPE tables [max_positions, rotary_dim], one per name in cfg.layer_rope; sin carries the rotation's sign,
+        # so that rotate_half(x) * sin == swap_halves(x) * signed_sin.
+        self.cos: dict[str, torch.Tensor] = {}
+        self.sin: dict[str, torch.Tensor] = {}
+        for name, table in cfg.rope.items():
+            cos, sin = table.cos_sin(cfg.max_positions)
+            half = sin.shape[-1] // 2
+            self.cos[name] = cos.to(device=self.device, dtype=dtype)
+            self.sin[name] = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(device=self.device, dtype=dtype)
+        self.layer_rope = cfg.layer_rope
         self.pad = self.device.type == "cpu"  # the row padding is an MKL effect
         self.weight_format = "fp32"  # weight_formats.apply_weight_format swaps in quantised linears
         self.onednn_from = 0  # from how many rows fp32 matmuls run oneDNN's kernel (0: never); weight_formats.py
@@ -154,6 +161,11 @@ class PagedLlama:
         fused = self.device.type == "cpu" and dtype == torch.float32
         self.ops = compiled() if fused else None
         self.attention = choose_backend(self.device, self.ops if cfg.head_dim in (64, 128) else None)
+        if cfg.windows:  # a window masks keys per query: no shared-prefix groups (sliding_window.py)
+            self.attention.shares_prefixes = False
+        # Llama's own layer, which the fused decode stack computes; a family's switches run the layer loop.
+        extras = ("bqkv", "bo", "q_norm", "post_attn_norm")
+        self.plain = cfg.plain and not any(getattr(layer, a) is not None for layer in self.layers for a in extras)
         self.fused = FusedDecode(self)  # decode steps' layers as one compiled call, where they can be
 
     def _one_decode_group(self, plan: list) -> bool:
@@ -181,8 +193,12 @@ class PagedLlama:
 
     @staticmethod
     def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [T, heads, D]; cos/sin [T, 1, D]. The half-split rotation of HF Llama checkpoints."""
-        half = x.shape[-1] // 2
+        """x [T, heads, D]; cos/sin [T, 1, R]. The half-split rotation of HF checkpoints over the first R dims
+        (all of them but for partial rotary)."""
+        r = cos.shape[-1]
+        if r < x.shape[-1]:
+            return torch.cat((PagedLlama.rope(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+        half = r // 2
         swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)  # row-major, whatever x's strides
         # The row-major operand first: the result takes its layout (x may be a transposed view).
         return torch.addcmul(swapped * sin, x, cos)
@@ -202,65 +218,103 @@ class PagedLlama:
         cfg = self.cfg
         t = fb.token_ids.shape[0]
         rows = self.rows_for(t)
-        x = pad_rows(self.embed.index_select(0, fb.token_ids), rows)  # residual stream [rows, hidden]
-        cos = self.cos.index_select(0, fb.positions)[:, None, :]
-        sin = self.sin.index_select(0, fb.positions)[:, None, :]
+        x = self.embed.index_select(0, fb.token_ids)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        x = pad_rows(x, rows)  # residual stream [rows, hidden]
+        ropes = {
+            name: (
+                cos.index_select(0, fb.positions)[:, None, :],
+                self.sin[name].index_select(0, fb.positions)[:, None, :],
+            )
+            for name, cos in self.cos.items()
+        }
         plan: list = self.attention.plan(fb.groups)  # each backend reads back its own plan
         stack = self.fused.stack(rows) if rows == t and self._one_decode_group(plan) else None
         if stack is not None:  # every layer in one compiled call (fused_decode.py)
             g, lengths = plan[0]
             slots = g.context_slots.view(g.n_seqs, g.context_len)
+            cos, sin = ropes[self.layer_rope[0]]
             x = stack.run(x, cos[:, 0], sin[:, 0], fb.write_slots, k_cache, v_cache, slots, lengths, cfg.head_dim**-0.5)
         else:
-            self._layers(x, fb, cos, sin, plan, k_cache, v_cache, rows)
+            windows = {w: window_plan(fb.groups, w) for w in cfg.windows}
+            self._layers(x, fb, ropes, plan, windows, k_cache, v_cache, rows)
         x = self.add_norm(x.index_select(0, fb.output_rows), None, self.norm)
         r = x.shape[0]
-        return logits_rows(pad_rows(x, self.rows_for(r)), self.lm_head, r).float()
+        logits = logits_rows(pad_rows(x, self.rows_for(r)), self.lm_head, r).float()
+        if cfg.final_softcap is not None:
+            logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
+        return logits
 
-    def _layers(self, x, fb: ForwardBatch, cos, sin, plan, k_cache, v_cache, rows: int) -> None:
+    def _qk(self, qkv: torch.Tensor, layer: LayerWeights, cos, sin, fb: ForwardBatch, kc, vc) -> torch.Tensor:
+        """RoPE on q and k (after their per-head norms, where the family has them); K/V written to their slots. q [T, H, D]."""
+        cfg = self.cfg
+        t = qkv.shape[0]
+        h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        if self.ops is not None and layer.q_norm is None and cos.shape[-1] == d:
+            return self.ops.rope_write_kv(qkv, cos[:, 0], sin[:, 0], fb.write_slots, kc, vc, h)
+        qk = qkv[:, : (h + kvh) * d].view(t, h + kvh, d)
+        if layer.q_norm is not None and layer.k_norm is not None:
+            qk = torch.cat(
+                (rms_norm(qk[:, :h], layer.q_norm, cfg.rms_eps), rms_norm(qk[:, h:], layer.k_norm, cfg.rms_eps)), 1
+            )
+        qk = self.rope(qk, cos, sin)
+        kc.index_copy_(0, fb.write_slots, qk[:, h:].to(kc.dtype))
+        vc.index_copy_(0, fb.write_slots, qkv[:, (h + kvh) * d :].reshape(t, kvh, d).to(vc.dtype))
+        return qk[:, :h]
+
+    def _mlp_act(self, gate_up: torch.Tensor, rows: int, w_down) -> torch.Tensor:
+        """SwiGLU's (or GeGLU's) activation of the feature-major gate/up [2 * I, rows], as the down projection takes it."""
+        if self.cfg.hidden_act != "silu":
+            gate, up = gate_up.chunk(2)
+            return F.gelu(gate, approximate="tanh").mul_(up).t()
+        if self.ops is not None:
+            # Feature-major where MKL's sgemm runs the down projection (`W·xᵀ` then reads it as it is,
+            # ~10x faster than gathering each row's values); row-major for every other kernel.
+            return self.ops.silu_mul(gate_up.t(), feature_major=sgemm_weight(w_down, rows) is not None)
+        gate, up = gate_up.chunk(2)
+        if rows < ROW_MAJOR_ACT_BELOW:
+            act = torch.empty(rows, gate.shape[0], dtype=gate.dtype, device=gate.device)
+            torch.mul(F.silu(gate), up, out=act.t())
+            return act
+        return F.silu(gate).mul_(up).t()
+
+    def _layers(self, x, fb: ForwardBatch, ropes, plan, windows, k_cache, v_cache, rows: int) -> None:
         """Every layer, a call at a time; the residual stream `x` [rows, hidden] is updated in place."""
         cfg = self.cfg
         t = fb.token_ids.shape[0]
-        h, kvh, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        h, d = cfg.n_heads, cfg.head_dim
         # Padded rows of the attention output stay zero: each layer copies its t real rows in
         # (one call, where F.pad would allocate, fill and copy every layer).
         attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
-        act = None  # SwiGLU's row-major output for small batches, reused by every layer (torch path)
-        cos2, sin2 = cos[:, 0], sin[:, 0]
-        ops = self.ops
+        q_scale = cfg.query_scale / d**-0.5  # the backends scale by head_dim ** -0.5
         delta = None  # the last sublayer's output, added to x by the next norm (one fused call)
         for li, layer in enumerate(self.layers):
             # Token-major views of the feature-major result: RoPE writes q and k row-major
             # (attention wants D contiguous); v is only copied into the cache.
             qkv = project(self.add_norm(x, delta, layer.attn_norm), layer.wqkv)[:, :t].t()
+            if layer.bqkv is not None:
+                qkv = qkv + layer.bqkv
             kc, vc = k_cache[li], v_cache[li]
-            if ops is not None:
-                q = ops.rope_write_kv(qkv, cos2, sin2, fb.write_slots, kc, vc, h)
-            else:
-                qk = self.rope(qkv[:, : (h + kvh) * d].view(t, h + kvh, d), cos, sin)
-                kc.index_copy_(0, fb.write_slots, qk[:, h:].to(kc.dtype))
-                vc.index_copy_(0, fb.write_slots, qkv[:, (h + kvh) * d :].view(t, kvh, d).to(vc.dtype))
-                q = qk[:, :h]
-            a = self.attention(q, kc, vc, plan)
+            cos, sin = ropes[self.layer_rope[li]]
+            q = self._qk(qkv, layer, cos, sin, fb, kc, vc)
+            if q_scale != 1.0:
+                q = q * q_scale
+            wplan = windows.get(cfg.layer_windows[li]) if cfg.layer_windows[li] else None
+            a = windowed_attention(q, kc, vc, wplan) if wplan is not None else self.attention(q, kc, vc, plan)
             if attn_out is None:
                 a = a.reshape(t, h * d)
             else:
                 attn_out[:t].copy_(a.reshape(t, h * d))
                 a = attn_out
-            gate_up = project(self.add_norm(x, project(a, layer.wo).t(), layer.mlp_norm), layer.w_gate_up)
-            if ops is not None:
-                # Feature-major where MKL's sgemm runs the down projection (`W·xᵀ` then reads it as it is,
-                # ~10x faster than gathering each row's values); row-major for every other kernel.
-                swiglu = ops.silu_mul(gate_up.t(), feature_major=sgemm_weight(layer.w_down, rows) is not None)
-                delta = project(swiglu, layer.w_down).t()
-            elif rows < ROW_MAJOR_ACT_BELOW:
-                gate, up = gate_up.chunk(2)
-                if act is None:
-                    act = torch.empty(rows, gate.shape[0], dtype=x.dtype, device=x.device)
-                torch.mul(F.silu(gate), up, out=act.t())
-                delta = project(act, layer.w_down).t()
-            else:
-                gate, up = gate_up.chunk(2)
-                delta = project(F.silu(gate).mul_(up).t(), layer.w_down).t()
+            o = project(a, layer.wo).t()
+            if layer.bo is not None:
+                o = o + layer.bo
+            if layer.post_attn_norm is not None:
+                o = rms_norm(o, layer.post_attn_norm, cfg.rms_eps)
+            gate_up = project(self.add_norm(x, o, layer.mlp_norm), layer.w_gate_up)
+            delta = project(self._mlp_act(gate_up, rows, layer.w_down), layer.w_down).t()
+            if layer.post_mlp_norm is not None:
+                delta = rms_norm(delta, layer.post_mlp_norm, cfg.rms_eps)
         assert delta is not None  # a model has layers
         x.add_(delta)

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError
+from .families import strip_wrapper, text_config
 from .registry import ModelSource, resolve_model
 from .tokenizer import Tokenizer
 
@@ -95,20 +96,34 @@ def ensure_converted(name_or_path: str) -> tuple[ModelSource, Path]:
     return src, out
 
 
+def stop_token_ids(directory: Path, config: dict) -> list[int]:
+    """The config's eos ids and generation_config.json's (Llama 3's instruct models stop on three)."""
+    ids: list[int] = []
+    gen = directory / "generation_config.json"
+    for source in (config, json.loads(gen.read_text()) if gen.exists() else {}):
+        eos = source.get("eos_token_id")
+        for i in [] if eos is None else [eos] if isinstance(eos, int) else eos:
+            if i not in ids:
+                ids.append(int(i))
+    return ids
+
+
 def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
     from safetensors.torch import load_file
 
     src, directory = ensure_converted(name_or_path)
     config = json.loads((directory / "config.json").read_text())
-    if config.get("model_type") not in ("llama", "mistral"):
-        raise ModelError(f"{src.name}: model_type {config.get('model_type')!r} is not a Llama-family model")
+    text, _ = text_config(config, src.name)  # an unsupported architecture is refused here, by name
     weights: dict[str, torch.Tensor] = {}
-    files = sorted(directory.glob("*.safetensors"))
+    index = directory / "model.safetensors.index.json"
+    if index.exists():  # a sharded checkpoint names its files
+        files = sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()})
+    else:  # not the quant-*.safetensors caches weight_formats.py writes beside the weights
+        files = sorted(f for f in directory.glob("*.safetensors") if not f.name.startswith("quant-"))
     if not files:
         raise ModelError(f"{directory} holds no .safetensors weights")
     for f in files:
         weights.update(load_file(str(f), device="cpu"))
-    weights = {k: v.to(device=device, dtype=dtype) for k, v in weights.items()}
-    eos = config.get("eos_token_id")
-    tokenizer = Tokenizer(directory, [] if eos is None else [eos] if isinstance(eos, int) else list(eos))
+    weights = {k: v.to(device=device, dtype=dtype) for k, v in strip_wrapper(config, weights).items()}
+    tokenizer = Tokenizer(directory, stop_token_ids(directory, text))
     return LoadedModel(src.name, directory, config, weights, tokenizer, src.path if src.kind == "gguf" else None)
