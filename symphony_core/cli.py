@@ -23,15 +23,29 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from .model.loader import ensure_converted
+    from .model.families import FAMILIES, WRAPPED
+    from .model.loader import cache_root, ensure_converted, model_family
     from .model.registry import BUILTIN
 
     if args.prepare:
         src, directory = ensure_converted(args.model)
         print(f"{src.name}: ready in {directory}")
         return 0
+    if args.check:
+        print(model_family(args.check))
+        return 0
+    print("supported architectures (config.json's model_type):")
+    for kind, fam in FAMILIES.items():
+        print(f"  {kind:12s} {fam.name}: {fam.examples}")
+    for kind, (inner, _) in WRAPPED.items():
+        print(f"  {kind:12s} the text model of a {FAMILIES[inner].name} checkpoint")
+    print("built-in models:")
     for name, spec in BUILTIN.items():
-        print(f"{name:10s} {spec.description}")
+        print(f"  {name:12s} {spec.description}")
+    converted = sorted(p.name for p in cache_root().glob("*") if (p / "config.json").exists())
+    print(f"converted and cached in {cache_root()}:" + ("" if converted else " none"))
+    for name in converted:
+        print(f"  {name}")
     return 0
 
 
@@ -89,8 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-tokens", type=int, default=48, help="most tokens in the answer")
     d.add_argument("--weights", choices=WEIGHT_FORMATS, default="fp32", help=WEIGHTS_HELP)
     d.set_defaults(fn=_demo)
-    m = sub.add_parser("models", help="list built-in models, or convert one now (--prepare)")
+    m = sub.add_parser(
+        "models", help="list the supported architectures, built-in and cached models; check or convert one"
+    )
     m.add_argument("--prepare", action="store_true", help="convert --model to the cached safetensors form now")
+    m.add_argument(
+        "--check", metavar="MODEL", help="say which family a directory, GGUF or name is, or why it is refused"
+    )
     m.add_argument("--model", default="smollm2", help="the model --prepare converts")
     m.set_defaults(fn=_models)
     add_server_commands(sub)

@@ -212,9 +212,11 @@ class Engine:
         """The text of a list of token ids."""
         return self.tokenizer.detokenize(ids)
 
-    def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, *, tools: list[dict] | None = None
+    ) -> str:
         """Render a conversation with the model's chat template (see `Sym.chat_template`)."""
-        return self.tokenizer.chat_template(messages, add_generation_prompt)
+        return self.tokenizer.chat_template(messages, add_generation_prompt, tools=tools)
 
     # --- KV files (as the local user) ------------------------------------------------------------
     def kv_create(self, path: str | None = None, *, user: str = DEFAULT_USER) -> KV:

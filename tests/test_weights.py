@@ -146,22 +146,24 @@ def _one_token_lip(sym, prompt: str) -> int:
 
 
 def test_q4_uses_the_gguf_blocks_without_a_second_rounding(engine):
-    """The Q4_1 blocks, read under HF names (Q/K rows un-permuted), dequantise to exactly the fp32 weights."""
+    """The Q4_1 blocks, read as the model's fused projections (Q/K rows un-permuted), dequantise to exactly the
+    fp32 weights."""
     from symphony_core.model.gguf_blocks import dequantize, read_q4_1
     from symphony_core.model.registry import resolve_model
 
     src = resolve_model("smollm2", install=False)
     blocks = read_q4_1(src.path, engine.config.n_heads, engine.config.n_kv_heads)
-    assert len(blocks) == 7 * engine.config.n_layers
+    assert len(blocks) == 4 * engine.config.n_layers
     from safetensors.torch import load_file
 
     fp32 = load_file(str(engine.model_dir / "model.safetensors"))
-    for name in (
-        "model.layers.0.self_attn.q_proj.weight",
-        "model.layers.7.self_attn.k_proj.weight",
-        "model.layers.29.mlp.down_proj.weight",
+    for layer, attr, names in (
+        (0, "wqkv", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+        (7, "w_gate_up", ("mlp.gate_proj", "mlp.up_proj")),
+        (29, "w_down", ("mlp.down_proj",)),
     ):
-        assert torch.equal(dequantize(blocks[name]), fp32[name]), name
+        want = torch.cat([fp32[f"model.layers.{layer}.{n}.weight"] for n in names])
+        assert torch.equal(dequantize(blocks[layer, attr]), want), (layer, attr)
 
 
 def test_quantised_kernels_match_their_dequantised_weights():

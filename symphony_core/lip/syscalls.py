@@ -381,12 +381,16 @@ class Sym:
         """
         return self._call("detokenize", lambda: self._rt.tokenizer.detokenize(ids), lambda: {"n_tokens": len(ids)})
 
-    def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """Render a conversation with the model's own chat template.
+    def chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, *, tools: list[dict] | None = None
+    ) -> str:
+        """Render a conversation with the model's own chat template (as transformers' `apply_chat_template`).
 
         Args:
             messages: `[{"role": "system" | "user" | "assistant", "content": str}, …]`.
             add_generation_prompt: end with the assistant's turn header, ready to generate.
+            tools: JSON schemas of the functions the model may call, for a template with a tool-calling
+                section (Qwen2.5, Qwen3, Llama 3.1+, Mistral); a template without one ignores them.
 
         Returns:
             The prompt text (tokenize it to feed `pred`).
@@ -398,7 +402,7 @@ class Sym:
         """
         return self._call(
             "chat_template",
-            lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
+            lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt, tools=tools),
             lambda: {"messages": len(messages)},
         )
 

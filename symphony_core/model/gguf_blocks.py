@@ -3,8 +3,9 @@
 A Q4_1 block is 32 weights along a row: an fp16 scale d, an fp16 minimum m and 16 bytes of
 nibbles (weights 0-15 in the low nibbles, 16-31 in the high ones); w = q * d + m. That is
 exactly what `Int4Linear` runs, so the shipped file's quantised weights are used as they are,
-with no second rounding. llama.cpp stores the Q and K projections' rows permuted for its RoPE
-layout; they are put back in Hugging Face order here (as transformers does when it converts).
+with no second rounding. For the Llama architecture llama.cpp stores the Q and K projections' rows
+permuted for its RoPE layout; they are put back in Hugging Face order here (as transformers does when
+it converts).
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-GGUF_TO_HF = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
+# The parts each of the model's fused projections is made of, by GGUF tensor name, in order: split
+# (Llama, Mistral, Qwen, Gemma) or stored fused (Phi-3's attn_qkv, and its ffn_up holding gate then up).
+FUSED_PARTS = {
+    "wqkv": (("attn_q", "attn_k", "attn_v"), ("attn_qkv",)),
+    "wo": (("attn_output",),),
+    "w_gate_up": (("ffn_gate", "ffn_up"), ("ffn_up",)),
+    "w_down": (("ffn_down",),),
 }
+# llama.cpp's converter permutes the Q and K rows for its RoPE layout in these architectures only
+# (transformers' GGUF loader undoes it for the same ones).
+PERMUTED_QK = ("llama",)
 Q4_1_BLOCK_BYTES = 20
 
 
@@ -43,20 +46,34 @@ def decode_q4_1(raw: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(d), torch.from_numpy(m)
 
 
-def read_q4_1(path: Path, n_heads: int, n_kv_heads: int) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """Every Q4_1 projection of the file: HF name -> (nibbles, scale, minimum). Other types are left out."""
+def read_q4_1(
+    path: Path, n_heads: int, n_kv_heads: int
+) -> dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The file's Q4_1 projections as the model's fused ones: (layer, "wqkv" | "wo" | "w_gate_up" | "w_down") ->
+    (nibbles, scale, minimum), where every part of that projection is Q4_1. Other types are left out."""
     from gguf import GGMLQuantizationType, GGUFReader
 
-    out = {}
-    for t in GGUFReader(str(path)).tensors:
+    reader = GGUFReader(str(path))
+    arch_field = reader.fields.get("general.architecture")
+    arch = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field is not None else "llama"
+    found: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    for t in reader.tensors:
         parts = t.name.split(".")
-        if t.tensor_type != GGMLQuantizationType.Q4_1 or parts[0] != "blk" or parts[2] not in GGUF_TO_HF:
+        if t.tensor_type != GGMLQuantizationType.Q4_1 or parts[0] != "blk" or parts[-1] != "weight":
             continue
         raw = np.asarray(t.data)
-        if parts[2] in ("attn_q", "attn_k"):
+        if arch in PERMUTED_QK and parts[2] in ("attn_q", "attn_k"):
             raw = raw[_unpermute_rows(raw.shape[0], n_heads if parts[2] == "attn_q" else n_kv_heads)]
-        out[f"model.layers.{parts[1]}.{GGUF_TO_HF[parts[2]]}.weight"] = decode_q4_1(raw)
-    return out
+        found[int(parts[1]), parts[2]] = decode_q4_1(raw)
+    out = {}
+    for layer in sorted({i for i, _ in found}):
+        for attr, layouts in FUSED_PARTS.items():
+            for names in layouts:
+                if all((layer, n) in found for n in names):
+                    blocks = [found[layer, n] for n in names]
+                    out[layer, attr] = tuple(torch.cat([b[i] for b in blocks]) for i in range(3))
+                    break
+    return out  # type: ignore[return-value]
 
 
 def dequantize(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -108,6 +108,15 @@ def stop_token_ids(directory: Path, config: dict) -> list[int]:
     return ids
 
 
+def model_family(name_or_path: str) -> str:
+    """A line saying which supported family the model is (converting a GGUF first), or a ModelError saying why not."""
+    from .families import FAMILIES
+
+    src, directory = ensure_converted(name_or_path)
+    text, family = text_config(json.loads((directory / "config.json").read_text()), src.name)
+    return f"{src.name}: {FAMILIES[family].name} ({family}), {text.get('num_hidden_layers')} layers, hidden {text.get('hidden_size')}"
+
+
 def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
     from safetensors.torch import load_file
 

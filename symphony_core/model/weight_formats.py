@@ -38,6 +38,7 @@ from .cpu_kernels import digest as kernels_digest
 from .huge_pages import into_huge_pages
 from .kernel_tiers import BF16_ENV, SAMPLE_LAYERS, f32_one_row, int8_max_rows, onednn_from_rows, wide_bf16
 from .quant import (
+    INT4_GROUP,
     Bf16Linear,
     CompiledDenseLinear,
     DenseLinear,
@@ -113,12 +114,7 @@ def check_weight_format(fmt: str, device: torch.device) -> str:
     return fmt
 
 
-PARTS = {
-    "wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "wo": ("self_attn.o_proj",),
-    "w_gate_up": ("mlp.gate_proj", "mlp.up_proj"),
-    "w_down": ("mlp.down_proj",),
-}
+PARTS = ("wqkv", "wo", "w_gate_up", "w_down")  # a layer's projections, as llama.py's LayerWeights names them
 
 
 def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
@@ -129,11 +125,10 @@ def _unpack_nibbles(p: torch.Tensor) -> torch.Tensor:
     return torch.stack([p & 0x0F, p >> 4], dim=-1).view(p.shape[0], -1)
 
 
-def _int4_parts(layer: int, fused: torch.Tensor, names: tuple[str, ...], blocks: dict) -> tuple:
-    """(nibbles, scale, minimum) of one fused weight: the GGUF's Q4_1 blocks when every part has them."""
-    keys = [f"model.layers.{layer}.{n}.weight" for n in names]
-    if blocks and all(k in blocks for k in keys):
-        return tuple(torch.cat([blocks[k][i] for k in keys]) for i in range(3))
+def _int4_parts(layer: int, attr: str, fused: torch.Tensor, blocks: dict) -> tuple:
+    """(nibbles, scale, minimum) of one fused weight: the GGUF's Q4_1 blocks where the file has them all."""
+    if (layer, attr) in blocks:
+        return blocks[layer, attr]
     return quantize_int4(fused)
 
 
@@ -146,12 +141,12 @@ def _compute(model, fmt: str, gguf_path: Path | None) -> dict[str, torch.Tensor]
 
         blocks = read_q4_1(gguf_path, model.cfg.n_heads, model.cfg.n_kv_heads)
     for i, layer in enumerate(model.layers):
-        for attr, names in PARTS.items():
+        for attr in PARTS:
             w = getattr(layer, attr)
             key = f"{i}.{attr}"
             out[key + ".q8"], out[key + ".q8_scale"] = quantize_int8(w)
-            if fmt == "q4":
-                q, scale, minimum = _int4_parts(i, w, names, blocks)
+            if fmt == "q4" and fp32_weight(w).shape[1] % INT4_GROUP == 0:  # else this projection stays int8
+                q, scale, minimum = _int4_parts(i, attr, w, blocks)
                 out[key + ".q4"], out[key + ".q4_scale"], out[key + ".q4_min"] = _pack_nibbles(q), scale, minimum
     out["lm_head.q8"], out["lm_head.q8_scale"] = quantize_int8(model.lm_head)
     return out
@@ -312,6 +307,7 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
         )
         for i in range(len(model.layers) if fmt == "q4" else 0)
         for attr in PARTS
+        if f"{i}.{attr}.q4" in t
     }
     if use_compiled:  # the compiled kernels' packing of the int4 weights is made here: into huge pages too
         for lin, packed in zip(int4s.values(), into_huge_pages([lin.packed for lin in int4s.values()])):
@@ -319,7 +315,7 @@ def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_di
     for i, layer in enumerate(model.layers):
         for attr in PARTS:
             tiers: list[tuple[int, TierLinear]] = [(int8_rows, int8s[i, attr])]
-            if fmt == "q4":
+            if (i, attr) in int4s:
                 tiers.insert(0, (int4_rows, int4s[i, attr]))
             tiers += wides[i, attr]  # wider batches: fp32 or bf16, compute-bound
             setattr(layer, attr, RowsSwitchLinear(_reachable(tiers)))

@@ -1,0 +1,165 @@
+"""Every supported family, exact against transformers' own forward (fp32), on tiny random-weight models made
+here with transformers' own classes, each with its family's quirks switched on (random_models.QUIRKS names
+them: biases, q/k norms, sliding windows shorter than the prompts, Gemma's norms and soft-capping, llama3 /
+linear / longrope RoPE, partial rotary, odd head and MLP sizes, tied and untied heads, GQA and MQA).
+
+Every comparison is against `hf(ids).logits` over the whole token sequence, so prefill in one pass or in
+chunks, decoding token by token, after a fork, after a truncate, and in one batch with other files of other
+lengths must all leave no trace in the numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from symphony_core.model.random_models import FAMILIES, QUIRKS, make_random_model
+
+pytestmark = pytest.mark.slow  # six engines and six transformers models: ~1.5 min alone, several under load
+
+TOL = 1e-4  # max |logit difference|; fp32 on both sides, only summation order differs
+PROMPT = 80  # longer than the sliding windows (24 tokens) of Mistral and Gemma 3's local layers
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fixed_kernel_tiers():
+    """No per-model timing of the fp32 tiers at every load (they change which kernel runs, never a result)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "off")
+        mp.setenv("SYMPHONY_F32_ONE_ROW", "blocked")
+        yield
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    """(family, model directory, transformers' model, the engine)."""
+    from transformers import AutoModelForCausalLM
+
+    from symphony_core import Engine
+
+    fam = request.param
+    out = make_random_model(fam, tmp_path_factory.mktemp(fam), shard=fam == "qwen3")
+    hf = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    eng = Engine(str(out), num_pages=256, page_size=16)
+    yield fam, out, hf, eng
+    eng.shutdown()
+
+
+def _ids(n: int, seed: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(8, vocab, (n,), generator=g).tolist()
+
+
+def _hf_logits(hf, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return hf(torch.tensor([ids])).logits[0].float()
+
+
+def _close(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    diff = (ours.float() - ref).abs().max().item()
+    assert diff <= TOL, f"{what}: max |logit diff| {diff:.2e} > {TOL}"
+
+
+def test_logits_match_transformers_through_every_kv_path(family):
+    fam, _, hf, eng = family
+    print(f"{fam}: quirks on: {'; '.join(QUIRKS[fam])}")
+    vocab = eng.tokenizer.vocab_size
+    ids = _ids(PROMPT, 1, vocab)
+    want = _hf_logits(hf, ids)
+
+    kv = eng.kv_create()  # one pass, every position
+    _close(eng.pred(kv, ids, outputs="all").logits, want, f"{fam} prefill")
+    eng.kv_close(kv)
+
+    kv = eng.kv_create()  # chunked prefill (a chunk crossing a page and the window), then token by token
+    got = [eng.pred(kv, ids[:30], outputs="all").logits, eng.pred(kv, ids[30:50], outputs="all").logits]
+    got += [eng.pred(kv, [t]).logits[None] for t in ids[50:]]
+    _close(torch.cat(got), want, f"{fam} chunks then decode")
+
+    fork = eng.kv_fork(kv)  # a fork decodes on from the shared pages; the parent is untouched
+    more = _ids(12, 2, vocab)
+    want_fork = _hf_logits(hf, ids + more)
+    _close(torch.stack([eng.pred(fork, [t]).logits for t in more]), want_fork[PROMPT:], f"{fam} after a fork")
+    _close(eng.pred(kv, more[:3], outputs="all").logits, want_fork[PROMPT : PROMPT + 3], f"{fam} the parent")
+
+    eng.kv_truncate(kv, 40)  # back into the window's past: the kept tokens' K/V are all still there
+    other = _ids(30, 3, vocab)
+    _close(eng.pred(kv, other, outputs="all").logits, _hf_logits(hf, ids[:40] + other)[40:], f"{fam} after a truncate")
+    eng.kv_close(kv)
+    eng.kv_close(fork)
+    assert eng.kvfs.stats()["pages_used"] == 0
+
+
+def test_a_batch_of_files_of_different_lengths_matches(family):
+    """One forward pass over decodes and chunks of files of 5 to 120 tokens (inside and past the windows)."""
+    from symphony_core import PredCall
+
+    fam, _, hf, eng = family
+    vocab = eng.tokenizer.vocab_size
+    prompts = [_ids(n, 10 + n, vocab) for n in (5, 23, 47, 120)]
+    kvs = [eng.kv_create() for _ in prompts]
+    for kv, p in zip(kvs, prompts):
+        eng.pred(kv, p[:-3])
+    calls = [PredCall(kv, p[-3:] if i % 2 else p[-3:-2], outputs="all") for i, (kv, p) in enumerate(zip(kvs, prompts))]
+    dists = eng.pred_batch(calls)
+    for i, (d, p) in enumerate(zip(dists, prompts)):
+        fed = len(p) - 3 + (3 if i % 2 else 1)
+        ref = _hf_logits(hf, p[:fed])[len(p) - 3 :]
+        got = d.logits if d.logits.dim() == 2 else d.logits[None]
+        _close(got, ref, f"{fam} batch row {i} ({len(p)} tokens)")
+    for kv in kvs:
+        eng.kv_close(kv)
+
+
+def _greedy(sym, prompt: list[int], n: int) -> list[int]:
+    kv = sym.kv_create()
+    out, toks = [], prompt
+    for _ in range(n):
+        t = sym.pred(kv, toks).argmax()
+        out.append(t)
+        toks = [t]
+    sym.kv_close(kv)
+    return out
+
+
+def test_greedy_64_tokens_equal_transformers_generate_as_concurrent_programs(family):
+    fam, _, hf, eng = family
+    vocab = eng.tokenizer.vocab_size
+    prompts = [_ids(n, 20 + n, vocab) for n in (7, 33)]
+    procs = [eng.run(_greedy, p, 64) for p in prompts]  # decoding together, one batch a step
+    for p, proc in zip(prompts, procs):
+        with torch.inference_mode():
+            ref = hf.generate(
+                torch.tensor([p]), max_new_tokens=64, min_new_tokens=64, do_sample=False, eos_token_id=None
+            )[0, len(p) :].tolist()
+        assert proc.result(timeout=300) == ref, f"{fam}: greedy tokens differ from transformers' generate"
+
+
+def test_chat_template_and_stop_tokens_are_the_models_own(family):
+    from transformers import AutoTokenizer
+
+    fam, out, _, eng = family
+    tok = AutoTokenizer.from_pretrained(str(out))
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+    if fam == "gemma3":
+        msgs = msgs[1:]  # its template folds a system turn into the first user turn: checked below too
+    assert eng.chat_template(msgs) == tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather <now> & 'today'",  # tojson must not HTML-escape these
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    want = tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
+    assert eng.chat_template(msgs, tools=tools) == want
+    if "tools" in (tok.chat_template or ""):
+        assert "get_weather" in want
+    gen = json.loads((out / "generation_config.json").read_text()).get("eos_token_id")
+    gen_eos = set(gen if isinstance(gen, list) else [gen])
+    hf_eos = {tok.convert_tokens_to_ids(tok.eos_token)}
+    assert gen_eos | hf_eos <= set(eng.tokenizer.eos_token_ids)
