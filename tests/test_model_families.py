@@ -163,3 +163,42 @@ def test_chat_template_and_stop_tokens_are_the_models_own(family):
     gen_eos = set(gen if isinstance(gen, list) else [gen])
     hf_eos = {tok.convert_tokens_to_ids(tok.eos_token)}
     assert gen_eos | hf_eos <= set(eng.tokenizer.eos_token_ids)
+
+
+def test_example_programs_and_a_debugger_session_run(family):
+    """The reference programs on each family (speculative decoding must reproduce greedy decoding exactly, over
+    windows too), and a debugger session: stop on entry, step three preds, override with the runner-up, verify
+    the KV file against a recompute."""
+    from examples.lips.beam_search import beam_search
+    from examples.lips.speculative import greedy, speculative
+    from symphony_lab.debugger import Debugger
+
+    fam, _, _, eng = family
+    prompt = "the cat sat on the mat and the dog " * 4
+    spec = eng.run(speculative, prompt, 40).result(timeout=300)
+    plain = eng.run(greedy, prompt, 40).result(timeout=300)
+    assert spec["text"] == plain["text"], f"{fam}: speculative decoding changed the greedy output"
+    beams = eng.run(beam_search, prompt, 3, 8).result(timeout=300)
+    assert beams["best"] and len(beams["hypotheses"]) >= 3 and beams["forks"] > 0
+
+    dbg = Debugger(eng)
+    try:
+        pid = dbg.launch("examples.lips.streaming_completion:complete", prompt, max_tokens=8, stop_on_entry=True)["pid"]
+        assert dbg.wait_stopped(pid, timeout=120)["reason"] == "entry"
+        for i in range(1, 4):
+            dbg.step(pid, 1)
+            s = dbg.wait_stopped(pid, timeout=120)
+            assert (s["call"], s["preds"]) == ("pred", i)
+        runner_up = s["result"]["topk"][1]["token"]
+        r = dbg.override(pid, 1, token=runner_up)
+        assert r["applied"] and r["stop"]["result"]["chosen"]["token"] == runner_up
+        dbg.set_breakpoint("kv_close", pid=pid)
+        dbg.continue_(pid)
+        s = dbg.wait_stopped(pid, timeout=120)
+        assert s["call"] == "kv_close"
+        assert dbg.verify_kv(s["kv_file"])["consistent"]
+        dbg.continue_(pid)
+        assert dbg.process(pid).result(timeout=120)["tokens"][2] == runner_up  # the overridden token stayed
+    finally:
+        dbg.detach()
+    eng.kvfs.check()
