@@ -202,3 +202,28 @@ def test_example_programs_and_a_debugger_session_run(family):
     finally:
         dbg.detach()
     eng.kvfs.check()
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_served_with_its_own_chat_template(fam, tmp_path):
+    """`symphony serve --model DIR` answers the official client's chat request through the family's own template:
+    the prompt it counts is exactly transformers' `apply_chat_template` of the conversation."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from tests.server_harness import Server
+
+    out = make_random_model(fam, tmp_path / fam)
+    tok = AutoTokenizer.from_pretrained(str(out))
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    prompt_ids = tok(
+        tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
+    server = Server([], extra=["--model", str(out)], num_pages=256)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        r = client.chat.completions.create(model=fam, messages=msgs, max_tokens=6, temperature=0)
+        assert r.usage.prompt_tokens == len(prompt_ids["input_ids"])
+        assert r.usage.completion_tokens >= 1 and r.choices[0].finish_reason in ("length", "stop")
+    finally:
+        assert server.stop() == 0, server.log()
