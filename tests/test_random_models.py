@@ -107,6 +107,9 @@ def test_quirk_weights_are_drawn(model_dirs):
     dropped a bias or used w instead of (1+w) would show in the logits."""
     q2 = _load(model_dirs["qwen2"]).state_dict()
     assert q2["model.layers.0.self_attn.k_proj.bias"].abs().mean() > 0.03
+    n_tok = Tokenizer.from_file(str(model_dirs["qwen2"] / "tokenizer.json")).get_vocab_size()
+    emb = q2["model.embed_tokens.weight"]
+    assert emb.shape[0] > n_tok and not emb[n_tok:].any() and emb[:n_tok].abs().mean() > 0.03  # padded vocab
     g3 = _load(model_dirs["gemma3"]).state_dict()
     assert g3["model.layers.0.self_attn.q_norm.weight"].abs().mean() > 0.05
     assert g3["model.layers.0.pre_feedforward_layernorm.weight"].abs().mean() > 0.05

@@ -42,7 +42,7 @@ QUIRKS: dict[str, tuple[str, ...]] = {
         "fused-qkv bias (q/k/v biases)",
         "tied head",
         "MQA (7 query heads, 1 kv head)",
-        "padded vocab (config vocab_size > tokenizer size; the extra rows are never real tokens)",
+        "padded vocab (config vocab_size 576 > tokenizer size 572; the extra rows are zero)",
     ),
     "qwen3": (
         "per-head q/k RMSNorm",
@@ -213,7 +213,8 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
 
 
 def _real_config(family: str, size: str, vocab: int) -> dict[str, Any]:
-    """Real models' shapes; the tokenizer stays small, so ids >= its size are padding rows never produced."""
+    """Real models' shapes with the real vocab size; the tokenizer stays small (~570 ids), so every id past it is a
+    zero padding row (logit 0) that the tokenizer never produces."""
     common: dict[str, Any] = {"initializer_range": 0.02}
     if size == "0.5b":  # Qwen2.5-0.5B
         if family != "qwen2":
@@ -300,6 +301,9 @@ def build_model(family: str, size: str = "tiny", seed: int = 0, dtype: torch.dty
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     _randomize_norms_and_biases(model, family, torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():  # ids past the tokenizer are padding: zero rows, logit 0, never picked over real tokens
+        for emb in {id(e): e for e in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+            emb.weight[tok.get_vocab_size() :] = 0.0
     return model.to(dtype).eval(), tok
 
 
