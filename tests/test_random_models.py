@@ -107,6 +107,9 @@ def test_quirk_weights_are_drawn(model_dirs):
     dropped a bias or used w instead of (1+w) would show in the logits."""
     q2 = _load(model_dirs["qwen2"]).state_dict()
     assert q2["model.layers.0.self_attn.k_proj.bias"].abs().mean() > 0.03
+    n_tok = Tokenizer.from_file(str(model_dirs["qwen2"] / "tokenizer.json")).get_vocab_size()
+    emb = q2["model.embed_tokens.weight"]
+    assert emb.shape[0] > n_tok and not emb[n_tok:].any() and emb[:n_tok].abs().mean() > 0.03  # padded vocab
     g3 = _load(model_dirs["gemma3"]).state_dict()
     assert g3["model.layers.0.self_attn.q_norm.weight"].abs().mean() > 0.05
     assert g3["model.layers.0.pre_feedforward_layernorm.weight"].abs().mean() > 0.05
@@ -172,3 +175,172 @@ def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):
     ids = _ids(d)
     with torch.no_grad():
         assert torch.equal(_load(d)(ids).logits, _load(model_dirs["gemma3"])(ids).logits)
+
+
+# ---- the GGUF writer (symphony_core.model.gguf_writer) ----
+
+
+@pytest.fixture(scope="module")
+def gguf_files(model_dirs):
+    from symphony_core.model.gguf_writer import write_gguf
+
+    return {f: write_gguf(d, d / "model-F32.gguf") for f, d in model_dirs.items()}
+
+
+def _gguf_state_dict(d, g):
+    """The GGUF's tensors as transformers' GGUF reader gives them (dequantised, Q/K rows un-permuted, Gemma's
+    norms shifted back), under HF names."""
+    from transformers import AutoConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    cfg = AutoConfig.from_pretrained(str(d))
+    if cfg.model_type == "mistral":
+        # transformers maps a "mistral" model to gguf-py's architecture list by name and finds none (llama.cpp
+        # writes Mistral as "llama"), so read the tensors against a Llama of the same shape and names
+        fields = {k: v for k, v in cfg.to_dict().items() if k not in ("model_type", "architectures", "sliding_window")}
+        shell = LlamaForCausalLM(LlamaConfig(**fields))
+    else:
+        shell = _load(d)
+    return load_gguf_checkpoint(str(g), return_tensors=True, model_to_load=shell)["tensors"]
+
+
+def _gguf_model(d, g):
+    """The GGUF's weights in transformers, in the directory's config (transformers' GGUF config reader drops
+    most quirks; see test_transformers_gguf_config_reader_...)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(str(d))
+    if cfg.model_type != "mistral":
+        return AutoModelForCausalLM.from_pretrained(str(d), gguf_file=str(g), config=cfg, dtype=torch.float32).eval()
+    m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    m.load_state_dict(_gguf_state_dict(d, g), strict=True)
+    return m
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_files):
+    """The F32 GGUF read back by transformers gives the directory model's logits (permuted Q/K rows, Gemma's
+    1 + w norms, Phi-3's fused tensors, biases all undone correctly), and its tokenizer the same ids."""
+    from transformers import AutoTokenizer
+
+    d, g = model_dirs[family], gguf_files[family]
+    ids = _ids(d)
+    with torch.no_grad():
+        want = _load(d)(ids).logits
+        got = _gguf_model(d, g)(ids).logits
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+    gt, dt = AutoTokenizer.from_pretrained(str(d), gguf_file=g.name), AutoTokenizer.from_pretrained(str(d))
+    sp = SPECIALS[family]
+    for text in (TEXT, "  two  spaces\nnewline 12345 東京 🙂", f"{sp.eos}x{''.join(sp.tail[:3] + sp.head[:3])}"):
+        assert gt(text).input_ids == dt(text).input_ids, text
+
+
+def _gguf_fields(g):
+    import gguf
+
+    r = gguf.GGUFReader(str(g))
+    return {k: f.contents() for k, f in r.fields.items()}, {t.name: t for t in r.tensors}
+
+
+def test_gguf_metadata_carries_each_quirk(model_dirs, gguf_files):
+    """What transformers' GGUF reader ignores but an engine needs is in the files, under llama.cpp's keys:
+    llama3 rope factors (equal to transformers' own llama3 frequencies), Mistral's and Gemma 3's windows, Gemma
+    3's layer pattern, local rope base, linear scaling, soft-cap and attention scale, Phi-3's longrope factors
+    and attention factor, Qwen3's head size, the chat template and the eos / end-of-turn ids."""
+    from gguf import quants
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kv, ts = _gguf_fields(gguf_files["llama"])
+    cfg = _load(model_dirs["llama"]).config
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+    base = 1.0 / (500000.0 ** (torch.arange(0, 48, 2, dtype=torch.float32) / 48))
+    factors = torch.tensor(quants.dequantize(ts["rope_freqs.weight"].data, ts["rope_freqs.weight"].tensor_type))
+    assert torch.allclose(base / factors, scaled, rtol=1e-5)
+    assert (
+        kv["llama.rope.dimension_count"] == 48
+        and kv["tokenizer.ggml.eom_token_id"] != kv["tokenizer.ggml.eos_token_id"]
+    )
+
+    kv, _ = _gguf_fields(gguf_files["mistral"])
+    assert kv["general.architecture"] == "llama" and "mistral" in kv["general.name"]
+    assert kv["llama.attention.sliding_window"] == 24
+
+    kv, _ = _gguf_fields(gguf_files["gemma3"])
+    assert kv["gemma3.attention.sliding_window"] == 24
+    assert kv["gemma3.attention.sliding_window_pattern"] == [True] * 5 + [False]
+    assert kv["gemma3.rope.freq_base_swa"] == 10000.0 and kv["gemma3.rope.freq_base"] == 1e6
+    assert kv["gemma3.rope.scaling.type"] == "linear" and kv["gemma3.rope.scaling.factor"] == 8.0
+    assert kv["gemma3.final_logit_softcapping"] == 12.0
+    assert kv["gemma3.attention.scale"] == pytest.approx(64**-0.5)
+
+    kv, ts = _gguf_fields(gguf_files["phi3"])
+    assert kv["phi3.rope.dimension_count"] == 60 and kv["phi3.rope.scaling.original_context_length"] == 4096
+    assert kv["phi3.rope.scaling.attn_factor"] == pytest.approx(
+        (1 + torch.log(torch.tensor(4.0)) / torch.log(torch.tensor(4096.0))).sqrt().item()
+    )
+    assert (
+        ts["rope_factors_long.weight"].data.shape == (30,)
+        and "blk.0.attn_qkv.weight" in ts
+        and "blk.0.ffn_up.weight" in ts
+    )
+
+    kv, ts = _gguf_fields(gguf_files["qwen3"])
+    assert kv["qwen3.attention.key_length"] == 80 and "blk.0.attn_q_norm.weight" in ts
+    assert "output.weight" not in ts  # tied head
+    kv, ts = _gguf_fields(gguf_files["qwen2"])
+    assert "blk.0.attn_k.bias" in ts and kv["tokenizer.ggml.pre"] == "qwen2"
+    assert len(kv["tokenizer.ggml.tokens"]) == 576 and kv["tokenizer.ggml.tokens"][-1] == "[PAD575]"
+    assert "<tool_call>" in kv["tokenizer.chat_template"]
+
+
+def test_transformers_gguf_config_reader_is_exact_only_where_it_reads_every_quirk(model_dirs, gguf_files):
+    """Loaded from the GGUF alone (config rebuilt from metadata by transformers), Qwen2 is exact; Llama loses its
+    llama3 rope scaling (transformers does not read rope_freqs) and computes different logits. This pins down
+    why the round-trip above passes the directory's config."""
+    from transformers import AutoModelForCausalLM
+
+    for family, exact in (("qwen2", True), ("llama", False)):
+        d, g = model_dirs[family], gguf_files[family]
+        ids = _ids(d)
+        m = AutoModelForCausalLM.from_pretrained(str(d), gguf_file=g.name, dtype=torch.float32).eval()
+        with torch.no_grad():
+            diff = (m(ids).logits - _load(d)(ids).logits).abs().max().item()
+        assert (diff < 1e-5) == exact, (family, diff)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "mistral", "phi3"])
+def test_quantised_ggufs(family, model_dirs, tmp_path):
+    """Q8_0 / Q4_1 files: every 2-D weight in the asked type (Mistral's ffn_down, 264 wide, falls back to F16 as
+    llama.cpp's converter does), each Q4_1 weight within half a quantisation step of the original in every
+    32-value block (so the block layout, scales and minima and the Q/K permutation are right), and Q8_0 logits
+    close to the directory model's."""
+    from symphony_core.model.gguf_writer import write_gguf
+
+    d = model_dirs[family]
+    ref = _load(d)
+    sd = ref.state_dict()
+    g4 = write_gguf(d, tmp_path / "q4.gguf", qtype="Q4_1")
+    _, ts = _gguf_fields(g4)
+    for name, t in ts.items():
+        want = (
+            "F32"
+            if len(t.shape) == 1
+            else ("F16" if name.endswith("ffn_down.weight") and family == "mistral" else "Q4_1")
+        )
+        assert t.tensor_type.name == want, (name, t.tensor_type.name)
+    deq = _gguf_state_dict(d, g4)
+    for name, w in sd.items():
+        if w.dim() != 2 or (family == "mistral" and "down_proj" in name) or name not in deq:
+            continue
+        blocks = w.reshape(-1, 32)
+        low = blocks.min(1, keepdim=True).values
+        step = (blocks.max(1, keepdim=True).values - low) / 15
+        err = (deq[name].reshape(-1, 32) - blocks).abs()
+        # half a step, plus the scale and minimum rounded to f16 (11 significant bits)
+        assert (err <= 0.5 * step + (low.abs() + 16 * step) * 2**-10 + 1e-6).all(), name
+    g8 = write_gguf(d, tmp_path / "q8.gguf", qtype="Q8_0")
+    ids = _ids(d)
+    with torch.no_grad():
+        diff = (_gguf_model(d, g8)(ids).logits - ref(ids).logits).abs().max().item()
+    assert 1e-4 < diff < 1.5, diff  # really quantised, and close

@@ -35,14 +35,14 @@ QUIRKS: dict[str, tuple[str, ...]] = {
         "llama3 rope scaling (factor 8, original context 64)",
         "GQA (4 query heads, 2 kv heads)",
         "untied head",
-        "head_dim 48 (4 heads x 48 = 192 != hidden 144)",
+        "head_dim 48 (4 heads x 48 = 192 != hidden 160)",
         "several eos ids (<|end_of_text|>, <|eom_id|>, <|eot_id|>)",
     ),
     "qwen2": (
         "fused-qkv bias (q/k/v biases)",
         "tied head",
         "MQA (7 query heads, 1 kv head)",
-        "padded vocab (config vocab_size > tokenizer size; the extra rows are never real tokens)",
+        "padded vocab (config vocab_size 576 > tokenizer size 572; the extra rows are zero)",
     ),
     "qwen3": (
         "per-head q/k RMSNorm",
@@ -53,15 +53,16 @@ QUIRKS: dict[str, tuple[str, ...]] = {
     "mistral": (
         f"sliding window {SLIDING_WINDOW} tokens < test context",
         "GQA (6 query heads, 2 kv heads)",
+        "intermediate 264, not a multiple of 32 (a Q8_0/Q4_1 GGUF keeps ffn_down in F16)",
         "untied head",
     ),
     "gemma3": (
-        f"alternating local/global layers (window {SLIDING_WINDOW}; layers 0,2,3 local, 1 global... see layer_types)",
+        f"alternating local/global layers (window {SLIDING_WINDOW}; the real 5:1 pattern: layers 0-4 local, 5 global)",
         "(1+w) norms",
         "scaled embeddings (sqrt(hidden))",
         "GeGLU (gelu_pytorch_tanh)",
         "q/k norm",
-        "query_pre_attn_scalar 64 != head_dim 48 (and 4 heads x 48 != hidden 128)",
+        "query_pre_attn_scalar 64 != head_dim 48 (and 4 heads x 48 != hidden 96)",
         "final-logit soft-capping",
         "linear rope scaling on global layers (factor 8, theta 1e6)",
         "local rope base (10000 on sliding layers)",
@@ -79,7 +80,7 @@ QUIRKS: dict[str, tuple[str, ...]] = {
 
 _FINAL_NORM_GAIN = 2.0
 
-_GEMMA3_LAYERS = ("sliding_attention", "full_attention", "sliding_attention", "sliding_attention")
+_GEMMA3_LAYERS = ("sliding_attention",) * 5 + ("full_attention",)  # llama.cpp assumes this 5:1 pattern
 
 
 def _longrope_factors(n: int, top: float) -> list[float]:
@@ -87,15 +88,16 @@ def _longrope_factors(n: int, top: float) -> list[float]:
 
 
 def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
-    """The family's tiny config: 2-4 layers, hidden <= 256, odd head and intermediate sizes."""
+    """The family's tiny config: 2-3 layers (Gemma 3: 6, its real 5:1 local/global pattern), hidden <= 256, odd head
+    and intermediate sizes (multiples of 32, so that Q8_0/Q4_1 blocks fit, except Mistral's intermediate 264)."""
     common: dict[str, Any] = {"initializer_range": 0.08, "rms_norm_eps": 1e-6, "max_position_embeddings": 4096}
     if family == "llama":
         return common | {
             "model_type": "llama",
             "architectures": ["LlamaForCausalLM"],
             "vocab_size": vocab,
-            "hidden_size": 144,
-            "intermediate_size": 328,
+            "hidden_size": 160,
+            "intermediate_size": 352,
             "num_hidden_layers": 3,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
@@ -118,7 +120,7 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
             "architectures": ["Qwen2ForCausalLM"],
             "vocab_size": -(-vocab // 64) * 64,
             "hidden_size": 224,
-            "intermediate_size": 296,
+            "intermediate_size": 288,
             "num_hidden_layers": 2,
             "num_attention_heads": 7,
             "num_key_value_heads": 1,
@@ -133,7 +135,7 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
             "architectures": ["Qwen3ForCausalLM"],
             "vocab_size": vocab,
             "hidden_size": 128,
-            "intermediate_size": 312,
+            "intermediate_size": 352,
             "num_hidden_layers": 3,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
@@ -164,9 +166,9 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
             "model_type": "gemma3_text",
             "architectures": ["Gemma3ForCausalLM"],
             "vocab_size": vocab,
-            "hidden_size": 128,
-            "intermediate_size": 232,
-            "num_hidden_layers": 4,
+            "hidden_size": 96,
+            "intermediate_size": 224,
+            "num_hidden_layers": 6,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
             "head_dim": 48,
@@ -189,7 +191,7 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
             "architectures": ["Phi3ForCausalLM"],
             "vocab_size": vocab,
             "hidden_size": 160,
-            "intermediate_size": 296,
+            "intermediate_size": 288,
             "num_hidden_layers": 3,
             "num_attention_heads": 2,
             "num_key_value_heads": 1,
@@ -211,7 +213,8 @@ def _tiny_config(family: str, vocab: int) -> dict[str, Any]:
 
 
 def _real_config(family: str, size: str, vocab: int) -> dict[str, Any]:
-    """Real models' shapes; the tokenizer stays small, so ids >= its size are padding rows never produced."""
+    """Real models' shapes with the real vocab size; the tokenizer stays small (~570 ids), so every id past it is a
+    zero padding row (logit 0) that the tokenizer never produces."""
     common: dict[str, Any] = {"initializer_range": 0.02}
     if size == "0.5b":  # Qwen2.5-0.5B
         if family != "qwen2":
@@ -298,6 +301,9 @@ def build_model(family: str, size: str = "tiny", seed: int = 0, dtype: torch.dty
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     _randomize_norms_and_biases(model, family, torch.Generator().manual_seed(seed + 1))
+    with torch.no_grad():  # ids past the tokenizer are padding: zero rows, logit 0, never picked over real tokens
+        for emb in {id(e): e for e in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+            emb.weight[tok.get_vocab_size() :] = 0.0
     return model.to(dtype).eval(), tok
 
 
@@ -344,14 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", choices=SIZES, default="tiny")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shard", action="store_true", help="two safetensors files with an index")
-    ap.add_argument("--gguf", metavar="QTYPE", help="also write OUT_DIR/model-QTYPE.gguf (F32, F16, Q8_0, Q4_1)")
+    ap.add_argument(
+        "--gguf", type=str.upper, choices=("F32", "F16", "Q8_0", "Q4_1"), help="also write OUT_DIR/model-QTYPE.gguf"
+    )
     a = ap.parse_args(argv)
-    out = make_random_model(a.family, a.out_dir, size=a.size, seed=a.seed, shard=a.shard)
+    try:
+        out = make_random_model(a.family, a.out_dir, size=a.size, seed=a.seed, shard=a.shard)
+    except ValueError as e:  # a size that is another family's shape
+        ap.error(str(e))
     print(out)
     if a.gguf:
         from symphony_core.model.gguf_writer import write_gguf
 
-        print(write_gguf(out, out / f"model-{a.gguf.upper()}.gguf", qtype=a.gguf.upper()))
+        print(write_gguf(out, out / f"model-{a.gguf}.gguf", qtype=a.gguf))
     return 0
 
 
