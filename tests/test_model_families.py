@@ -227,3 +227,27 @@ def test_served_with_its_own_chat_template(fam, tmp_path):
         assert r.usage.completion_tokens >= 1 and r.choices[0].finish_reason in ("length", "stop")
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_pages_outside_the_window_are_counted_and_kept(family):
+    """The pages of a windowed file that no later query reads (docs/architecture.md, "Sliding windows and the KV
+    file system"): counted off the file's page table, and kept, so a truncate back past them stays exact."""
+    fam, _, hf, eng = family
+    if fam != "mistral":
+        pytest.skip("every layer windowed: Mistral's case (Gemma 3's global layers read every page)")
+    window = eng.config.layer_windows[0]
+    assert window == 24 and all(w == window for w in eng.config.layer_windows)
+    ids = _ids(200, 4, eng.tokenizer.vocab_size)
+    kv = eng.kv_create()
+    eng.pred(kv, ids)
+    page = eng.pool.page_size
+    outside = [p for j, p in enumerate(kv.pages) if (j + 1) * page <= kv.len - window]
+    assert (len(kv.pages), len(outside)) == (13, 11)
+    eng.kv_truncate(kv, 30)  # back into those pages: their K/V are read again
+    tail = _ids(20, 5, eng.tokenizer.vocab_size)
+    _close(
+        eng.pred(kv, tail, outputs="all").logits,
+        _hf_logits(hf, ids[:30] + tail)[30:],
+        "after truncating past the window",
+    )
+    eng.kv_close(kv)
