@@ -28,6 +28,7 @@ WORKLOADS = {
     "kernels": "bench.kernels",
     "decode": "bench.decode",
     "weights": "bench.weights",
+    "model_size": "bench.weights:sized",
     "quality": "bench.quality",
     "profile": "bench.profile_forward",
     "shared_prefix": "bench.shared_prefix",

@@ -46,33 +46,67 @@ def _ours_prefill(eng, prompt: list[int]) -> float:
         eng.kv_close(kv)
 
 
-def _peer_files(threads: int) -> tuple[dict[str, Path], str | None]:
+def random_model_files(spec: str) -> dict[str, Path]:
+    """ "random:FAMILY:SIZE" (e.g. random:qwen2:0.5b, Qwen2.5-0.5B's shape): a random-weight model written once under
+    the model cache as F32 and Q4_1 GGUFs by Symphony's GGUF writer (symphony_core/model/random_models.py)."""
+    from symphony_core.model.gguf_writer import write_gguf
     from symphony_core.model.loader import cache_root
+    from symphony_core.model.random_models import make_random_model
+
+    _, family, size = spec.split(":")
+    out = cache_root() / f"random-{family}-{size}"
+    if not (out / "config.json").exists():
+        make_random_model(family, out, size=size)
+    return {
+        qt: p if (p := out / f"{family}-{size}.{qt}.gguf").exists() else write_gguf(out, p, qtype=qt)
+        for qt in ("F32", "Q4_1")
+    }
+
+
+def model_files(model: str | None) -> dict[str, Path]:
+    """The GGUF each of our formats loads, by format: the shipped Q4_1 file for every one by default (fp32 and q8
+    from its dequantised weights); for a random model its F32 file for fp32 and q8, its Q4_1 file for q4."""
     from symphony_core.model.registry import DEFAULT_MODEL, resolve_model
+
+    if model is None or not model.startswith("random:"):
+        path = resolve_model(model or DEFAULT_MODEL, install=False).path
+        return {"fp32": path, "q8": path, "q4": path, "Q4_1": path}
+    files = random_model_files(model)
+    return {"fp32": files["F32"], "q8": files["F32"], "q4": files["Q4_1"], **files}
+
+
+def _peer_files(threads: int, files: dict[str, Path]) -> tuple[dict[str, Path], str | None]:
+    from symphony_core.model.loader import cache_root
 
     why = llama_cpp_peer.available()
     if why:
         return {}, why
-    src = resolve_model(DEFAULT_MODEL, install=False).path
+    src = files["Q4_1"]
     out = cache_root() / "llama-cpp"
     out.mkdir(parents=True, exist_ok=True)
-    files = {"Q4_1": src}
+    peers = {"Q4_1": src}
+    if "F32" in files:
+        peers["F32"] = files["F32"]
     for ft in ("F32", "Q8_0"):
+        if ft in peers:
+            continue
         try:
-            files[ft] = llama_cpp_peer.quantize(src, out / f"{src.stem.rsplit('.', 1)[0]}.{ft}.gguf", ft, threads)
+            made = out / f"{src.stem.rsplit('.', 1)[0]}.{ft}.gguf"
+            peers[ft] = llama_cpp_peer.quantize(files.get("F32", src), made, ft, threads)
         except Exception as e:  # noqa: BLE001 - report it, keep the others
             print(f"  llama.cpp quantiser could not make {ft}: {e}", flush=True)
-    return files, None
+    return peers, None
 
 
-def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1):
+def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None):
     from symphony_core import Engine
 
     hi = 64
     pages = (max(*batches, 2) * (hi + new) + prefill_n) // 16 + 64
     # The prefix cache off: the prefill runs feed one prompt again and again, and must compute it every time.
-    engines = {f: Engine(num_pages=pages, weights=f, prefix_cache=False) for f in OURS}
-    files, skipped = _peer_files(threads)
+    sources = model_files(model)
+    engines = {f: Engine(str(sources[f]), num_pages=pages, weights=f, prefix_cache=False) for f in OURS}
+    files, skipped = _peer_files(threads, sources)
     peers = {}
     seqs = max(*batches, 2)  # the warm-up decodes two prompts
     for ft, path in files.items():
@@ -189,12 +223,14 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
     return out
 
 
-def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None, prefill_runs=None) -> str:
+def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None, prefill_runs=None, model=None) -> str:
     runs = f"median of {repeats}" + (
         f" ({prefill_runs} runs for the prefill)" if prefill_runs not in (None, repeats) else ""
     )
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
+        "",
+        f"Model: {model or 'SmolLM2-135M-Instruct (the shipped Q4_1 GGUF)'}; through `Engine.pred_batch` (the engine-only path)",
         "",
         f"Machine: {describe()}; llama.cpp through llama-cpp-python's low-level API, every sequence in one batch",
         "",
@@ -259,6 +295,12 @@ def main(argv=None) -> str:
     ap.add_argument("--prefill-runs", type=int, default=3, help="prefill runs per engine in each repeat")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
+        "--model",
+        default=None,
+        help="a GGUF, a built-in name, or random:FAMILY:SIZE (e.g. random:qwen2:0.5b, a random-weight model of "
+        "Qwen2.5-0.5B's shape written as F32 and Q4_1 GGUFs); default: the shipped SmolLM2",
+    )
+    ap.add_argument(
         "--idle-wait",
         type=float,
         default=None,
@@ -273,7 +315,9 @@ def main(argv=None) -> str:
     if args.quick:
         batches, new, prefill_n, repeats, prefill_runs = [1, 4], 8, 64, 1, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
-    rows, skipped, contended, floor = bench(batches, new, prefill_n, repeats, idle, args.threads, prefill_runs)
+    rows, skipped, contended, floor = bench(
+        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model
+    )
     publish(
         __name__,
         {
@@ -283,13 +327,21 @@ def main(argv=None) -> str:
             "prefill": prefill_n,
             "prefill_runs": repeats * prefill_runs,
             "skipped": skipped,
+            "model": args.model,
             "verdicts": [list(v) for v in verdicts(rows, batches)],
             **floor,
         },
     )
-    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor, repeats * prefill_runs)
+    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor, repeats * prefill_runs, args.model)
     print(md)
     return md
+
+
+def sized(argv=None) -> str:
+    """The same side by side on a 0.5B-class model (Qwen2.5-0.5B's shape, random weights, F32 and Q4_1 GGUFs
+    written by Symphony): whether the ratios hold past 135M parameters (`python -m bench --only model_size`)."""
+    argv = list(argv or [])
+    return main([*argv, "--model", "random:qwen2:tiny" if "--quick" in argv else "random:qwen2:0.5b"])
 
 
 if __name__ == "__main__":
