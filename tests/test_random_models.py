@@ -218,9 +218,10 @@ def _gguf_model(d, g):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_files):
+def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_files, tmp_path):
     """The F32 GGUF read back by transformers gives the directory model's logits (permuted Q/K rows, Gemma's
-    1 + w norms, Phi-3's fused tensors, biases all undone correctly), and its tokenizer the same ids."""
+    1 + w norms, Phi-3's fused tensors, biases all undone correctly), and its tokenizer the same ids and chat
+    template."""
     from transformers import AutoTokenizer
 
     d, g = model_dirs[family], gguf_files[family]
@@ -229,10 +230,16 @@ def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_file
         want = _load(d)(ids).logits
         got = _gguf_model(d, g)(ids).logits
     assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
-    gt, dt = AutoTokenizer.from_pretrained(str(d), gguf_file=g.name), AutoTokenizer.from_pretrained(str(d))
+    (tmp_path / g.name).symlink_to(g)  # the GGUF alone, as a GGUF repo ships it
+    gt, dt = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=g.name), AutoTokenizer.from_pretrained(str(d))
+    assert (gt.bos_token, gt.eos_token) == (dt.bos_token, dt.eos_token)
     sp = SPECIALS[family]
     for text in (TEXT, "  two  spaces\nnewline 12345 東京 🙂", f"{sp.eos}x{''.join(sp.tail[:3] + sp.head[:3])}"):
         assert gt(text).input_ids == dt(text).input_ids, text
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    assert gt.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == dt.apply_chat_template(
+        msgs, tokenize=False, add_generation_prompt=True
+    )
 
 
 def _gguf_fields(g):
@@ -311,8 +318,8 @@ def test_transformers_gguf_config_reader_is_exact_only_where_it_reads_every_quir
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "mistral", "phi3"])
 def test_quantised_ggufs(family, model_dirs, tmp_path):
-    """Q8_0 / Q4_1 files: every 2-D weight in the asked type (Mistral's ffn_down, 264 wide, falls back to F16 as
-    llama.cpp's converter does), each Q4_1 weight within half a quantisation step of the original in every
+    """Q8_0 / Q4_1 files: every 2-D weight in the asked type (the untied head Q8_0; Mistral's ffn_down, 264 wide,
+    falls back to F16 as llama.cpp's converter does), each Q4_1 weight within half a quantisation step of the original in every
     32-value block (so the block layout, scales and minima and the Q/K permutation are right), and Q8_0 logits
     close to the directory model's."""
     from symphony_core.model.gguf_writer import write_gguf
@@ -323,11 +330,14 @@ def test_quantised_ggufs(family, model_dirs, tmp_path):
     g4 = write_gguf(d, tmp_path / "q4.gguf", qtype="Q4_1")
     _, ts = _gguf_fields(g4)
     for name, t in ts.items():
-        want = (
-            "F32"
-            if len(t.shape) == 1
-            else ("F16" if name.endswith("ffn_down.weight") and family == "mistral" else "Q4_1")
-        )
+        if len(t.shape) == 1:
+            want = "F32"
+        elif name == "output.weight":  # the head stays at 8 bits, as in llama.cpp's (and the shipped) Q4_1 files
+            want = "Q8_0"
+        elif name.endswith("ffn_down.weight") and family == "mistral":
+            want = "F16"
+        else:
+            want = "Q4_1"
         assert t.tensor_type.name == want, (name, t.tensor_type.name)
     deq = _gguf_state_dict(d, g4)
     for name, w in sd.items():
@@ -344,3 +354,26 @@ def test_quantised_ggufs(family, model_dirs, tmp_path):
     with torch.no_grad():
         diff = (_gguf_model(d, g8)(ids).logits - ref(ids).logits).abs().max().item()
     assert 1e-4 < diff < 1.5, diff  # really quantised, and close
+
+
+def test_gguf_writer_refuses_what_it_cannot_write_faithfully(tmp_path, model_dirs):
+    """A tokenizer that is not byte-level BPE with a split llama.cpp knows, an architecture outside the six, or an
+    unknown qtype: a clear ValueError, and no file."""
+    import shutil
+
+    from symphony_core.model.gguf_writer import write_gguf
+
+    d = tmp_path / "spm"
+    shutil.copytree(model_dirs["llama"], d)
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    with pytest.raises(ValueError, match="byte-level BPE"):
+        write_gguf(d, tmp_path / "a.gguf")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ValueError, match="not supported"):
+        write_gguf(d, tmp_path / "b.gguf")
+    with pytest.raises(ValueError, match="qtype"):
+        write_gguf(model_dirs["llama"], tmp_path / "c.gguf", qtype="Q5_K")
+    assert not list(tmp_path.glob("*.gguf"))
