@@ -90,6 +90,29 @@ def _logits_without(model, ids, **overrides):
             setattr(model.config, k, v)
 
 
+def test_rope_and_scaling_quirks_are_active(model_dirs):
+    """transformers' own modules run the quirks QUIRKS names: llama3-scaled and linear-scaled frequencies, Gemma 3's
+    local rope base and query_pre_attn_scalar, Phi-3's partial rotary and longrope attention factor, Qwen3's
+    head_dim 80, and Gemma's final soft-cap bounding the logits."""
+    llama = _load(model_dirs["llama"]).model
+    default = 1.0 / (500000.0 ** (torch.arange(0, 48, 2, dtype=torch.float32) / 48))
+    assert llama.rotary_emb.rope_type == "llama3" and not torch.allclose(llama.rotary_emb.inv_freq, default)
+    gemma_lm = _load(model_dirs["gemma3"])
+    gemma = gemma_lm.model
+    local, glob = gemma.rotary_emb.sliding_attention_inv_freq, gemma.rotary_emb.full_attention_inv_freq
+    assert torch.allclose(local[1], torch.tensor(10000.0 ** (-2 / 48)))
+    assert torch.allclose(glob[1], torch.tensor(1e6 ** (-2 / 48) / 8))  # linear scaling, factor 8
+    assert gemma.layers[0].self_attn.scaling == 64**-0.5 != 48**-0.5
+    with torch.no_grad():
+        assert gemma_lm(_ids(model_dirs["gemma3"])).logits.abs().max() < 12.0
+    phi = _load(model_dirs["phi3"]).model
+    assert phi.rotary_emb.inv_freq.shape == (30,)  # 60 of head_dim 80 rotated
+    assert phi.rotary_emb.rope_type == "longrope" and phi.rotary_emb.attention_scaling == pytest.approx(
+        1.0801, abs=1e-4
+    )
+    assert _load(model_dirs["qwen3"]).model.layers[0].self_attn.q_proj.out_features == 4 * 80
+
+
 @pytest.mark.parametrize("family", ["mistral", "gemma3"])
 def test_sliding_window_is_on(family, model_dirs):
     """sliding window 24 tokens < test context: the logits match full attention up to the window and differ after."""
