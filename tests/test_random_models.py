@@ -190,7 +190,8 @@ def test_tokenizer_and_chat_template(family, model_dirs):
 
 
 def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):
-    """shard=True: two safetensors files and an index, which transformers loads to the unsharded logits."""
+    """shard=True: two safetensors files and an index, which transformers loads to the unsharded logits and the
+    GGUF writer reads to the same tensors."""
     d = make_random_model("gemma3", tmp_path / "sharded", shard=True)
     index = json.loads((d / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) == 2
@@ -198,6 +199,12 @@ def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):
     ids = _ids(d)
     with torch.no_grad():
         assert torch.equal(_load(d)(ids).logits, _load(model_dirs["gemma3"])(ids).logits)
+    from symphony_core.model.gguf_writer import write_gguf
+
+    _, sharded = _gguf_fields(write_gguf(d, tmp_path / "sharded.gguf"))
+    _, single = _gguf_fields(write_gguf(model_dirs["gemma3"], tmp_path / "single.gguf"))
+    assert sharded.keys() == single.keys()
+    assert all((sharded[k].data == single[k].data).all() for k in single)
 
 
 # ---- the GGUF writer (symphony_core.model.gguf_writer) ----
