@@ -90,6 +90,29 @@ def _logits_without(model, ids, **overrides):
             setattr(model.config, k, v)
 
 
+def test_rope_and_scaling_quirks_are_active(model_dirs):
+    """transformers' own modules run the quirks QUIRKS names: llama3-scaled and linear-scaled frequencies, Gemma 3's
+    local rope base and query_pre_attn_scalar, Phi-3's partial rotary and longrope attention factor, Qwen3's
+    head_dim 80, and Gemma's final soft-cap bounding the logits."""
+    llama = _load(model_dirs["llama"]).model
+    default = 1.0 / (500000.0 ** (torch.arange(0, 48, 2, dtype=torch.float32) / 48))
+    assert llama.rotary_emb.rope_type == "llama3" and not torch.allclose(llama.rotary_emb.inv_freq, default)
+    gemma_lm = _load(model_dirs["gemma3"])
+    gemma = gemma_lm.model
+    local, glob = gemma.rotary_emb.sliding_attention_inv_freq, gemma.rotary_emb.full_attention_inv_freq
+    assert torch.allclose(local[1], torch.tensor(10000.0 ** (-2 / 48)))
+    assert torch.allclose(glob[1], torch.tensor(1e6 ** (-2 / 48) / 8))  # linear scaling, factor 8
+    assert gemma.layers[0].self_attn.scaling == 64**-0.5 != 48**-0.5
+    with torch.no_grad():
+        assert gemma_lm(_ids(model_dirs["gemma3"])).logits.abs().max() < 12.0
+    phi = _load(model_dirs["phi3"]).model
+    assert phi.rotary_emb.inv_freq.shape == (30,)  # 60 of head_dim 80 rotated
+    assert phi.rotary_emb.rope_type == "longrope" and phi.rotary_emb.attention_scaling == pytest.approx(
+        1.0801, abs=1e-4
+    )
+    assert _load(model_dirs["qwen3"]).model.layers[0].self_attn.q_proj.out_features == 4 * 80
+
+
 @pytest.mark.parametrize("family", ["mistral", "gemma3"])
 def test_sliding_window_is_on(family, model_dirs):
     """sliding window 24 tokens < test context: the logits match full attention up to the window and differ after."""
@@ -167,7 +190,8 @@ def test_tokenizer_and_chat_template(family, model_dirs):
 
 
 def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):
-    """shard=True: two safetensors files and an index, which transformers loads to the unsharded logits."""
+    """shard=True: two safetensors files and an index, which transformers loads to the unsharded logits and the
+    GGUF writer reads to the same tensors."""
     d = make_random_model("gemma3", tmp_path / "sharded", shard=True)
     index = json.loads((d / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) == 2
@@ -175,6 +199,12 @@ def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):
     ids = _ids(d)
     with torch.no_grad():
         assert torch.equal(_load(d)(ids).logits, _load(model_dirs["gemma3"])(ids).logits)
+    from symphony_core.model.gguf_writer import write_gguf
+
+    _, sharded = _gguf_fields(write_gguf(d, tmp_path / "sharded.gguf"))
+    _, single = _gguf_fields(write_gguf(model_dirs["gemma3"], tmp_path / "single.gguf"))
+    assert sharded.keys() == single.keys()
+    assert all((sharded[k].data == single[k].data).all() for k in single)
 
 
 # ---- the GGUF writer (symphony_core.model.gguf_writer) ----
@@ -218,9 +248,10 @@ def _gguf_model(d, g):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_files):
+def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_files, tmp_path):
     """The F32 GGUF read back by transformers gives the directory model's logits (permuted Q/K rows, Gemma's
-    1 + w norms, Phi-3's fused tensors, biases all undone correctly), and its tokenizer the same ids."""
+    1 + w norms, Phi-3's fused tensors, biases all undone correctly), and its tokenizer the same ids and chat
+    template."""
     from transformers import AutoTokenizer
 
     d, g = model_dirs[family], gguf_files[family]
@@ -229,10 +260,16 @@ def test_f32_gguf_round_trips_through_transformers(family, model_dirs, gguf_file
         want = _load(d)(ids).logits
         got = _gguf_model(d, g)(ids).logits
     assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
-    gt, dt = AutoTokenizer.from_pretrained(str(d), gguf_file=g.name), AutoTokenizer.from_pretrained(str(d))
+    (tmp_path / g.name).symlink_to(g)  # the GGUF alone, as a GGUF repo ships it
+    gt, dt = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=g.name), AutoTokenizer.from_pretrained(str(d))
+    assert (gt.bos_token, gt.eos_token) == (dt.bos_token, dt.eos_token)
     sp = SPECIALS[family]
     for text in (TEXT, "  two  spaces\nnewline 12345 東京 🙂", f"{sp.eos}x{''.join(sp.tail[:3] + sp.head[:3])}"):
         assert gt(text).input_ids == dt(text).input_ids, text
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    assert gt.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == dt.apply_chat_template(
+        msgs, tokenize=False, add_generation_prompt=True
+    )
 
 
 def _gguf_fields(g):
@@ -311,8 +348,8 @@ def test_transformers_gguf_config_reader_is_exact_only_where_it_reads_every_quir
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["llama", "mistral", "phi3"])
 def test_quantised_ggufs(family, model_dirs, tmp_path):
-    """Q8_0 / Q4_1 files: every 2-D weight in the asked type (Mistral's ffn_down, 264 wide, falls back to F16 as
-    llama.cpp's converter does), each Q4_1 weight within half a quantisation step of the original in every
+    """Q8_0 / Q4_1 files: every 2-D weight in the asked type (the untied head Q8_0; Mistral's ffn_down, 264 wide,
+    falls back to F16 as llama.cpp's converter does), each Q4_1 weight within half a quantisation step of the original in every
     32-value block (so the block layout, scales and minima and the Q/K permutation are right), and Q8_0 logits
     close to the directory model's."""
     from symphony_core.model.gguf_writer import write_gguf
@@ -323,11 +360,14 @@ def test_quantised_ggufs(family, model_dirs, tmp_path):
     g4 = write_gguf(d, tmp_path / "q4.gguf", qtype="Q4_1")
     _, ts = _gguf_fields(g4)
     for name, t in ts.items():
-        want = (
-            "F32"
-            if len(t.shape) == 1
-            else ("F16" if name.endswith("ffn_down.weight") and family == "mistral" else "Q4_1")
-        )
+        if len(t.shape) == 1:
+            want = "F32"
+        elif name == "output.weight":  # the head stays at 8 bits, as in llama.cpp's (and the shipped) Q4_1 files
+            want = "Q8_0"
+        elif name.endswith("ffn_down.weight") and family == "mistral":
+            want = "F16"
+        else:
+            want = "Q4_1"
         assert t.tensor_type.name == want, (name, t.tensor_type.name)
     deq = _gguf_state_dict(d, g4)
     for name, w in sd.items():
@@ -344,3 +384,26 @@ def test_quantised_ggufs(family, model_dirs, tmp_path):
     with torch.no_grad():
         diff = (_gguf_model(d, g8)(ids).logits - ref(ids).logits).abs().max().item()
     assert 1e-4 < diff < 1.5, diff  # really quantised, and close
+
+
+def test_gguf_writer_refuses_what_it_cannot_write_faithfully(tmp_path, model_dirs):
+    """A tokenizer that is not byte-level BPE with a split llama.cpp knows, an architecture outside the six, or an
+    unknown qtype: a clear ValueError, and no file."""
+    import shutil
+
+    from symphony_core.model.gguf_writer import write_gguf
+
+    d = tmp_path / "spm"
+    shutil.copytree(model_dirs["llama"], d)
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    with pytest.raises(ValueError, match="byte-level BPE"):
+        write_gguf(d, tmp_path / "a.gguf")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(cfg | {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ValueError, match="not supported"):
+        write_gguf(d, tmp_path / "b.gguf")
+    with pytest.raises(ValueError, match="qtype"):
+        write_gguf(model_dirs["llama"], tmp_path / "c.gguf", qtype="Q5_K")
+    assert not list(tmp_path.glob("*.gguf"))

@@ -7,8 +7,8 @@ architecture names (Mistral is "llama" with "mistral" in general.name), its meta
 norms stored as 1 + w, Phi-3's fused qkv / gate_up tensors and its longrope factor tensors, Llama 3's
 rope_freqs tensor, and the tokenizer as byte-level BPE tokens + merges with the chat template.
 
-qtype: "F32", "F16", "Q8_0" or "Q4_1" for the 2-D weights (embeddings and head included); norms, biases and
-rope factor tensors stay F32. A weight whose rows are not a whole number of 32-value blocks is written F16,
+qtype: "F32", "F16", "Q8_0" or "Q4_1" for the 2-D weights (embeddings and head included; in a Q4_1 file the output
+projection, or the tied embedding, is Q8_0 as llama.cpp keeps it); norms, biases and rope factor tensors stay F32. A weight whose rows are not a whole number of 32-value blocks is written F16,
 as llama.cpp's converter falls back.
 """
 
@@ -144,15 +144,13 @@ def _add_tokenizer(w: gguf.GGUFWriter, hf_dir: Path, vocab_size: int) -> None:
     types (special added tokens CONTROL, other added ones USER_DEFINED), merges, special ids, template."""
     tj = json.loads((hf_dir / "tokenizer.json").read_text())
     tc = json.loads((hf_dir / "tokenizer_config.json").read_text())
-    if tj["model"]["type"] != "BPE":
-        raise ValueError(f"only byte-level BPE tokenizers are written, not {tj['model']['type']}")
+    pre = _pre_tokenizer_name(tj)
     by_id: dict[int, tuple[str, int]] = {i: (t, gguf.TokenType.NORMAL) for t, i in tj["model"]["vocab"].items()}
     for a in tj["added_tokens"]:
         by_id[a["id"]] = (a["content"], gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED)
     n = max(vocab_size, max(by_id) + 1)
     tokens = [by_id.get(i, (f"[PAD{i}]", gguf.TokenType.UNUSED)) for i in range(n)]
     ids = {t: i for i, (t, _) in enumerate(tokens)}
-    pre = next((p for p, rx in _split_regexes().items() if rx == _split_regex_of(tj)), "default")
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
     w.add_token_list([t for t, _ in tokens])
@@ -177,18 +175,28 @@ def _split_regexes() -> dict[str, str]:
     return SPLIT_REGEX
 
 
-def _split_regex_of(tj: dict[str, Any]) -> str | None:
+def _pre_tokenizer_name(tj: dict[str, Any]) -> str:
+    """llama.cpp's tokenizer.ggml.pre for a byte-level BPE whose split regex it knows; anything else (a
+    SentencePiece-style BPE, an unknown split) is refused rather than written as a tokenizer that differs."""
     pre = tj.get("pre_tokenizer") or {}
-    for p in pre.get("pretokenizers", [pre]):
-        if p.get("type") == "Split":
-            return p["pattern"].get("Regex")
-    return None
+    steps = pre.get("pretokenizers", [pre])
+    regex = next((p["pattern"].get("Regex") for p in steps if p.get("type") == "Split"), None)
+    byte_level = any(p.get("type") == "ByteLevel" for p in steps)
+    name = next((n for n, rx in _split_regexes().items() if rx == regex), None)
+    if tj["model"]["type"] != "BPE" or not byte_level or name is None:
+        raise ValueError(
+            "only byte-level BPE tokenizers with llama.cpp's qwen2 or llama-bpe split are written; this one has "
+            f"model {tj['model']['type']} and pre-tokenizer {[p.get('type') for p in steps]}"
+        )
+    return name
 
 
-def _encode(name: str, t: torch.Tensor, qt: QT) -> tuple[np.ndarray, QT]:
+def _encode(name: str, t: torch.Tensor, qt: QT, head: bool) -> tuple[np.ndarray, QT]:
     arr = t.detach().to(torch.float32).numpy()
     if arr.ndim < 2 or name.startswith("rope_") or qt == QT.F32:
         return arr, QT.F32
+    if head and qt == QT.Q4_1:
+        qt = QT.Q8_0  # llama.cpp keeps the output projection above 4 bits (the shipped SmolLM2 Q4_1 has it Q8_0)
     if qt == QT.F16:
         return arr.astype(np.float16), QT.F16
     try:
@@ -234,7 +242,8 @@ def write_gguf(hf_dir: str | Path, out_path: str | Path, *, qtype: str = "F32") 
             t = _permute_rope_rows(t, heads)
         if family == "gemma3" and gname.endswith("norm.weight"):
             t = t + 1.0  # llama.cpp multiplies by the stored weight; Gemma's norm multiplies by (1 + w)
-        data, dtype = _encode(gname, t, qt)
+        head = gname == ("token_embd.weight" if "lm_head.weight" not in sd else "output.weight")
+        data, dtype = _encode(gname, t, qt, head)
         w.add_tensor(gname, data, raw_dtype=dtype if dtype not in (QT.F32, QT.F16) else None)
     for gname, t in extra:
         w.add_tensor(gname, t.numpy())

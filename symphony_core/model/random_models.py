@@ -287,8 +287,10 @@ def _randomize_norms_and_biases(model: torch.nn.Module, family: str, gen: torch.
             if name.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
             elif "norm" in name and p.dim() == 1:
-                # the final norm is drawn large: it spreads the logits so greedy picks are far from ties
+                # the final norm is drawn large: it spreads the logits so greedy picks are far from ties; Gemma's
+                # post-norms too: its scaled, tied embedding otherwise dominates and greedy decoding loops at once
                 centre = neutral + (_FINAL_NORM_GAIN if name in ("model.norm.weight", "norm.weight") else 0.0)
+                centre += 1.0 if family == "gemma3" and ".post_" in name else 0.0
                 p.copy_(centre + torch.randn(p.shape, generator=gen) * 0.15)
 
 
