@@ -251,3 +251,45 @@ def test_pages_outside_the_window_are_counted_and_kept(family):
         "after truncating past the window",
     )
     eng.kv_close(kv)
+
+
+def test_its_gguf_loads_exactly_and_q4_runs_the_files_blocks(family, tmp_path, monkeypatch):
+    """The family written as a GGUF (llama.cpp's layout, symphony_core/model/gguf_writer.py): the F32 file converts
+    with every switch kept (its own keys, gguf_config.py) and matches transformers; a Q4_1 file's blocks feed
+    weights="q4" as they are."""
+    from symphony_core import Engine
+    from symphony_core.model.gguf_blocks import read_q4_1
+    from symphony_core.model.gguf_writer import write_gguf
+
+    fam, out, hf, eng = family
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ids = _ids(PROMPT, 6, eng.tokenizer.vocab_size)
+    f32 = Engine(str(write_gguf(out, tmp_path / f"{fam}.F32.gguf", qtype="F32")), num_pages=64)
+    try:
+        assert (f32.config.family, f32.config.layer_windows) == (eng.config.family, eng.config.layer_windows)
+        kv = f32.kv_create()
+        _close(f32.pred(kv, ids, outputs="all").logits, _hf_logits(hf, ids), f"{fam} from its F32 GGUF")
+        f32.kv_close(kv)
+    finally:
+        f32.shutdown()
+    q4_file = write_gguf(out, tmp_path / f"{fam}.Q4_1.gguf", qtype="Q4_1")
+    blocks = read_q4_1(q4_file, eng.config.n_heads, eng.config.n_kv_heads)
+    # every projection whose rows split into 32-value blocks (Mistral's 264-wide down projection stays F16)
+    per_layer = 3 if fam == "mistral" else 4
+    assert len(blocks) == per_layer * eng.config.n_layers
+    # Decoding a token at a time runs the int4 kernel on those blocks; the same file's dequantised weights in fp32
+    # are what it must reproduce, up to the activations' rounding inside the dot products.
+    engines = [Engine(str(q4_file), num_pages=64, weights=w) for w in ("q4", "fp32")]
+    try:
+        rows = []
+        for e in engines:
+            kv = e.kv_create()
+            e.pred(kv, ids[:40])
+            rows.append(torch.stack([e.pred(kv, [t]).logits for t in ids[40:]]))
+            e.kv_close(kv)
+        agree = (rows[0].argmax(-1) == rows[1].argmax(-1)).float().mean().item()
+        print(f"{fam}: q4 decode on the file's Q4_1 blocks picks fp32-of-those-blocks' token at {agree:.0%} of 40")
+        assert agree >= 0.9, f"{fam}: q4 on the Q4_1 blocks agrees with their fp32 at only {agree:.0%}"
+    finally:
+        for e in engines:
+            e.shutdown()

@@ -47,7 +47,9 @@ def _cache_dir_for(src: ModelSource) -> Path:
 def _convert_gguf(src: ModelSource, out: Path) -> None:
     from safetensors.torch import save_file
     from tqdm import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from .gguf_config import config_from_gguf
 
     print(f"symphony: converting {src.path.name} to fp32 once; cached at {out}", file=sys.stderr)
     folder, fname = str(src.path.parent), src.path.name
@@ -58,7 +60,12 @@ def _convert_gguf(src: ModelSource, out: Path) -> None:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
         steps.update()
         steps.set_postfix_str("dequantising weights")
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+        # the family's whole config from the file's own keys: transformers' reader drops several (gguf_config.py)
+        full = AutoConfig.for_model(**config_from_gguf(src.path))
+        # transformers reads a Mistral GGUF's tensors only as the Llama llama.cpp wrote it (the same tensors)
+        as_llama = {**full.to_dict(), "model_type": "llama", "sliding_window": None}
+        config = AutoConfig.for_model(**as_llama) if full.model_type == "mistral" else full
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, config=config, dtype=torch.float32)
         steps.update()
         steps.set_postfix_str("writing safetensors")
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -67,7 +74,7 @@ def _convert_gguf(src: ModelSource, out: Path) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         steps.update()
         steps.set_postfix_str("config and tokenizer files")
-        cfg = model.config.to_dict()
+        cfg = full.to_dict()
         cfg.pop("quantization_config", None)
         cfg["dtype"] = "float32"
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
