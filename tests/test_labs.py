@@ -14,6 +14,8 @@ with its own engine, several at once) grades three submissions per lab against t
   hidden test cases is among the failures; where the wrong answer is built to pass the public tests,
   they pass, so only the hidden test stands between it and full marks.
 
+The grading runs `LAB_GRADING_JOBS` submissions at once (default: half the CPUs, at least 2); on the
+busy 2-core test machine the 21 gradings took about 12 minutes (docs/teaching.md has each one's time).
 The fast tests check the masters' format, that no solution or hidden test reaches a student, and
 that every test function uses only its parameters, builtins and what it imports itself: the
 autograder runs each test in its own module, without the notebook's imports.
