@@ -112,20 +112,25 @@ test-lab: setup
 	$(BIN)/python -m pytest -q tests/test_jupyter*.py tests/test_widgets*.py --timeout=900
 
 # JupyterLab on the course-lab notebooks, with the Symphony Lab sidebar and widgets ready.
-# LAB_ARGS go to `jupyter lab` (e.g. LAB_ARGS="--no-browser --port 8890"); run as root (a
-# container), it gets --allow-root, which JupyterLab otherwise demands and refuses to start without.
+# LAB_DIR is the folder it opens (default the masters, tutorials/; `make lab LAB_DIR=dist/labs/student`
+# opens what students get). LAB_ARGS go to `jupyter lab` (e.g. LAB_ARGS="--no-browser --port 8890");
+# run as root (a container), it gets --allow-root, which JupyterLab otherwise demands and refuses to
+# start without.
 .PHONY: lab
+LAB_DIR ?= tutorials
 LAB_ROOT_ARGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: setup
-	$(BIN)/jupyter lab --notebook-dir=tutorials $(LAB_ROOT_ARGS) $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=$(LAB_DIR) $(LAB_ROOT_ARGS) $(LAB_ARGS)
 
 # --- Course labs (tutorials/NN_*.ipynb, otter-grader masters; docs/teaching.md) ----------------------
 # `make labs` builds the student notebooks and the autograder zips into $(LABS_OUT) with `otter assign`;
 # `make grade-labs SUBMISSIONS=folder` grades every submitted notebook in it with `otter run` (no
-# Docker) against those zips and writes $(GRADES_OUT)/grades.csv; `make test-labs` runs every master
-# (all tests pass) and every student notebook (blanks fail their tests) in a real kernel.
+# Docker) against those zips, GRADE_JOBS at a time, and writes $(GRADES_OUT)/grades.csv; `make test-labs`
+# grades every lab's solution (full marks), blank notebook (runs to the end, no marks) and a wrong
+# answer per question (a hidden test catches it) the same way.
 LABS_OUT ?= dist/labs
 GRADES_OUT ?= grades
+GRADE_JOBS ?= 1
 LAB_MASTERS := $(wildcard tutorials/[0-9][0-9]_*.ipynb)
 
 .PHONY: labs grade-labs test-labs
@@ -138,7 +143,7 @@ $(LABS_OUT)/.built: $(STAMP) $(LAB_MASTERS) tutorials/build_labs.py
 
 grade-labs: labs
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade-labs SUBMISSIONS=folder-of-notebooks [GRADES_OUT=grades]"; exit 2; }
-	$(BIN)/python tutorials/grade_labs.py "$(SUBMISSIONS)" --bundle $(LABS_OUT) --out $(GRADES_OUT)
+	$(BIN)/python tutorials/grade_labs.py "$(SUBMISSIONS)" --bundle $(LABS_OUT) --out $(GRADES_OUT) --jobs $(GRADE_JOBS)
 
 test-labs: setup
 	$(BIN)/python -m pytest -q tests/test_labs.py --timeout=900 --durations=0
