@@ -137,7 +137,11 @@ def model_variables(dist: dict | None, preds: int | None, current: bool) -> list
     out: list[DapVariable] = [
         {"name": "taken", "value": token_value(taken), "type": f"token ({by})", "variablesReference": 0},
         {"name": "preferred", "value": token_value(dist.get("preferred") or {}), "variablesReference": 0},
-        {"name": "entropy", "value": f"{float(dist.get('entropy') or 0.0):.4f}", "variablesReference": 0},
+        {
+            "name": "entropy",
+            "value": f"{dist['entropy']:.4f}" if isinstance(dist.get("entropy"), float) else "(not recorded)",
+            "variablesReference": 0,
+        },
         {
             "name": "pred",
             "value": f"#{preds} of this thread" + ("" if current else " (the last one; stopped elsewhere now)"),

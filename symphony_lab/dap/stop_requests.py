@@ -72,6 +72,29 @@ class StopRequests:
         )
         return ns
 
+    def recorded_dist(self, pid: int, tid: int) -> tuple[dict, int] | None:
+        """The thread's last pred as its recording keeps it (top 5, the token taken), for a stop
+        that is not right after a pred; with how many preds the thread has made."""
+        try:
+            entries = self.s.request("recording", pid=pid, entries=True)["entries"]
+        except Exception:
+            return None
+        preds = [e for e in entries if e.get("tid") == tid and e.get("call") == "pred" and e.get("top5")]
+        if not preds:
+            return None
+        e = preds[-1]
+        ids = [int(t) for t, _ in e["top5"]]
+        taken = e.get("token") if isinstance(e.get("token"), int) else ids[0]
+        texts = self.s.request("token_texts", ids=sorted(set(ids + [taken])))["texts"]
+        p = {int(t): float(q) for t, q in e["top5"]}
+        top = [{"token": t, "text": texts[str(t)], "p": p[t]} for t in ids]
+        view = {
+            "topk": top,
+            "preferred": top[0],
+            "taken": {"token": taken, "text": texts[str(taken)], "p": p.get(taken, 0.0), "by": "recorded"},
+        }
+        return view, len(preds)
+
     # ------------------------------------------------------------------ stack and scopes
     def on_stackTrace(self, args: dict) -> dict:
         tid = args.get("threadId")
@@ -135,7 +158,7 @@ class StopRequests:
             res = now.get("result") or {}
             if res.get("kind") == "dist":
                 return model_variables(res, now.get("preds"), True)
-            dist, preds = self.s.last_dist.get(tid, (None, None))
+            dist, preds = self.recorded_dist(stop["pid"], tid) or self.s.last_dist.get(tid, (None, None))
             return model_variables(dist, preds, False)
 
         def kv() -> list:
