@@ -332,8 +332,8 @@ class DapSession:
             self.output(
                 f"the replay of thread {tid} diverged from the recording ({b.get('why')}): it runs live from here\n"
             )
-        if pid != self.pid or self.pid is None:
-            return
+        if pid != self.pid or self.pid is None or pid in self._backing_from:
+            return  # another process, or the one a step back replaces (its threads' ends are not news)
         if name == "stopped":
             self._on_stop(b)
         elif name == "continued":
@@ -346,7 +346,7 @@ class DapSession:
             self.channel.event("thread", {"reason": "started" if name == "thread_start" else "exited", "threadId": tid})
         elif name == "syscall_enter" and b.get("call") == "send":
             self.output(self._sent_text((b.get("args") or {}).get("value")) + "\n", "stdout")
-        elif name == "process_exit" and pid not in self._backing_from:
+        elif name == "process_exit":
             self._on_exit(b)
 
     @staticmethod
@@ -403,7 +403,7 @@ class DapSession:
             "reason": reason,
             "threadId": tid,
             "allThreadsStopped": False,
-            "description": f"{b.get('where')} {b.get('call') or 'the first line'}",
+            "description": "on entry" if b.get("where") == "entry" else f"{b.get('where')} {b.get('call')}",
         }
         if hit:
             body["hitBreakpointIds"] = hit
