@@ -187,3 +187,25 @@ def test_bad_requests_get_clear_errors(engine):
         assert "not stopped" in c.request("stepIn", {"threadId": 1}, ok=False)["message"]
         assert "does not support the 'restartFrame'" in c.request("restartFrame", {"frameId": 1}, ok=False)["message"]
         assert "attach needs pid" in c.request("attach", {"server": "http://127.0.0.1:1"}, ok=False)["message"]
+
+
+def test_next_reverse_continue_and_step_out(engine):
+    with dap(engine) as c:
+        c.request("launch", {"program": f"{LIPS}:chat", "kwargs": {"n": 3}, "stopOnEntry": True})
+        c.event("initialized")
+        c.request("configurationDone")
+        c.event("stopped", reason="entry", threadId=1)
+        for n in (1, 2):  # step over: one pred of this function each
+            c.request("next", {"threadId": 1})
+            c.event("stopped", reason="step", threadId=1)
+            frames = c.request("stackTrace", {"threadId": 1})["body"]["stackFrames"]
+            assert scope(c, frames[0]["id"], "Model")["pred"]["value"].startswith(f"#{n} ")
+            assert frames[1]["line"] == line_of("# PRED_LINE")
+        c.request("reverseContinue", {"threadId": 1})  # back to the start: a replay stopped on entry
+        c.event("stopped", reason="step", threadId=1)
+        frames = c.request("stackTrace", {"threadId": 1})["body"]["stackFrames"]
+        assert [f["name"] for f in frames] == ["chat (entry)"] and frames[0]["line"] == line_of("def chat(")
+        assert "already at the start" in c.request("reverseContinue", {"threadId": 1}, ok=False)["message"]
+        c.request("stepOut", {"threadId": 1})  # out of the LIP's own function: it runs to its end
+        assert c.event("exited")["body"]["exitCode"] == 0
+        assert len(result_of(c)) == 3

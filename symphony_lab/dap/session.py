@@ -25,6 +25,7 @@ from typing import Any
 
 from .backend import Backend, BackendError, make_backend
 from .breakpoints import Breakpoints
+from .capabilities import CAPABILITIES
 from .config import ConfigError, DebugConfig, parse_config
 from .console import ConsoleError
 from .framing import Channel, FramingError
@@ -32,32 +33,6 @@ from .inspect_views import Handles
 from .postmortem import PostMortem, failure_of
 from .stop_requests import StopRequests
 
-CAPABILITIES = {
-    "supportsConfigurationDoneRequest": True,
-    "supportsFunctionBreakpoints": True,
-    "supportsConditionalBreakpoints": True,
-    "supportsHitConditionalBreakpoints": True,
-    "supportsEvaluateForHovers": True,
-    "supportsStepBack": True,
-    "supportsSetVariable": True,
-    "supportsExceptionInfoRequest": True,
-    "supportsTerminateRequest": True,
-    "supportTerminateDebuggee": True,
-    "exceptionBreakpointFilters": [
-        {
-            "filter": "error",
-            "label": "Program errors",
-            "description": "Stop when the LIP ends with an exception (post-mortem: its traceback is the stack)",
-            "default": False,
-        },
-        {
-            "filter": "limit",
-            "label": "Limit exceeded",
-            "description": "Stop when a limit or quota (tokens, pages, threads, wall time) ends the LIP",
-            "default": False,
-        },
-    ],
-}
 STOP_REASON = {"entry": "entry", "step": "step", "follow": "step", "pause": "pause", "diverged": "exception"}
 
 
