@@ -105,6 +105,19 @@ def test_attach_to_a_running_process_pause_break_on_send_and_terminate(server):
         c.request("disconnect")
     t.join(60)
 
+    # attach, pause, leave: an attached program runs on (the next session's pause stops it afresh)
+    port, t = tcp_adapter()
+    with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
+        c = DapClient(sock.makefile("rb"), sock.makefile("wb"))
+        c.request("initialize", {"adapterID": "symphony-lip"})
+        c.request("attach", {"server": server.url, "token": "tok-alice", "pid": pid})
+        c.event("initialized")
+        c.request("configurationDone")
+        c.request("pause", {"threadId": 1})
+        c.event("stopped", reason="pause", threadId=1)
+        c.request("disconnect")
+    t.join(60)
+
     port, t = tcp_adapter()
     with socket.create_connection(("127.0.0.1", port), timeout=300) as sock:
         c = DapClient(sock.makefile("rb"), sock.makefile("wb"))

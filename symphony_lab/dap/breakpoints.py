@@ -173,6 +173,12 @@ class Breakpoints:
             bp.hits = 0
             self._bind(bp)
 
+    def unbind(self) -> None:
+        """Take every breakpoint off the program (the editor leaves; its breakpoints stay listed)."""
+        for bp in self.all():
+            self._unbind(bp)
+        self.pid = None
+
     def decide(self, stop: dict, path: str | None, namespace: Callable[[], dict]) -> tuple[list[int], list[str]]:
         """For a debugger stop on breakpoints: the DAP breakpoints it honours (after conditions and
         hit counts) and any condition errors. No ids: the adapter resumes the thread."""

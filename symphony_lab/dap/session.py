@@ -282,7 +282,20 @@ class DapSession:
             self.backend.cancel(self.pid)
 
     def on_disconnect(self, args: dict) -> None:
+        """A launched program ends with the session (unless `terminateDebuggee` is false); an
+        attached one runs on, its breakpoints removed and its stopped threads resumed."""
         self._done = True
+        if self.backend is None or self.pid is None or self._ended:
+            return
+        assert self.cfg is not None
+        self.bps.unbind()
+        if args.get("terminateDebuggee", self.cfg.request == "launch"):
+            try:
+                self.backend.cancel(self.pid)
+            except BackendError as e:
+                raise RequestError(f"disconnected, but the program still runs: {e}") from None
+        else:
+            self._quietly("continue", pid=self.pid)
 
     def on_exceptionInfo(self, args: dict) -> dict:
         if self.postmortem is None:
