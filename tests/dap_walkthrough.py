@@ -104,7 +104,12 @@ def run_walkthrough(c: DapClient, launch: dict, *, override_by: str) -> dict:
         r = c.request("evaluate", {"expression": "override #2", "frameId": top["id"], "context": "repl"})
         assert _token_id(r["body"]["result"]) == runner_up
     frames = c.request("stackTrace", {"threadId": tid})["body"]["stackFrames"]
-    assert _token_id(_model(c, frames[0]["id"])["taken"]["value"]) == runner_up
+    after = _model(c, frames[0]["id"])
+    assert _token_id(after["taken"]["value"]) == runner_up and after["taken"]["type"] == "token (override)"
+    assert _prob(after["top 1"]["value"]) == 1.0  # what the program receives now
+    before = after["before the override"]  # the model's own distribution, kept
+    orig = c.request("variables", {"variablesReference": before["variablesReference"]})["body"]["variables"]
+    assert [v["value"] for v in orig] == tops and f"id {first} " in before["value"]
 
     # one more step: the program feeds the runner-up to its next pred
     c.request("stepIn", {"threadId": tid})

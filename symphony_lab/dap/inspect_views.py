@@ -128,8 +128,18 @@ def argument_variables(stop: dict) -> list[DapVariable]:
     return out
 
 
-def model_variables(dist: dict | None, preds: int | None, current: bool) -> list[DapVariable]:
-    """The Model scope: `taken` (settable: an override), `preferred`, `entropy`, then the top-k."""
+def topk_variables(dist: dict) -> list[DapVariable]:
+    return [
+        {"name": f"top {i}", "value": token_value(t), "type": "token", "variablesReference": 0}
+        for i, t in enumerate(dist.get("topk") or [], 1)
+    ]
+
+
+def model_variables(
+    dist: dict | None, preds: int | None, current: bool, original: tuple[dict, int] | None = None
+) -> list[DapVariable]:
+    """The Model scope: `taken` (settable: an override), `preferred`, `entropy`, then the top-k;
+    after an override, `original` is the model's own distribution (its view, a reference to its top-k)."""
     if dist is None:
         return [{"name": "pred", "value": "no pred has returned yet in this thread", "variablesReference": 0}]
     taken = dist.get("taken") or dist.get("chosen") or {}
@@ -148,9 +158,17 @@ def model_variables(dist: dict | None, preds: int | None, current: bool) -> list
             "variablesReference": 0,
         },
     ]
-    for i, t in enumerate(dist.get("topk") or [], 1):
-        out.append({"name": f"top {i}", "value": token_value(t), "type": "token", "variablesReference": 0})
-    return out
+    if original is not None:
+        view, ref = original
+        out.append(
+            {
+                "name": "before the override",
+                "value": f"the model preferred {token_value(view.get('preferred') or {})}",
+                "type": "distribution",
+                "variablesReference": ref,
+            }
+        )
+    return out + topk_variables(dist)
 
 
 def _file_value(f: dict) -> str:
@@ -220,4 +238,5 @@ __all__ = [
     "syscall_label",
     "token_repr",
     "token_value",
+    "topk_variables",
 ]

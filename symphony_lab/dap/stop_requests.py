@@ -21,6 +21,7 @@ from .inspect_views import (
     syscall_label,
     token_repr,
     token_value,
+    topk_variables,
 )
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class StopRequests:
     def __init__(self, session: DapSession) -> None:
         self.s = session
         self._stacks: dict[int, list[dict]] = {}  # tid -> the debugger's frames at its stop
+        self._original: dict[int, dict] = {}  # stop id -> its pred's distribution before any override
         self.console = Console(session.request, self._override)
 
     def forget(self) -> None:
@@ -157,7 +159,9 @@ class StopRequests:
             now = self.s.stops.get(tid, stop)  # an override since replaced it
             res = now.get("result") or {}
             if res.get("kind") == "dist":
-                return model_variables(res, now.get("preds"), True)
+                orig = self._original.get(now.get("stop_id"))  # type: ignore[arg-type]
+                extra = None if orig is None else (orig, h.variables(lambda: topk_variables(orig)))
+                return model_variables(res, now.get("preds"), True, extra)
             dist, preds = self.recorded_dist(stop["pid"], tid) or self.s.last_dist.get(tid, (None, None))
             return model_variables(dist, preds, False)
 
@@ -191,6 +195,9 @@ class StopRequests:
         """Override the stopped pred's token; the new `taken` as the Model scope shows it."""
         r = self.s.request("override", pid=self.s.pid, tid=tid, **token)
         if r.get("applied"):
+            before = self.s.stops.get(tid) or {}
+            if (before.get("result") or {}).get("kind") == "dist" and before.get("stop_id") not in self._original:
+                self._original[before["stop_id"]] = before["result"]  # the model's own, kept through overrides
             stop = r["stop"]
             self.s.stops[tid] = stop
             self.s.last_dist[tid] = (stop["result"], int(stop.get("preds") or 0))
