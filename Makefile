@@ -147,3 +147,19 @@ grade-labs: labs
 
 test-labs: setup
 	$(BIN)/python -m pytest -q tests/test_labs.py --timeout=900 --durations=0
+
+# --- The VS Code extension (editors/vscode): registers the `symphony-lip` debug type, which runs
+# `symphony-lab dap` (docs/ide.md). Type-checked and bundled with the TypeScript and esbuild that the
+# JupyterLab front-end installed (extension/node_modules, so after lab-build); a few seconds.
+VSCODE_DIR := editors/vscode
+VSCODE_OUT := $(VSCODE_DIR)/dist/extension.js
+NODE_BIN := $(CURDIR)/extension/node_modules/.bin
+
+.PHONY: vscode-ext
+test: vscode-ext
+
+vscode-ext: $(VSCODE_OUT)
+
+$(VSCODE_OUT): $(LAB_EXT) $(wildcard $(VSCODE_DIR)/src/*.ts) $(VSCODE_DIR)/package.json $(VSCODE_DIR)/tsconfig.json
+	$(NODE_BIN)/tsc --noEmit -p $(VSCODE_DIR)
+	$(NODE_BIN)/esbuild $(VSCODE_DIR)/src/extension.ts --bundle --platform=node --format=cjs --external:vscode --log-level=warning --outfile=$@

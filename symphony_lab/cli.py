@@ -4,6 +4,8 @@
     symphony-lab tui examples/lips/streaming_completion.py:complete "The capital of France is" max_tokens=16
     symphony-lab tui --server http://127.0.0.1:8000 --token T my_lip.py:main   # on `symphony serve --plugin debugger`
     symphony-lab tui --server ws://127.0.0.1:8765/          # attach to a debugger served over WebSocket
+    symphony-lab dap                                        # a Debug Adapter Protocol server on stdio (docs/ide.md)
+    symphony-lab dap --port 4711                            # ... on TCP, for editors that connect
 
 Arguments after FILE:FUNC go to the LIP: each is read as a Python literal when it is one
 (`16`, `0.7`, `"['a', 'b']"`), else taken as a string; `name=value` is a keyword argument.
@@ -83,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-stop-on-entry", action="store_true", help="run straight away (breakpoints still stop)")
     t.add_argument("--theme", choices=["dark", "light"], help="colour theme (t toggles it in the app)")
     t.add_argument("--poll", type=float, default=0.25, help="seconds between screen refreshes (default 0.25)")
+    d = sub.add_parser(
+        "dap",
+        help="a Debug Adapter Protocol server: debug LIPs from VS Code, Neovim, Emacs, Zed (docs/ide.md)",
+        description="Speak the Debug Adapter Protocol on stdin/stdout (an editor starts this), or on TCP "
+        "with --port (an editor connects). The editor's launch configuration names the program (FILE.py:FUNC) "
+        "and where it runs: an engine in this process, or a `symphony serve --plugin debugger` server.",
+    )
+    d.add_argument("--port", type=int, help="listen on this TCP port instead of stdio (0: any free port, printed)")
+    d.add_argument("--host", default="127.0.0.1", help="address to listen on with --port (default 127.0.0.1)")
     return ap
 
 
@@ -153,6 +164,21 @@ def main(argv: list[str] | None = None) -> int:
         session = make_session(ns)
         theme = {"dark": "textual-dark", "light": "textual-light"}.get(ns.theme or "")
         SymphonyLab(session, poll=ns.poll, theme=theme).run()
+        return 0
+    if ns.cmd == "dap":
+        from symphony_lab.dap import serve_stdio, serve_tcp
+
+        if ns.port is None:
+            serve_stdio()
+            return 0
+
+        def ready(port: int) -> None:
+            print(f"symphony-lab dap: listening on {ns.host}:{port}", file=sys.stderr, flush=True)
+
+        try:
+            serve_tcp(ns.host, ns.port, ready=ready)
+        except KeyboardInterrupt:
+            pass
         return 0
     return 2
 
