@@ -364,7 +364,8 @@ class Executor:
             kvfs.remember_prompt(f, n)
         # Every decode is plain (one output, no sampler or mask): only the other calls need a look.
         plain = all(c.plain for _, c, _ in seq_members)
-        self._scatter(logits, fb.output_counts, reserved, results, argmax, plain)
+        # On a GPU every row's argmax is taken in one call (one sync): a LIP's `.argmax()` then reads it.
+        self._scatter(logits, fb.output_counts, reserved, results, argmax or logits.is_cuda, plain)
 
     def _scatter(
         self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool, plain: bool

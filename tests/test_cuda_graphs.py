@@ -1,9 +1,9 @@
-"""The CUDA-graph decode runner's bookkeeping, on the CPU: the graph capture is replaced by an eager rerun
+"""The CUDA-graph decode runner's bookkeeping. On the CPU the graph capture is replaced by an eager rerun
 (`eager_capture`), everything else is the runner a CUDA engine uses, over the Triton kernel (run by Triton's
-interpreter here, tests/conftest.py). What is checked: which batches replay and which run eagerly, the
-padding to the captured sizes, one capture per size and static buffers reused across steps, logits copied
-out of the shared buffer, and that a replayed step computes and writes exactly what the eager forward does.
-On a GPU (`make gpu-check`) the same runner captures real graphs (tests/test_device_paths.py)."""
+interpreter there, tests/conftest.py); on a GPU (`make gpu-check`) the same tests capture real CUDA graphs.
+What is checked: which batches replay and which run eagerly, the padding to the captured sizes, one capture
+per size and static buffers reused across steps, logits copied out of the shared buffer, and that a
+replayed step computes and writes what the eager forward does (fp32 engines: the tokens of a CPU engine)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import torch
 
 pytest.importorskip("triton")
 
-from symphony_core.model.cuda_graphs import DecodeGraphs, eager_capture, graph_sizes  # noqa: E402
+from symphony_core.model.cuda_graphs import DecodeGraphs, cuda_capture, eager_capture, graph_sizes  # noqa: E402
 from symphony_core.model.forward_batch import ForwardBatch, SeqInput  # noqa: E402
 from symphony_core.model.triton_backend import TritonPaged  # noqa: E402
 from tests.lips_for_tests import greedy  # noqa: E402
 from tests.test_device_paths import _prompt, tiny_model  # noqa: E402, F401  (the fixture: a tiny random Llama)
 
 PAGE = 16
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def test_graph_sizes_and_padding():
@@ -29,16 +30,17 @@ def test_graph_sizes_and_padding():
 
 @pytest.fixture(scope="module")
 def engine(tiny_model):  # noqa: F811
-    """A CPU engine on the tiny Llama whose attention is the Triton kernel and whose decodes replay graphs."""
+    """An fp32 engine on the tiny Llama whose attention is the Triton kernel and whose decodes replay graphs
+    (on the CPU, graphs rerun eagerly); up to 8 rows, with the captures counted."""
     from symphony_core import Engine
 
-    eng = Engine(tiny_model, device="cpu", num_pages=64, page_size=PAGE, prefix_cache=False)
+    eng = Engine(tiny_model, device=DEVICE, dtype=torch.float32, num_pages=64, page_size=PAGE, prefix_cache=False)
     eng.model.attention = TritonPaged(PAGE)
     captures: list[int] = []
 
     def counting_capture(step, pool):
         captures.append(len(captures))
-        return eager_capture(step, pool)
+        return (cuda_capture if DEVICE == "cuda" else eager_capture)(step, pool)
 
     graphs = DecodeGraphs(eng.model, eng.pool.k, eng.pool.v, PAGE, max_batch=8, capture=counting_capture)
     graphs.captures = captures  # type: ignore[attr-defined]
@@ -57,7 +59,7 @@ def _decodes(eng, n: int, seed: int) -> tuple[ForwardBatch, list]:
         slot = eng.kvfs.reserve(kv, [5], [len(f.tokens)], frozenset(), 0).slots
         seqs.append(SeqInput([5], [f.positions[-1]], slot, eng.kvfs.context_slots(f), [0]))
         kvs.append(kv)
-    return ForwardBatch.build(seqs, "cpu", None, False), kvs
+    return ForwardBatch.build(seqs, DEVICE, None, False), kvs
 
 
 def test_a_replayed_step_equals_the_eager_forward(engine):
@@ -110,12 +112,12 @@ def test_prefills_and_mixed_batches_run_eagerly(engine):
     f = kv.file
     prompt = SeqInput(_prompt(40, 4), list(range(40)), list(range(40)), list(range(40)), [39])
     decode = SeqInput([5], [f.positions[-1] + 1], [len(f.tokens)], engine.kvfs.context_slots(f) + [0], [0])
-    assert not graphs.takes(ForwardBatch.build([prompt], "cpu", None, False))
-    assert not graphs.takes(ForwardBatch.build([decode, prompt], "cpu", None, False))
-    assert graphs.takes(ForwardBatch.build([decode], "cpu", None, False))
+    assert not graphs.takes(ForwardBatch.build([prompt], DEVICE, None, False))
+    assert not graphs.takes(ForwardBatch.build([decode, prompt], DEVICE, None, False))
+    assert graphs.takes(ForwardBatch.build([decode], DEVICE, None, False))
     no_output = SeqInput([5], decode.positions, decode.write_slots, decode.context_slots, [])
-    assert not graphs.takes(ForwardBatch.build([decode, no_output], "cpu", None, False))
-    too_many = ForwardBatch.build([decode] * 9, "cpu", None, False)  # more than the largest size (8)
+    assert not graphs.takes(ForwardBatch.build([decode, no_output], DEVICE, None, False))
+    too_many = ForwardBatch.build([decode] * 9, DEVICE, None, False)  # more than the largest size (8)
     assert not graphs.takes(too_many)
     engine.kv_close(kv)
 

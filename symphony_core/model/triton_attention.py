@@ -16,7 +16,7 @@ per-layer setting: Mistral, Gemma 3) it sees only the keys less than W behind it
 over gathered K/V, what the tests hold the kernel to. Triton's interpreter (`TRITON_INTERPRET=1`)
 runs the kernel on the CPU: it cannot multiply bf16 tiles (its numpy has no bf16), so there the
 products run in fp32 whatever the pool's dtype; on a GPU a half-precision pool multiplies in its
-own dtype on the tensor cores, accumulating in fp32.
+own dtype on the tensor cores, accumulating in fp32, and an fp32 pool in full fp32 (not TF32).
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def _kernel_source(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -83,10 +84,8 @@ def _kernel_source(
 
     # Keys this block may see: up to its last query's index, from its first query's window on.
     last = tl.minimum(ctx, ctx - q_len + q0 + BLOCK_Q)
-    first = 0
-    if window > 0:
-        first = tl.maximum(ctx - q_len + q0 - window + 1, 0)
-        first = (first // BLOCK_N) * BLOCK_N
+    first = tl.maximum(ctx - q_len + q0 - window + 1, 0)
+    first = tl.where(window > 0, (first // BLOCK_N) * BLOCK_N, 0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -100,7 +99,10 @@ def _kernel_source(
         slot = page * page_size + j % page_size
         kv_mask = j_ok[:, None] & d_ok[None, :]
         k = tl.load(k_ptr + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * scale  # [BLOCK_M, BLOCK_N], fp32
+        if IEEE:  # fp32 tiles multiplied in fp32 (Triton's default for them is TF32)
+            s = tl.dot(q, tl.trans(k.to(DOT_DTYPE)), input_precision="ieee") * scale
+        else:
+            s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * scale  # [BLOCK_M, BLOCK_N], fp32
         seen = (j[None, :] <= pos[:, None]) & j_ok[None, :]
         seen = seen & ((window <= 0) | (pos[:, None] - j[None, :] < window))
         s = tl.where(seen, s, float("-inf"))
@@ -110,7 +112,10 @@ def _kernel_source(
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_ptr + slot[:, None] * stride_kt + kvh * stride_kh + d[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(DOT_DTYPE), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE))
         m_i = m_new
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -207,6 +212,7 @@ def paged_attention(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         DOT_DTYPE=dot_dtype,
+        IEEE=not half,
         num_warps=warps,
     )
     return out
