@@ -105,6 +105,30 @@ def test_one_capture_per_size_and_the_buffers_are_reused(engine):
         engine.kv_close(kv)
 
 
+def test_capture_all_at_start(engine):
+    """What an engine does at start (no file open): every size captured, largest first, on dummy inputs; a
+    real step then replays without another capture and matches the eager forward."""
+    sizes = []
+
+    def recording(step, pool):
+        r = (cuda_capture if DEVICE == "cuda" else eager_capture)(step, pool)
+        sizes.append(r[0].output.shape[0])
+        return r
+
+    graphs = DecodeGraphs(engine.model, engine.pool.k, engine.pool.v, PAGE, max_batch=4, capture=recording)
+    graphs.capture_all()
+    assert sizes == [4, 2, 1] and set(graphs.graphs) == {1, 2, 4}
+    fb, kvs = _decodes(engine, 2, seed=11)
+    k0, v0 = engine.pool.k.clone(), engine.pool.v.clone()
+    want = engine.model.forward(fb, engine.pool.k, engine.pool.v)
+    engine.pool.k.copy_(k0)
+    engine.pool.v.copy_(v0)
+    torch.testing.assert_close(graphs.forward(fb, engine.pool.k, engine.pool.v), want, rtol=1e-4, atol=1e-4)
+    assert len(sizes) == 3
+    for kv in kvs:
+        engine.kv_close(kv)
+
+
 def test_prefills_and_mixed_batches_run_eagerly(engine):
     graphs = engine.executor.decode_graphs
     kv = engine.kv_create()

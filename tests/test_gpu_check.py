@@ -47,7 +47,7 @@ def test_without_cuda_it_says_so_and_exits_3(tmp_path):
 @pytest.mark.slow
 def test_correctness_sections_on_the_cpu(tmp_path):
     """parity (64 greedy steps), kvfs and programs run on the CPU in fp32 and pass; speed and tests are left out
-    there; the JSON and text reports are written."""
+    there; the JSON, text and markdown reports are written."""
     out = tmp_path / "out"
     assert main(["--device", "cpu", "--out", str(out)]) == 0
     report = json.loads((out / "gpu_check.json").read_text())
@@ -62,6 +62,9 @@ def test_correctness_sections_on_the_cpu(tmp_path):
     assert "speed" not in report and "tests" not in report
     text = (out / "gpu_check.txt").read_text()
     assert "3 of 3 sections passed" in text
+    section = (out / "gpu_check.md").read_text()  # for bench/RESULTS.md
+    assert section.startswith("## On a GPU: none (CPU run)") and "| llama | float32 | " in section
+    assert "| 64 / 64 |" in section and "| programs | pass |" in section
 
 
 def test_speed_table():

@@ -141,6 +141,25 @@ def test_writes_exactly_the_rows_the_plan_names():
     assert (out[rows.to(DEVICE)] - want[rows.to(DEVICE)]).abs().max() < TOL[torch.float32]
 
 
+def test_the_backend_chosen_on_cuda(monkeypatch):
+    """On CUDA the Triton kernel is the default (choosing builds no tensor: no GPU needed to ask); the pool's
+    page size reaches it; `SYMPHONY_CUDA_ATTENTION=sdpa` picks the gathering path; a CPU backend is left as it is."""
+    from symphony_core.model.attention import TorchSDPA, choose_backend, for_pool
+
+    cuda = torch.device("cuda")
+    backend = choose_backend(cuda)
+    assert isinstance(backend, TritonPaged) and backend.page_size == 1
+    assert for_pool(backend, 16) is backend and backend.page_size == 16
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:  # without flash-attn, 256-slot pages stay with the Triton kernel
+        assert for_pool(TritonPaged(), 256).page_size == 256
+    monkeypatch.setenv("SYMPHONY_CUDA_ATTENTION", "sdpa")
+    assert isinstance(choose_backend(cuda), TorchSDPA)
+    cpu = choose_backend(torch.device("cpu"))
+    assert for_pool(cpu, 16) is cpu
+
+
 def test_the_interpreter_ran_here():
     """On a CPU these tests ran Triton's interpreter (tests/conftest.py turns it on), not a skip or a fallback."""
     if DEVICE == "cpu":

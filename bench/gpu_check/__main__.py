@@ -170,8 +170,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
     (args.out / "gpu_check.txt").write_text("\n".join(lines) + "\n")
-    print(f"written: {args.out / 'gpu_check.json'}, {args.out / 'gpu_check.txt'}")
+    (args.out / "gpu_check.md").write_text("\n".join(results_section(report, [n for n, _ in jobs])) + "\n")
+    print(f"written: gpu_check.json, gpu_check.txt and gpu_check.md (a section for bench/RESULTS.md) in {args.out}")
     return 1 if failed else 0
+
+
+def results_section(report: dict, names: list[str]) -> list[str]:
+    """The run as a markdown section for bench/RESULTS.md: the card and versions, each section's verdict,
+    the parity figures and the speed table."""
+    env = report["environment"]
+    out = [
+        f"## On a GPU: {env.get('card')}",
+        "",
+        f"`make gpu-check` on commit {env['commit']}, {env['date']}: torch {env['torch']} (CUDA {env.get('cuda')}), "
+        f"Triton {env['triton']}, transformers {env['transformers']}.",
+        "",
+        "| section | result | seconds |",
+        "|---|---|---|",
+    ]
+    out += [f"| {n} | {'pass' if report[n].get('ok') else 'FAIL'} | {report[n].get('seconds')} |" for n in names]
+    parities = [report[n] for n in names if n.startswith("parity:") and "family" in report[n]]
+    if parities:
+        out += ["", "| family | dtype | prompt logits rel. error | greedy steps agreeing |", "|---|---|---|---|"]
+        for p in parities:
+            agree = f"{p['greedy_agree']} / {p['greedy_steps']}" + (
+                " (near tie)" if p["divergence_is_near_tie"] else ""
+            )
+            out.append(f"| {p['family']} | {p['dtype']} | {p['prompt_logits_rel_err']:.1e} | {agree} |")
+    if "decode" in report.get("speed", {}):
+        from .speed import markdown
+
+        out += ["", *markdown(report["speed"])]
+    return out
 
 
 def speed_section(work: Path, args: argparse.Namespace, log) -> dict:

@@ -153,6 +153,7 @@ class DecodeGraphs:
             self.graphs[bs] = g
         return g
 
+    @torch.inference_mode()
     def capture_all(self) -> None:
         """Capture every size, the largest first (its memory is then reused by the smaller ones)."""
         for bs in reversed(self.sizes):
