@@ -86,6 +86,7 @@ def test_a_replayed_step_equals_the_eager_forward(engine):
         engine.kv_close(kv)
 
 
+@pytest.mark.slow
 def test_one_capture_per_size_and_the_buffers_are_reused(engine):
     graphs = engine.executor.decode_graphs
     ptrs = [t.data_ptr() for t in (graphs.tokens, graphs.table, graphs.seq_lens, graphs.logits)]

@@ -13,7 +13,7 @@ import torch
 
 from bench.gpu_check.__main__ import NO_CUDA, SECTIONS, main, parse_args
 from bench.gpu_check.families import FAMILIES
-from bench.gpu_check.speed import markdown
+from bench.gpu_check.speed import hf_decode, hf_prefill, markdown, symphony_decode, symphony_prefill
 
 
 def test_arguments():
@@ -85,3 +85,22 @@ def test_speed_table():
     assert lines[2] == "| 1 | 200 | 50 | 80 | 160 | 1.25x |"
     assert lines[3] == "| 64 | 6,400 | 3,200 | error | - | 2.00x |"
     assert "20% of the HBM floor" in lines[-1]
+
+
+@pytest.mark.slow
+def test_speed_measurements_run_on_the_cpu(tmp_path):
+    """The speed section's measurements on the tiny Llama on the CPU (no figures kept: the GPU's are what
+    count): the engine's decode steps and prefill, and transformers' generate with a dynamic and a static
+    cache (its torch.compile'd mode compiles for minutes on a CPU: the GPU run covers it)."""
+    from bench.gpu_check.families import make_model, tiny_llama
+    from symphony_core import Engine
+
+    hf = make_model(tiny_llama(), tmp_path / "m")
+    eng = Engine(str(tmp_path / "m"), device="cpu", num_pages=128)
+    try:
+        assert symphony_decode(eng, 3, 4) > 0 and symphony_prefill(eng, 2, 64) > 0
+        assert eng.kvfs.stats()["pages_used"] == 0
+    finally:
+        eng.shutdown()
+    assert hf_decode(hf, 2, 4, "dynamic") > 0 and hf_decode(hf, 2, 4, "static") > 0
+    assert hf_prefill(hf, 2, 64) > 0
