@@ -64,7 +64,9 @@ def test_correctness_sections_on_the_cpu(tmp_path):
     assert "3 of 3 sections passed" in text
     section = (out / "gpu_check.md").read_text()  # for bench/RESULTS.md
     assert section.startswith("## On a GPU: none (CPU run)") and "| llama | float32 | " in section
-    assert "| 64 / 64 |" in section and "| programs | pass |" in section
+    assert (
+        "| 64 / 64 |" in section and "Symphony / transformers vs fp32" in section and "| programs | pass |" in section
+    )
 
 
 def test_speed_table():

@@ -198,12 +198,18 @@ def results_section(report: dict, names: list[str]) -> list[str]:
     out += [f"| {n} | {'pass' if report[n].get('ok') else 'FAIL'} | {report[n].get('seconds')} |" for n in names]
     parities = [report[n] for n in names if n.startswith("parity:") and "family" in report[n]]
     if parities:
-        out += ["", "| family | dtype | prompt logits rel. error | greedy steps agreeing |", "|---|---|---|---|"]
+        out += [
+            "",
+            "| family | dtype | logits vs transformers (rel.) | Symphony / transformers vs fp32 | greedy steps agreeing |",
+            "|---|---|---|---|---|",
+        ]
         for p in parities:
-            agree = f"{p['greedy_agree']} / {p['greedy_steps']}" + (
-                " (near tie)" if p["divergence_is_near_tie"] else ""
+            tie = " (near tie)" if p["divergence_is_near_tie"] else ""
+            vs32 = f"{p['ours_vs_fp32_rel_err']:.1e} / {p['transformers_vs_fp32_rel_err']:.1e}"
+            out.append(
+                f"| {p['family']} | {p['dtype']} | {p['prompt_logits_rel_err']:.1e} | {vs32} "
+                f"| {p['greedy_agree']} / {p['greedy_steps']}{tie} |"
             )
-            out.append(f"| {p['family']} | {p['dtype']} | {p['prompt_logits_rel_err']:.1e} | {agree} |")
     if "decode" in report.get("speed", {}):
         from .speed import markdown
 
