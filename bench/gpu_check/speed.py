@@ -56,6 +56,14 @@ def copy_bandwidth() -> float:
     return 2 * n / times[len(times) // 2]
 
 
+def _checked(results: list) -> list:
+    """`Executor.run` returns a failed call's error in its slot: raise the first."""
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
 def symphony_decode(eng, batch: int, steps: int) -> float:
     """Tokens a second over `steps` decode steps of `batch` sequences."""
     from symphony_core.executor import PredCall
@@ -63,12 +71,12 @@ def symphony_decode(eng, batch: int, steps: int) -> float:
     vocab = eng.config.vocab_size
     kvs = [eng.kv_create() for _ in range(batch)]
     for i in range(0, batch, 32):
-        eng.executor.run([PredCall(kv, prompt(CTX, i + j, vocab)) for j, kv in enumerate(kvs[i : i + 32])])
+        _checked(eng.executor.run([PredCall(kv, prompt(CTX, i + j, vocab)) for j, kv in enumerate(kvs[i : i + 32])]))
     toks = [3] * batch
 
     def step() -> None:
         nonlocal toks
-        res = eng.executor.run([PredCall(kv, [t]) for kv, t in zip(kvs, toks)], argmax=True)
+        res = _checked(eng.executor.run([PredCall(kv, [t]) for kv, t in zip(kvs, toks)], argmax=True))
         toks = [r.argmax() for r in res]
 
     for _ in range(3):
@@ -86,7 +94,7 @@ def symphony_prefill(eng, n_prompts: int, length: int) -> float:
 
     def run() -> None:
         kvs = [eng.kv_create() for _ in range(n_prompts)]
-        eng.executor.run([PredCall(kv, prompt(length, i, vocab)) for i, kv in enumerate(kvs)])
+        _checked(eng.executor.run([PredCall(kv, prompt(length, i, vocab)) for i, kv in enumerate(kvs)]))
         for kv in kvs:
             eng.kv_close(kv)
 
