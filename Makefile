@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench clean docs docs-serve
+.PHONY: setup demo test test-fast lint bench clean docs docs-serve gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -163,3 +163,28 @@ vscode-ext: $(VSCODE_OUT)
 $(VSCODE_OUT): $(LAB_EXT) $(wildcard $(VSCODE_DIR)/src/*.ts) $(VSCODE_DIR)/package.json $(VSCODE_DIR)/tsconfig.json
 	$(NODE_BIN)/tsc --noEmit -p $(VSCODE_DIR)
 	$(NODE_BIN)/esbuild $(VSCODE_DIR)/src/extension.ts --bundle --platform=node --format=cjs --external:vscode --log-level=warning --outfile=$@
+
+# --- On a GPU (docs/architecture.md, "On a GPU") ------------------------------------------------------
+# `make gpu-check` proves the CUDA engine in one run (< 8 min) on a machine with torch, transformers and
+# Triton but none of this project's other dependencies and no model files: it installs the wheels in
+# $(GPU_WHEELS) (made here by `make gpu-wheels`, where pip reaches PyPI) into a folder of its own, then runs
+# bench/gpu_check (GPU_CHECK_ARGS: e.g. --quick, --out DIR, --families llama). No venv: $(PY) is the
+# machine's own Python. Without a CUDA device it says so and exits with status 3.
+GPU_WHEELS ?= .whl
+GPU_SITE ?= /tmp/symphony-gpu-site
+GPU_PY ?= 3.12
+# The project's dependencies a GPU image often lacks, among those the engine, the LIP runtime and the
+# debugger import (greenlet; pure-Python or abi3 wheels otherwise: add a name here when the check reports
+# `No module named ...`).
+GPU_WHEEL_NAMES ?= greenlet
+gpu-wheels:
+	mkdir -p $(GPU_WHEELS)
+	$(PY) -m pip download --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d $(GPU_WHEELS) $(GPU_WHEEL_NAMES)
+	du -sh $(GPU_WHEELS)
+
+gpu-check:
+	@if ls $(GPU_WHEELS)/*.whl >/dev/null 2>&1; then \
+	  $(PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl; fi
+	PYTHONPATH=$(CURDIR):$(GPU_SITE) PYTHONUNBUFFERED=1 $(PY) -m bench.gpu_check $(GPU_CHECK_ARGS)

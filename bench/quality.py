@@ -95,13 +95,15 @@ def _wide_tier(eng) -> str:
     return "bf16" if isinstance(head, RowsSwitchLinear) and isinstance(head.pick(1 << 20), Bf16Linear) else "fp32"
 
 
-def measure(formats: list[str], prompts: list[str], new: int) -> list[dict]:
+def measure(formats: list[str], prompts: list[str], new: int, model: str | None = None) -> list[dict]:
     from symphony_core import Engine
+    from symphony_core.model.registry import DEFAULT_MODEL
 
     rows, ref = [], None
     for fmt in formats:
         # the prefix cache off: every format computes every prompt itself
-        eng = Engine(num_pages=max(256, len(prompts) * (new + 64) // 16 + 64), weights=fmt, prefix_cache=False)
+        pages = max(256, len(prompts) * (new + 64) // 16 + 64)
+        eng = Engine(model or DEFAULT_MODEL, num_pages=pages, weights=fmt, prefix_cache=False)
         ids = [eng.tokenize(p) for p in prompts]
         outs = [o for i in range(0, len(ids), GROUP) for o in run_ours(eng, ids[i : i + GROUP], new)[2]]
         ppl = perplexity(eng, PPL_TEXT, GROUP)
@@ -127,6 +129,22 @@ def measure(formats: list[str], prompts: list[str], new: int) -> list[dict]:
     return rows
 
 
+def family_rows(prompts: list[str], new: int, families: list[str]) -> list[dict]:
+    """The same measures on a tiny random-weight model of each family (random_models.py): that every format runs
+    each family's shapes, and how far a random model's greedy path survives rounding (it has no structure for
+    the rounding to keep, so agreement here is a floor, not what a trained model of the family shows)."""
+    import tempfile
+
+    from symphony_core.model.random_models import make_random_model
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in families:
+            path = make_random_model(fam, f"{tmp}/{fam}")
+            out += [{"family": fam, **r} for r in measure(["fp32", "q8", "q4"], prompts, new, str(path))]
+    return out
+
+
 def main(argv=None) -> str:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4 prompts, 8 tokens")
@@ -136,7 +154,10 @@ def main(argv=None) -> str:
     torch.set_num_threads(args.threads)
     prompts, new = (HELD_PROMPTS[:4], 8) if args.quick else (HELD_PROMPTS, args.new)
     rows = measure(["fp32", "q8", "q4"], prompts, new)
-    publish(__name__, {"rows": rows, "new": new})
+    from symphony_core.model.random_models import FAMILIES
+
+    fam_rows = family_rows(prompts, new, list(FAMILIES[:1] if args.quick else FAMILIES))
+    publish(__name__, {"rows": rows, "new": new, "families": fam_rows})
     lines = [
         f"### Quality of the weight formats: greedy agreement with fp32 over {len(prompts)} held prompts "
         f"({new} tokens, in batches of {GROUP}), perplexity of a fixed {len(PPL_TEXT.split())}-word text "
@@ -166,6 +187,20 @@ def main(argv=None) -> str:
         "the last column feeds the whole text in one forward, so those run the wide tier. The LM head runs on the "
         "output rows only. Examples (first prompt): " + "; ".join(f"{r['weights']}: {r['example']!r}" for r in rows),
     ]
+    lines += [
+        "",
+        "Each family, on a tiny random-weight model with its quirks on (symphony_core/model/random_models.py), the "
+        "same prompts and text; a random model has no structure for the rounding to keep, so these agreements are "
+        "a floor:",
+        "",
+        "| family | weights | same first 8 tokens | same all tokens | mean matching prefix | perplexity |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in fam_rows:
+        lines.append(
+            f"| {r['family']} | {r['weights']} | {r['first8']}/{r['prompts']} | {r['all']}/{r['prompts']} | "
+            f"{r['prefix']:.1f} of {new} | {r['ppl']:.1f} |"
+        )
     md = "\n".join(lines)
     print(md)
     return md

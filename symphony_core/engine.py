@@ -17,6 +17,7 @@ from .executor import Executor, PredCall
 from .kvfs import KV, KVFS, PagePool
 from .lip.runtime import Runtime, check_lip_runner
 from .model import DEFAULT_MODEL, Dist, ModelConfig, PagedLlama, Sampler, load_model
+from .model.attention import for_pool
 from .model.weight_formats import apply_weight_format, check_weight_format
 
 DEFAULT_USER = "local"
@@ -123,7 +124,12 @@ class Engine:
             num_pages, page_size, cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, self.kv_dtype, self.device
         )
         self.kvfs = KVFS(self.pool, prefix_cache=prefix_cache)
+        self.model.attention = for_pool(self.model.attention, page_size)
         self.executor = Executor(self.model, self.kvfs)
+        if self.device.type == "cuda":  # decode steps as CUDA graphs (model/cuda_graphs.py), captured now
+            from .model.cuda_graphs import decode_graphs_for
+
+            self.executor.decode_graphs = decode_graphs_for(self.model, self.pool.k, self.pool.v, page_size)
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
         self.scheduler_options: dict = {}

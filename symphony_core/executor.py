@@ -13,7 +13,7 @@ import operator
 import threading
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from .model.dist import Dist, fast_argmax, version_of
 from .model.forward_batch import DecodeRows, ForwardBatch, SeqInput
 from .model.llama import PagedLlama
 from .model.sampling import Sampler, sample_rows
+
+if TYPE_CHECKING:  # imported on CUDA only (it needs Triton)
+    from .model.cuda_graphs import DecodeGraphs
 
 _perf = time.perf_counter
 _thread_time = time.thread_time
@@ -118,6 +121,8 @@ class Executor:
         self.forward_s = 0.0
         self.forward_cpu_s = 0.0
         self.lock = threading.Lock()  # one forward pass at a time (the batch scheduler, Engine.pred)
+        # On CUDA, decode-only batches replay a captured graph (model/cuda_graphs.py); set by the engine.
+        self.decode_graphs: DecodeGraphs | None = None
 
     def prepare(self, c: PredCall) -> None:
         """Check one call's arguments against the model and its KV file; raise PredError/KVError.
@@ -346,7 +351,9 @@ class Executor:
         try:
             fb = ForwardBatch.build(seqs, self.model.device, decodes, self.model.attention.shares_prefixes)
             w0, c0 = _perf(), _thread_time()
-            logits = self.model.forward(fb, self.kvfs.pool.k, self.kvfs.pool.v)
+            graphs = self.decode_graphs
+            run = graphs.forward if graphs is not None and graphs.takes(fb) else self.model.forward
+            logits = run(fb, self.kvfs.pool.k, self.kvfs.pool.v)
             self.forward_cpu_s += _thread_time() - c0
             self.forward_s += _perf() - w0
         except BaseException:
@@ -357,7 +364,8 @@ class Executor:
             kvfs.remember_prompt(f, n)
         # Every decode is plain (one output, no sampler or mask): only the other calls need a look.
         plain = all(c.plain for _, c, _ in seq_members)
-        self._scatter(logits, fb.output_counts, reserved, results, argmax, plain)
+        # On a GPU every row's argmax is taken in one call (one sync): a LIP's `.argmax()` then reads it.
+        self._scatter(logits, fb.output_counts, reserved, results, argmax or logits.is_cuda, plain)
 
     def _scatter(
         self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool, plain: bool

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 torch.set_num_threads(2)
+# Without a GPU, Triton kernels (model/triton_attention.py) run in Triton's interpreter. It must be on
+# before triton is first imported: its own library functions are made for one mode at import.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -30,17 +30,22 @@ from the pool in place (cpu_kernels/decode_ops.cpp: one call a layer, no gather;
 widened as it is read); shared-prefix groups and chunks take SDPA's path as above, whose gather
 converts an fp16 pool's rows to fp32.
 
+`TritonPaged` (CUDA, the default; triton_backend.py): a Triton kernel reads K/V from the pool in place
+through a page table at any page size, for decodes and chunks alike (triton_attention.py).
+
 `FlashPaged` (CUDA with flash-attn installed): `flash_attn_with_kvcache` reads K/V straight
 from the pool through a block table, no gather. flash-attn 2's paged KV needs blocks of a
 multiple of 256 tokens, so the pool is read as 256-slot blocks, and a group goes there only
 when every context lies in whole, aligned 256-slot runs — true when the pool's page size is a
-multiple of 256. With smaller pages (the default is 16 tokens) it falls back to SDPA.
+multiple of 256. With smaller pages (the default is 16 tokens) it falls back to SDPA, so it is
+chosen only for such pools (`for_pool`) or when asked for (`SYMPHONY_CUDA_ATTENTION=flash`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -246,14 +251,43 @@ class FlashPaged:
         return _scatter(q, parts)
 
 
-def choose_backend(device: torch.device, cpu_ops=None) -> TorchSDPA | CompiledDecode | FlashPaged:
-    """flash-attn's paged kernel on CUDA when installed; on CPU the compiled decode kernel when
-    `cpu_ops` (the compiled kernels, given for fp32 with a head size they take) is set; else torch SDPA."""
+# On CUDA: "triton" (the default: triton_backend.py, any page size), "flash" (flash-attn's paged kernel at
+# 256-slot pages, SDPA otherwise) or "sdpa" (gather + SDPA), where installed; for comparisons.
+CUDA_ATTENTION_ENV = "SYMPHONY_CUDA_ATTENTION"
+
+
+def choose_backend(device: torch.device, cpu_ops=None):
+    """On CUDA the Triton paged kernel (flash-attn's where it is installed and asked for: `for_pool`);
+    on CPU the compiled decode kernel when `cpu_ops` (the compiled kernels, given for fp32 with a
+    head size they take) is set; else torch SDPA."""
     if cpu_ops is not None and device.type == "cpu":
         return CompiledDecode(cpu_ops)
     if device.type == "cuda":
+        choice = os.environ.get(CUDA_ATTENTION_ENV, "triton")
+        if choice == "triton":
+            try:
+                from .triton_backend import TritonPaged
+            except ImportError:  # a torch build without Triton
+                choice = "flash"
+            else:
+                return TritonPaged()
+        if choice == "flash":
+            try:
+                return FlashPaged()
+            except ImportError:
+                pass
+    return TorchSDPA()
+
+
+def for_pool(backend, page_size: int):
+    """The backend once the pool's page size is known: the Triton kernel's tables then name pages, and
+    where the pages are whole 256-slot blocks flash-attn's kernel (if installed) takes its place."""
+    if getattr(backend, "name", None) != "triton_paged":
+        return backend
+    if page_size % FLASH_BLOCK == 0:
         try:
             return FlashPaged()
         except ImportError:
             pass
-    return TorchSDPA()
+    backend.use_page_size(page_size)
+    return backend

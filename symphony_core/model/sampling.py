@@ -88,14 +88,14 @@ def filtered_probs(logits: torch.Tensor, temperature, top_k, top_p, min_p) -> to
 
 def sample_rows(logits: torch.Tensor, samplers: list[Sampler]) -> list[int]:
     """One token per row of `logits` [R, V] (any device and dtype), each row with its own sampler."""
-    logits = logits.float().cpu()  # the samplers' generators, and so their noise, live on the CPU
-    picks = logits.argmax(-1).tolist()
+    picks = logits.argmax(-1).tolist()  # where the logits are: from a GPU only the R picks come back
     rows = [i for i, s in enumerate(samplers) if not s.is_greedy]
     if not rows:
         return picks
     sub = [samplers[i] for i in rows]
+    # The samplers' generators, and so their noise, live on the CPU: the rows they sample go there.
     probs = filtered_probs(
-        logits[rows],
+        logits[rows].float().cpu(),
         torch.tensor([s.temperature for s in sub]),
         torch.tensor([s.top_k for s in sub]),
         torch.tensor([s.top_p for s in sub]),

@@ -1,0 +1,1 @@
+"""`make gpu-check`: the GPU engine proven in one run on a bare GPU machine (see `__main__.py`)."""
