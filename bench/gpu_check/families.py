@@ -2,8 +2,8 @@
 
 No model files: each family is a tiny config from transformers' own config class, with random weights
 made on the spot (`make_model`), saved as a model directory that `Engine(path)` loads, with a
-word-level tokenizer whose words are `w0`, `w1`, ... and a small chat template. To check another
-family, add a function returning its tiny config and a line in FAMILIES.
+word-level tokenizer whose words are `w0`, `w1`, ... and a small chat template. Every family of
+symphony_core/model/random_models.py is checked, with the tiny config it tests on the CPU.
 
 `speed_config` is the 1B-class Llama the speed section times (Llama 3.2 1B's shapes).
 """
@@ -34,25 +34,24 @@ def _common(vocab: int) -> dict:
     }
 
 
-def tiny_llama():
-    from transformers import LlamaConfig
+def _tiny(family: str) -> Callable:
+    def config():
+        """The family's tiny config with its quirks on (symphony_core/model/random_models.py, QUIRKS names them)."""
+        from symphony_core.model.random_models import build_config
 
-    return LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=1024,
-        **_common(TINY_VOCAB),
-    )
+        return build_config(family)[0]
+
+    return config
+
+
+def _families() -> dict[str, Callable]:
+    from symphony_core.model.random_models import FAMILIES as NAMES
+
+    return {name: _tiny(name) for name in NAMES}
 
 
 # name -> a function making that family's tiny config (transformers' class: AutoModelForCausalLM takes it).
-FAMILIES: dict[str, Callable] = {
-    "llama": tiny_llama,
-}
+FAMILIES: dict[str, Callable] = _families()
 
 
 def speed_config():
