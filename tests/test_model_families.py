@@ -293,3 +293,28 @@ def test_its_gguf_loads_exactly_and_q4_runs_the_files_blocks(family, tmp_path, m
     finally:
         for e in engines:
             e.shutdown()
+
+
+@pytest.mark.parametrize("fam", ["mistral", "gemma3"])
+def test_the_triton_kernel_applies_each_layers_window(fam, tmp_path):
+    """The CUDA path's attention (the Triton kernel, run here by Triton's interpreter) masks each windowed layer
+    itself: the torch layer loop over it matches transformers past the window, prefill and decode."""
+    pytest.importorskip("triton")
+    from transformers import AutoModelForCausalLM
+
+    from symphony_core import Engine
+    from symphony_core.model.triton_backend import TritonPaged
+
+    out = make_random_model(fam, tmp_path / fam)
+    hf = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    eng = Engine(str(out), num_pages=64)
+    try:
+        eng.model.attention = TritonPaged(eng.pool.page_size)
+        eng.model.ops = None  # the layer loop CUDA runs (no compiled CPU kernels)
+        ids = _ids(60, 7, eng.tokenizer.vocab_size)
+        kv = eng.kv_create()
+        got = [eng.pred(kv, ids[:40], outputs="all").logits] + [eng.pred(kv, [t]).logits[None] for t in ids[40:]]
+        _close(torch.cat(got), _hf_logits(hf, ids), f"{fam} through the Triton kernel")
+        eng.kv_close(kv)
+    finally:
+        eng.shutdown()

@@ -54,7 +54,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from .forward_batch import AttentionGroup
 
 
-def _gather(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def gather_slots(cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The cache's rows at `slots`, in the activations' dtype (an fp16 cache under fp32 ones)."""
     return cache.index_select(0, slots).to(dtype)
 
@@ -72,10 +72,10 @@ def _cascade_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, kvh, grp, d)
     qp = qg.transpose(0, 1).reshape(kvh, b * grp, d)  # [KVH, B*G, D]
     assert g.prefix_slots is not None  # only shared-prefix groups come here
-    kp = _gather(k_cache, g.prefix_slots, q.dtype)  # [P, KVH, D]
-    vp = _gather(v_cache, g.prefix_slots, q.dtype)
-    ks = _gather(k_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
-    vs = _gather(v_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
+    kp = gather_slots(k_cache, g.prefix_slots, q.dtype)  # [P, KVH, D]
+    vp = gather_slots(v_cache, g.prefix_slots, q.dtype)
+    ks = gather_slots(k_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
+    vs = gather_slots(v_cache, g.context_slots, q.dtype).view(b, s, kvh, d)
     scores = torch.empty(kvh, b * grp, p + s, dtype=q.dtype, device=q.device)
     torch.bmm(qp, kp.permute(1, 2, 0), out=scores[:, :, :p])
     suffix = torch.matmul(qg, ks.permute(0, 2, 3, 1))  # [B, KVH, G, S]
@@ -97,8 +97,8 @@ def _sdpa_group(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, g
     kvh = k_cache.shape[1]
     b, nq, length = g.n_seqs, g.n_query, g.context_len
     qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, nq, h, d).transpose(1, 2)
-    kg = _gather(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
-    vg = _gather(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
+    kg = gather_slots(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
+    vg = gather_slots(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
     if b == 1 and nq > QUERY_BLOCK and q.device.type == "cpu":
         return _causal_in_blocks(qg, kg, vg, length - nq)
     with sdpa_kernel(CUDA_SDPA_BACKENDS) if q.device.type == "cuda" else contextlib.nullcontext():
@@ -147,7 +147,7 @@ def _causal_in_blocks(qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, befo
     return out.view(b * nq, h, d)
 
 
-def _scatter(q: torch.Tensor, parts: list[tuple[AttentionGroup, torch.Tensor]]) -> torch.Tensor:
+def scatter_rows(q: torch.Tensor, parts: list[tuple[AttentionGroup, torch.Tensor]]) -> torch.Tensor:
     if len(parts) == 1 and parts[0][0].all_rows:
         return parts[0][1]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -164,7 +164,7 @@ class TorchSDPA:
         return groups
 
     def __call__(self, q, k_cache, v_cache, plan: list[AttentionGroup]) -> torch.Tensor:
-        return _scatter(q, [(g, _sdpa_group(q, k_cache, v_cache, g)) for g in plan])
+        return scatter_rows(q, [(g, _sdpa_group(q, k_cache, v_cache, g)) for g in plan])
 
 
 class CompiledDecode:
@@ -187,7 +187,7 @@ class CompiledDecode:
             qg = q if g.all_rows else q.index_select(0, g.rows)
             slots = g.context_slots.view(g.n_seqs, g.context_len)
             parts.append((g, self.ops.decode_attention(qg, k_cache, v_cache, slots, lengths, q.shape[-1] ** -0.5)))
-        return _scatter(q, parts)
+        return scatter_rows(q, parts)
 
 
 # --- CUDA: flash-attn's paged kernel ---------------------------------------------------------
@@ -248,7 +248,7 @@ class FlashPaged:
                 causal=True,  # bottom-right aligned: query i sees the context up to its own slot
             )
             parts.append((g, o.reshape(g.n_seqs * g.n_query, h, d)))
-        return _scatter(q, parts)
+        return scatter_rows(q, parts)
 
 
 # On CUDA: "triton" (the default: triton_backend.py, any page size), "flash" (flash-attn's paged kernel at

@@ -237,7 +237,11 @@ class PagedLlama:
             cos, sin = ropes[self.layer_rope[0]]
             x = stack.run(x, cos[:, 0], sin[:, 0], fb.write_slots, k_cache, v_cache, slots, lengths, cfg.head_dim**-0.5)
         else:
-            windows = {w: window_plan(fb.groups, w) for w in cfg.windows}
+            windows = (
+                {}
+                if getattr(self.attention, "takes_window", False)
+                else {w: window_plan(fb.groups, w) for w in cfg.windows}
+            )
             self._layers(x, fb, ropes, plan, windows, k_cache, v_cache, rows)
         x = self.add_norm(x.index_select(0, fb.output_rows), None, self.norm)
         r = x.shape[0]
@@ -288,6 +292,7 @@ class PagedLlama:
         # (one call, where F.pad would allocate, fill and copy every layer).
         attn_out = torch.zeros(rows, h * d, dtype=x.dtype, device=x.device) if rows != t else None
         q_scale = cfg.query_scale / d**-0.5  # the backends scale by head_dim ** -0.5
+        in_kernel = getattr(self.attention, "takes_window", False)  # the Triton kernel masks a window itself
         delta = None  # the last sublayer's output, added to x by the next norm (one fused call)
         for li, layer in enumerate(self.layers):
             # Token-major views of the feature-major result: RoPE writes q and k row-major
@@ -300,8 +305,13 @@ class PagedLlama:
             q = self._qk(qkv, layer, cos, sin, fb, kc, vc)
             if q_scale != 1.0:
                 q = q * q_scale
-            wplan = windows.get(cfg.layer_windows[li]) if cfg.layer_windows[li] else None
-            a = windowed_attention(q, kc, vc, wplan) if wplan is not None else self.attention(q, kc, vc, plan)
+            window = cfg.layer_windows[li]
+            if window and in_kernel:
+                a = self.attention(q, kc, vc, plan, window=window)
+            elif window and (wplan := windows.get(window)) is not None:
+                a = windowed_attention(q, kc, vc, wplan)
+            else:
+                a = self.attention(q, kc, vc, plan)
             if attn_out is None:
                 a = a.reshape(t, h * d)
             else:

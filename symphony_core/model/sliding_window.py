@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import _gather, _scatter
+from .attention import gather_slots, scatter_rows
 from .forward_batch import AttentionGroup
 
 WindowPlan = list[tuple[AttentionGroup, torch.Tensor]]
@@ -52,8 +52,8 @@ def windowed_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     for g, mask in plan:
         b, nq, length = g.n_seqs, g.n_query, g.context_len
         qg = (q if g.all_rows else q.index_select(0, g.rows)).view(b, nq, h, d).transpose(1, 2)
-        kg = _gather(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
-        vg = _gather(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
+        kg = gather_slots(k_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
+        vg = gather_slots(v_cache, g.context_slots, q.dtype).view(b, length, kvh, d).transpose(1, 2)
         o = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, enable_gqa=kvh != h)
         parts.append((g, o.transpose(1, 2).reshape(b * nq, h, d)))
-    return _scatter(q, parts)
+    return scatter_rows(q, parts)

@@ -47,6 +47,8 @@ class TritonPaged:
     name = "triton_paged"
     shares_prefixes = False  # cascade groups are a CPU path
 
+    takes_window = True  # a layer's sliding window is applied in the kernel (llama.py passes it)
+
     def __init__(self, page_size: int = 1) -> None:
         self.page_size = page_size
 
