@@ -72,7 +72,7 @@ def test_refusals_name_the_parameter(oc):
     with pytest.raises(openai.BadRequestError) as e:
         oc.responses.create(model="symphony", input="Hi", store=True)
     assert e.value.body["param"] == "store"
-    with pytest.raises(openai.UnprocessableEntityError, match="tools"):
+    with pytest.raises(openai.BadRequestError, match="tools"):
         oc.responses.create(model="symphony", input="Hi", tools=[{"type": "web_search"}])
     with pytest.raises(openai.BadRequestError, match="input"):
         oc.responses.create(model="symphony", input=[{"type": "function_call_output", "call_id": "x", "output": "1"}])

@@ -26,6 +26,10 @@ class ServerConfig:
     sandbox_defaults: dict = field(default_factory=dict)  # SandboxSpec fields: cpu_seconds, memory_mb, ...
     keep_finished_s: float = KEEP_FINISHED_S  # how long a finished process's record (and result) is kept
     drain_s: float = 5.0  # on SIGTERM: seconds running processes get to finish before they are cancelled
+    # the OpenAI-compatible API (server/openai): the model's name in replies, and the sampling
+    # defaults a request's unset fields take (--generation-config: temperature, top_p, top_k, ...)
+    served_model_name: str | None = None
+    generation_defaults: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -14,11 +14,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..validate import check_fields, read_json
+from ..validate import read_json
 from .constraints import request_grammar
 from .generation import Usage
 from .messages import responses_input
-from .params import RESPONSES_FIELDS, GenerationParams, check_model, responses_params
+from .params import GenerationParams, check_model, responses_params
+from .protocol import ResponsesRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
 
 
@@ -27,7 +28,7 @@ def _usage(u: Usage) -> dict:
         "input_tokens": u["prompt_tokens"],
         "output_tokens": u["completion_tokens"],
         "total_tokens": u["total_tokens"],
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": u["prompt_tokens_details"]["cached_tokens"]},
         "output_tokens_details": {"reasoning_tokens": 0},
     }
 
@@ -84,13 +85,15 @@ async def create(api: Api, request: Request) -> Response:
     arrived = time.monotonic()
     state = api.state
     user = api.authenticate(state, request)
-    body = check_fields(await read_json(request, state.config.max_body), RESPONSES_FIELDS, "responses")
+    req = parse(ResponsesRequest, await read_json(request, state.config.max_body), "responses")
+    body = {**state.config.generation_defaults, **as_body(req)}
     check_model(body, api.model_names())
     params = responses_params(body)
     prompt = state.engine.chat_template(responses_input(body["input"], body.get("instructions")), True)
     grammar = request_grammar(state.engine, params, "text.format")
     stream = bool(body.get("stream"))
-    rec = api.launch(user, prompt, params, grammar, stream, "responses", arrived)
+    end_user = body.get("safety_identifier") or body.get("user")
+    rec = api.launch(user, prompt, params, grammar, stream, "responses", arrived, end_user)
     created = now_s()
     r = _Response(f"resp_{rec.pid}_{created}", created, body["model"], body, params)
 

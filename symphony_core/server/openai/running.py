@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +20,7 @@ from ..records import ProcessRecord
 from ..validate import BadRequest
 from .generation import Outcome, openai_generate
 from .params import GenerationParams
+from .text import TextCodec
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -32,9 +33,17 @@ class Api:
     state: Any
     authenticate: Callable[[Any, Request], Any]
     launch_builtin: Callable[..., ProcessRecord]
+    codec: TextCodec = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.codec = TextCodec(self.state.engine.tokenizer.fast)
+
+    def served_name(self) -> str:
+        """The model's name in replies and `/v1/models` (`--served-model-name`, else the model's)."""
+        return getattr(self.state.config, "served_model_name", None) or self.state.engine.model_name
 
     def model_names(self) -> set[str]:
-        return {self.state.engine.model_name, "symphony", "default"}
+        return {self.served_name(), self.state.engine.model_name, "symphony", "default"}
 
     def launch(
         self,
@@ -45,12 +54,17 @@ class Api:
         stream: bool,
         endpoint: str,
         arrived: float,
+        end_user: str | None = None,
+        **extra: Any,
     ) -> ProcessRecord:
         if not prompt:
             raise BadRequest(400, "the prompt is empty", param="prompt" if endpoint == "completion" else "messages")
         timer = self.state.metrics.request_timer(endpoint, arrived)
         kw = {"prompt": prompt, "params": params, "grammar": grammar, "stream": stream, "timer": timer}
-        return self.launch_builtin(self.state, user, openai_generate, kw, f"openai.{endpoint}")
+        kw.update(codec=self.codec, **extra)
+        # the request's `user` / `safety_identifier` names the process (GET /v1/processes shows it)
+        name = f"openai.{endpoint}" + (f" for {end_user[:64]}" if end_user else "")
+        return self.launch_builtin(self.state, user, openai_generate, kw, name)
 
 
 def failure(out: dict) -> tuple[int, dict]:
