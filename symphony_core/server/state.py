@@ -30,6 +30,8 @@ class ServerConfig:
     # defaults a request's unset fields take (--generation-config: temperature, top_p, top_k, ...)
     served_model_name: str | None = None
     generation_defaults: dict = field(default_factory=dict)
+    max_model_len: int | None = None  # prompt + reply tokens of one request (--max-model-len)
+    allowed_origins: tuple[str, ...] = ("*",)  # CORS (--allowed-origins)
 
 
 @dataclass
@@ -54,7 +56,7 @@ class State:
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
-        self.metrics = ServerMetrics(engine, sandbox)
+        self.metrics = ServerMetrics(engine, sandbox, config.served_model_name)
         self.draining = False  # SIGTERM received: no new processes, running ones get config.drain_s
         self.drained = False  # the drain deadline passed: what still ran is cancelled
 

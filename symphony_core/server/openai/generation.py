@@ -106,6 +106,8 @@ class Timer(Protocol):
 
     def token(self, choice: int) -> None: ...
 
+    def finished(self, reasons: list[str], prompt_tokens: int, completion_tokens: int) -> None: ...
+
 
 class _Charged:
     """`sym` whose `pred` first charges the user's token-rate quota, and whose `detokenize`
@@ -288,6 +290,8 @@ def openai_generate(
         prompt_prefills=1,
         shared_prompt_pages=shared,
     )
+    if timer is not None:
+        timer.finished([c["finish_reason"] for c, _ in done], len(toks), completion)
     if stream:
         sym.send(UsageReport(kind="usage", usage=usage))
     return Outcome(choices=[c for c, _ in done], usage=usage)

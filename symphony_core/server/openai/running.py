@@ -42,6 +42,11 @@ class Api:
         """The model's name in replies and `/v1/models` (`--served-model-name`, else the model's)."""
         return getattr(self.state.config, "served_model_name", None) or self.state.engine.model_name
 
+    def max_model_len(self) -> int:
+        """Prompt + reply tokens one request may use: --max-model-len, at most the model's context."""
+        ctx = self.state.engine.config.max_positions
+        return min(self.state.config.max_model_len or ctx, ctx)
+
     def model_names(self) -> set[str]:
         return {self.served_name(), self.state.engine.model_name, "symphony", "default"}
 
@@ -57,14 +62,27 @@ class Api:
         end_user: str | None = None,
         **extra: Any,
     ) -> ProcessRecord:
+        where = "prompt" if endpoint == "completion" else "messages"
         if not prompt:
-            raise BadRequest(400, "the prompt is empty", param="prompt" if endpoint == "completion" else "messages")
+            raise BadRequest(400, "the prompt is empty", param=where)
+        limit = self.max_model_len()
+        n_prompt = len(self.state.engine.tokenize(prompt))
+        if n_prompt + params.max_tokens > limit:
+            raise BadRequest(
+                400,
+                f"this model's maximum context length is {limit} tokens; the request asks for "
+                f"{n_prompt + params.max_tokens} ({n_prompt} in the prompt, up to {params.max_tokens} in the reply)",
+                param=where,
+                code="context_length_exceeded",
+            )
         timer = self.state.metrics.request_timer(endpoint, arrived)
         kw = {"prompt": prompt, "params": params, "grammar": grammar, "stream": stream, "timer": timer}
         kw.update(codec=self.codec, **extra)
         # the request's `user` / `safety_identifier` names the process (GET /v1/processes shows it)
         name = f"openai.{endpoint}" + (f" for {end_user[:64]}" if end_user else "")
-        return self.launch_builtin(self.state, user, openai_generate, kw, name)
+        rec = self.launch_builtin(self.state, user, openai_generate, kw, name)
+        timer.proc = rec.proc
+        return rec
 
 
 def failure(out: dict) -> tuple[int, dict]:
