@@ -220,6 +220,11 @@ def responses_params(body: dict) -> GenerationParams:
     for name in ("tools", "tool_choice", "previous_response_id"):
         if body.get(name) not in (None, [], "none"):
             raise bad(f"{name} is not supported by /v1/responses here yet; use /v1/chat/completions", name)
+    if body.get("parallel_tool_calls"):
+        raise bad("parallel_tool_calls: /v1/responses here calls no tools", "parallel_tool_calls")
+    so = body.get("stream_options") or {}
+    if any(so.values()):
+        raise bad("stream_options is not supported by /v1/responses here", "stream_options")
     if body.get("top_logprobs"):
         raise bad("top_logprobs is not supported by /v1/responses here; use /v1/chat/completions", "top_logprobs")
     if body.get("store"):

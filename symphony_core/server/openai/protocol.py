@@ -32,6 +32,9 @@ class _Body(BaseModel):
     safety_identifier: StrictStr | None = None
     service_tier: StrictStr | None = None
     prompt_cache_key: StrictStr | None = None
+    prompt_cache_retention: Any = None
+    prompt_cache_options: Any = None
+    moderation: Any = None
     metadata: dict | None = None
     store: StrictBool | None = None
     # vLLM's extensions
@@ -99,11 +102,18 @@ class ResponsesRequest(_Body):
     prompt: dict | None = None
     reasoning: dict | None = None
     truncation: StrictStr | None = None
+    access_programs: Any = None
+    background_options: Any = None
+    context_management: Any = None
+    image: Any = None
 
 
 # field -> (the values that ask for nothing, why anything else is refused)
 REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
     "prompt_cache_key": ((), "the prefix cache is automatic (per user); there is no key to route by"),
+    "prompt_cache_retention": ((), "the prefix cache keeps prompts while pages are free; no retention is promised"),
+    "prompt_cache_options": ((), "the prefix cache is automatic (per user) and has no options"),
+    "moderation": ((), "there is no moderation model"),
     "service_tier": (("auto", "default"), "there is one service tier"),
     "audio": ((), "this model reads and writes text only"),
     "modalities": ((["text"],), "this model writes text only"),
@@ -124,6 +134,10 @@ _RESPONSES_ONLY_REFUSED = {
     "max_tool_calls": ((), "the Responses API here calls no built-in tools"),
     "prompt": ((), "stored prompt templates are not supported"),
     "truncation": (("disabled",), "a prompt past the context is refused, never truncated"),
+    "access_programs": ((), "not supported"),
+    "background_options": ((), "background responses are not supported"),
+    "context_management": ((), "a prompt past the context is refused, never compacted"),
+    "image": ((), "this model reads and writes text only"),
 }
 _CHAT_ONLY_REFUSED = {
     "store": ((False,), "chat completions are not stored; the Responses API stores (store: true)"),

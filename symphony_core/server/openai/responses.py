@@ -78,6 +78,9 @@ class _Response:
             "tools": [],
             "text": {"format": fmt},
             "store": False,
+            "service_tier": "default",
+            "user": self.body.get("user"),
+            "safety_identifier": self.body.get("safety_identifier"),
         }
 
 
