@@ -16,11 +16,13 @@ read as the reply grows (tool_parse.py). Streaming sends `Delta` pieces, `ToolDe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Protocol, TypedDict
 
 import torch
 
+from ...errors import SymphonyError
 from ...lib.generate import Generation, generate
 from ...lib.grammar import Grammar
 from ...lib.samplers import SamplingParams
@@ -234,6 +236,30 @@ def _one_choice(
     return ChoiceOut(index=i, text=text, finish_reason=finish, tool_calls=out_calls, logprobs=lps), g
 
 
+def _open_base(sym, toks: list[int], conv_path: str | None, resume: bool) -> tuple:
+    """The file the prompt goes into, what is left to feed, and how many of the prompt's tokens it
+    already held (None for a new file: the prefix cache may have given it some)."""
+    if conv_path is None:
+        return sym.kv_create(), toks, None
+    if resume:
+        try:
+            kv = sym.kv_open(conv_path, "w")
+        except SymphonyError:  # gone (evicted, removed): compute the conversation again
+            pass
+        else:
+            have = kv.tokens
+            common = 0
+            limit = min(len(have), len(toks) - 1)  # at least one token must be fed
+            while common < limit and have[common] == toks[common]:
+                common += 1
+            if common < len(have):
+                sym.kv_truncate(kv, common)
+            return kv, toks[common:], common
+        with contextlib.suppress(SymphonyError):
+            sym.kv_remove(conv_path)
+    return sym.kv_create(conv_path), toks, None
+
+
 def openai_generate(
     sym,
     prompt: str,
@@ -243,7 +269,11 @@ def openai_generate(
     timer: Timer | None = None,
     before_pred: Callable[[int], None] | None = None,
     codec: TextCodec | None = None,
+    conv_path: str | None = None,
+    resume: bool = False,
 ) -> Outcome:
+    """`conv_path`: keep the conversation's K/V in that named KV file (store.py); with `resume` the
+    file holds an earlier turn's, and only what the prompt adds past their common start is fed."""
     if timer is not None:
         timer.started()
     detok = (
@@ -254,20 +284,20 @@ def openai_generate(
     n = params.n
     outs: list[tuple[ChoiceOut, Generation] | None] = [None] * n
     fork_pages: list[set[int]] = []
-    base = sym.kv_create()
+    base, feed, resumed = _open_base(sym, toks, conv_path, resume)
     try:
         if n == 1:
-            outs[0] = _one_choice(charged, 0, base, toks, params, grammar, stream, timer, codec)
+            outs[0] = _one_choice(charged, 0, base, feed, params, grammar, stream, timer, codec)
         else:
-            if len(toks) > 1:
-                charged.pred(base, toks[:-1])  # the prompt, once; every choice forks it
+            if len(feed) > 1:
+                charged.pred(base, feed[:-1])  # the prompt, once; every choice forks it
 
             def worker(s, w: int) -> None:
                 cs = _Charged(s, before_pred, detok)
                 for i in range(w, n, MAX_PARALLEL):
                     kv = s.kv_fork(base)
                     try:
-                        outs[i] = _one_choice(cs, i, kv, toks[-1:], params, grammar, stream, timer, codec)
+                        outs[i] = _one_choice(cs, i, kv, feed[-1:], params, grammar, stream, timer, codec)
                         fork_pages.append(set(kv.pages))
                     finally:
                         s.kv_close(kv)
@@ -277,7 +307,7 @@ def openai_generate(
             for h in handles:
                 h.join()
         shared = len(set(base.pages).intersection(*fork_pages)) if fork_pages else 0
-        cached = base.file.cached_tokens
+        cached = base.file.cached_tokens if resumed is None else resumed
     finally:
         sym.kv_close(base)
     done = [o for o in outs if o is not None]

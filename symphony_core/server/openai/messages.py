@@ -87,8 +87,9 @@ def _with_system(msgs: list[dict], text: str) -> list[dict]:
     return [{"role": "system", "content": text}, *msgs]
 
 
-def responses_input(inp: str | list, instructions: str | None) -> list[dict]:
-    """The Responses API's `input` (a string, or a list of message items) as chat messages."""
+def responses_input(inp: str | list, instructions: str | None, history: list[dict] | None = None) -> list[dict]:
+    """The Responses API's `input` (a string, or a list of message items) as chat messages, after
+    `history` (a stored conversation); `instructions` as the system message."""
     if isinstance(inp, str):
         msgs = [{"role": "user", "content": inp}]
     else:
@@ -103,4 +104,5 @@ def responses_input(inp: str | list, instructions: str | None) -> list[dict]:
             msgs.append({"role": "system" if role == "developer" else role, "content": text})
         if not msgs:
             raise _bad("input must not be empty", "input")
+    msgs = [*(history or []), *msgs]
     return _with_system(msgs, instructions) if instructions else msgs

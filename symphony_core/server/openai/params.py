@@ -217,7 +217,7 @@ def responses_params(body: dict) -> GenerationParams:
     p = GenerationParams(
         max_tokens=_max_tokens(body.get("max_output_tokens"), 128, "max_output_tokens"), **_sampling(body)
     )
-    for name in ("tools", "tool_choice", "previous_response_id"):
+    for name in ("tools", "tool_choice"):
         if body.get(name) not in (None, [], "none"):
             raise bad(f"{name} is not supported by /v1/responses here yet; use /v1/chat/completions", name)
     if body.get("parallel_tool_calls"):
@@ -227,8 +227,6 @@ def responses_params(body: dict) -> GenerationParams:
         raise bad("stream_options is not supported by /v1/responses here", "stream_options")
     if body.get("top_logprobs"):
         raise bad("top_logprobs is not supported by /v1/responses here; use /v1/chat/completions", "top_logprobs")
-    if body.get("store"):
-        raise bad("store: true is not supported (responses are not kept; send store: false)", "store")
     text = body.get("text") or {}
     check_fields(text, {"format": ((dict,), False), "verbosity": ((str,), False)}, "text")
     if text.get("verbosity") not in (None, "medium"):

@@ -62,6 +62,12 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
     async def responses_route(request: Request) -> Response:
         return await responses.create(api, request)
 
+    async def response_get(request: Request) -> Response:
+        return await responses.retrieve(api, request)
+
+    async def response_delete(request: Request) -> Response:
+        return await responses.delete(api, request)
+
     async def tokenize(request: Request) -> Response:
         authenticate(state, request)
         spec = {
@@ -119,6 +125,8 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
         Route("/v1/chat/completions", chat_route, methods=["POST"]),
         Route("/v1/completions", completion_route, methods=["POST"]),
         Route("/v1/responses", responses_route, methods=["POST"]),
+        Route("/v1/responses/{rid}", response_get, methods=["GET"]),
+        Route("/v1/responses/{rid}", response_delete, methods=["DELETE"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),

@@ -6,6 +6,7 @@ message by message (server-sent events). A client that goes away cancels what it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,11 +16,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ...errors import SymphonyError
 from ...lib.grammar import Grammar
 from ..records import ProcessRecord
 from ..validate import BadRequest
 from .generation import Outcome, openai_generate
 from .params import GenerationParams
+from .store import ResponseStore
 from .text import TextCodec
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -34,9 +37,16 @@ class Api:
     authenticate: Callable[[Any, Request], Any]
     launch_builtin: Callable[..., ProcessRecord]
     codec: TextCodec = field(init=False)
+    responses: ResponseStore = field(init=False)
 
     def __post_init__(self) -> None:
         self.codec = TextCodec(self.state.engine.tokenizer.fast)
+        self.responses = ResponseStore(self._remove_kv)
+
+    def _remove_kv(self, user: str, path: str) -> None:
+        eng = self.state.engine
+        with contextlib.suppress(SymphonyError):
+            eng.runtime.freeing(eng.kvfs.remove, user, path)
 
     def served_name(self) -> str:
         """The model's name in replies and `/v1/models` (`--served-model-name`, else the model's)."""
