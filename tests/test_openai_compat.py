@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import tests.test_openai_api as api_tests
 import tests.test_openai_responses as responses_tests
+import tests.test_openai_store as store_tests
 from tests.server_harness import Server, symphony_cmd
 
 KEY = "sk-vllm-style"
@@ -214,7 +215,6 @@ REFUSED_VALUES = {
     "tool_choice": "required",  # responses
     "top_logprobs": 2,  # responses
     "parallel_tool_calls": True,  # responses
-    "previous_response_id": "resp_x",  # responses
     "store": True,
     "metadata": {"k": "v"},  # chat (kept with stored objects only)
     "service_tier": "flex",
@@ -238,6 +238,7 @@ ELSEWHERE = {
     "instructions": responses_tests.test_text_and_message_input_streaming_and_not,
     "text": responses_tests.test_json_schema_output,
     "input": responses_tests.test_text_and_message_input_streaming_and_not,
+    "previous_response_id": store_tests.test_previous_response_id_continues_the_stored_kv,
 }
 
 
