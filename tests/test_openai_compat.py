@@ -374,3 +374,36 @@ def test_every_openai_field_is_honoured_or_refused(vllm_server, vc, endpoint, pa
     r = post(vllm_server, path, {**nulls, **_base(endpoint)})
     assert r.status_code == 200, r.text
     assert json.loads(r.text)["usage"]
+
+
+def test_instructor_and_langchain_request_shapes(vc):
+    """What `instructor` (tools mode: a pydantic model's schema, `$defs` and all, as a named
+    function) and LangChain's `with_structured_output` (json_schema, strict) send, through the
+    official client: the reply validates against the model."""
+    pydantic = pytest.importorskip("pydantic")
+
+    strict = pydantic.ConfigDict(extra="forbid")  # additionalProperties: false, as OpenAI's strict mode asks
+
+    class City(pydantic.BaseModel):
+        model_config = strict
+        name: str = pydantic.Field(max_length=12)
+
+    class Trip(pydantic.BaseModel):
+        model_config = strict
+        origin: City
+        destination: City
+        days: int = pydantic.Field(ge=1, le=30)
+
+    schema = Trip.model_json_schema()
+    assert "$defs" in schema
+    ask = [{"role": "user", "content": "Plan a trip from Paris to Rome for three days."}]
+    tool = {"type": "function", "function": {"name": "Trip", "description": "A trip", "parameters": schema}}
+    r = chat(
+        vc, messages=ask, max_tokens=60, tools=[tool], tool_choice={"type": "function", "function": {"name": "Trip"}}
+    )
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "Trip" and r.choices[0].finish_reason == "tool_calls", r.choices[0].message.tool_calls
+    Trip.model_validate_json(call.function.arguments)
+    rf = {"type": "json_schema", "json_schema": {"name": "Trip", "schema": schema, "strict": True}}
+    out = chat(vc, messages=ask, max_tokens=60, response_format=rf)
+    Trip.model_validate_json(out.choices[0].message.content)

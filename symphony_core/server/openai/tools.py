@@ -4,7 +4,7 @@ that makes a call's arguments valid under the tool's JSON schema, and reading a 
 A call is written `<tool_call>{"name": ..., "arguments": {...}}` (tool_parse.py reads it back,
 also while it grows). The grammar is Lark with an inline `%json` rule: `anyOf` one object per
 allowed tool, `name` a constant, `arguments` the tool's `parameters`. With `tool_choice`
-"required" or a named function the reply is one call (several with `parallel_tool_calls`);
+"required" the reply is calls (one without `parallel_tool_calls`), with a named function one call;
 with "auto" it is either free text (not starting with '<') or such calls.
 """
 
@@ -133,7 +133,7 @@ def tools_lark(tools: list[dict], choice: ToolChoice, parallel: bool) -> str:
     compact = {"x-guidance": {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}}
     schema = json.dumps({**call_schema(tools, choice), **compact})
     start = "start: calls | text" if choice.mode == "auto" else "start: calls"
-    calls = "calls: call+" if parallel else "calls: call"
+    calls = "calls: call+" if parallel and choice.mode != "function" else "calls: call"  # a named function: one call
     return f'{start}\n{calls}\ncall: "{CALL_MARKER}" body\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n'
 
 
