@@ -20,6 +20,8 @@ from .messages import chat_messages, template_renders_names
 from .params import chat_params, check_model, completion_params, prompt_text
 from .protocol import ChatRequest, CompletionRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
+from .template_tools import call_format, render_with_tools
+from .tool_parse import OWN_FORMAT
 
 
 def _call_id(cid: str, choice: int, k: int) -> str:
@@ -119,9 +121,13 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
     echo = ""
     if chat:
         params = chat_params(body, vocab)
-        names = template_renders_names(state.engine.tokenizer.template_source)
-        msgs = chat_messages(body["messages"], params.tools, params.tool_choice, names)
-        prompt = state.engine.chat_template(msgs, True)
+        tok = state.engine.tokenizer
+        names = template_renders_names(tok.template_source)
+        fmt = call_format(tok.template_source) if params.tool_choice.active else OWN_FORMAT
+        params.call_format = fmt
+        own = fmt is not OWN_FORMAT
+        msgs = chat_messages(body["messages"], params.tools, params.tool_choice, names, template_tools=own)
+        prompt = render_with_tools(tok, msgs, params.tools) if own else state.engine.chat_template(msgs, True)
     else:
         params = completion_params(body, vocab)
         prompt = prompt_text(body["prompt"])

@@ -17,7 +17,7 @@ def request_grammar(engine, p: GenerationParams, param: str = "response_format")
     tok = load_tokenizer(engine.model_dir / "tokenizer.json", engine.config.vocab_size, sorted(engine.eos_token_ids))
     try:
         if choice.active:
-            g = Grammar.lark(tools_lark(p.tools, choice, p.parallel_tool_calls), tok)
+            g = Grammar.lark(tools_lark(p.tools, choice, p.parallel_tool_calls, p.call_format), tok)
         else:
             g = Grammar.json_schema(p.output.schema or {"type": "object"}, tok)
         g.matcher().mask()  # a schema that compiles but allows no first token (`{"$ref": "#"}`) fails here

@@ -195,7 +195,7 @@ def _one_choice(
         sent[0] = len(lps)
 
     tools = p.tool_choice.active
-    calls = CallStream(may_be_text=p.tool_choice.mode == "auto")
+    calls = CallStream(p.call_format, may_be_text=p.tool_choice.mode == "auto")
     shown = [""]
 
     def emit(piece: str) -> None:
@@ -222,7 +222,7 @@ def _one_choice(
         on_token=on_token,
         history=[],
     )
-    reply = parse_reply(g.text, may_be_text=p.tool_choice.mode == "auto") if tools else None
+    reply = parse_reply(g.text, p.call_format, may_be_text=p.tool_choice.mode == "auto") if tools else None
     finish = _FINISH[g.stop_reason]
     text: str | None = g.text
     out_calls: list[ToolCallOut] = []

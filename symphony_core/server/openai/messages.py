@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from ..validate import BadRequest
-from .tools import ToolChoice, render_tool_calls, tools_prompt
+from .tools import ToolChoice, checked_calls, render_tool_calls, tools_prompt
 
 _ROLES = ("system", "user", "assistant", "developer", "tool")
 _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
@@ -41,9 +41,14 @@ def _text(content: Any, where: str, param: str, part_types: tuple[str, ...]) -> 
 
 
 def chat_messages(
-    msgs: list, tools: list[dict] | None = None, choice: ToolChoice | None = None, names: bool = False
+    msgs: list,
+    tools: list[dict] | None = None,
+    choice: ToolChoice | None = None,
+    names: bool = False,
+    template_tools: bool = False,
 ) -> list[dict]:
-    """`names`: the template renders a message's `name` (else a `name` is refused)."""
+    """`names`: the template renders a message's `name` (else a `name` is refused).
+    `template_tools`: the template renders tools, earlier calls and tool results itself."""
     out = []
     for i, m in enumerate(msgs):
         at = f"messages[{i}]"
@@ -61,8 +66,16 @@ def chat_messages(
         if m.get("tool_calls") is not None:
             if role != "assistant" or not isinstance(m["tool_calls"], list):
                 raise _bad(f"{at}.tool_calls must be a list on an assistant message", at)
-            text += render_tool_calls(m["tool_calls"], at)
-        msg = {"role": "system" if role == "developer" else role, "content": text}
+            if not template_tools:
+                text += render_tool_calls(m["tool_calls"], at)
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": text}
+        if template_tools and m.get("tool_calls") is not None:
+            msg["tool_calls"] = [
+                {"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"], "arguments": a}}
+                for c, a in checked_calls(m["tool_calls"], at)
+            ]
+        if template_tools and isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
         if m.get("name") is not None:
             if not isinstance(m["name"], str):
                 raise _bad(f"{at}.name must be a string", f"{at}.name")
@@ -76,7 +89,7 @@ def chat_messages(
         out.append(msg)
     if not out:
         raise _bad("messages must not be empty", "messages")
-    if tools and choice is not None and choice.active:
+    if tools and choice is not None and choice.active and not template_tools:
         out = _with_system(out, tools_prompt(tools, choice))
     return out
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..validate import BadRequest, check_fields
+from .tool_parse import OWN_FORMAT, CallFormat
 from .tools import ToolChoice, parse_tool_choice, parse_tools
 
 MAX_TOKENS_CAP = 4096
@@ -48,6 +49,7 @@ class GenerationParams:
     tools: list[dict] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
+    call_format: CallFormat = OWN_FORMAT  # how the model writes a call (ours, or its template's)
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0

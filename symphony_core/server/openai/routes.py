@@ -18,6 +18,9 @@ from ..validate import BadRequest, check_fields, read_json
 from . import completions, responses
 from .messages import chat_messages, template_renders_names
 from .running import Api
+from .template_tools import call_format, render_with_tools
+from .tool_parse import OWN_FORMAT
+from .tools import parse_tools
 
 
 def _version() -> str:
@@ -77,14 +80,21 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
             "add_special_tokens": ((bool,), False),
             "add_generation_prompt": ((bool,), False),
             "return_token_strs": ((bool,), False),
+            "tools": ((list,), False),
         }
         body = check_fields(await read_json(request, state.config.max_body), spec, "tokenize")
         if ("prompt" in body) == ("messages" in body):
             raise BadRequest(400, "tokenize: give either 'prompt' or 'messages'", param="prompt")
         if "messages" in body:
-            names = template_renders_names(state.engine.tokenizer.template_source)
-            msgs = chat_messages(body["messages"], names=names)
-            text = state.engine.chat_template(msgs, body.get("add_generation_prompt", True))
+            tok = state.engine.tokenizer
+            names = template_renders_names(tok.template_source)
+            tools = parse_tools(body.get("tools"))
+            own = bool(tools) and call_format(tok.template_source) is not OWN_FORMAT
+            msgs = chat_messages(body["messages"], names=names, template_tools=own)
+            if own:
+                text = render_with_tools(tok, msgs, tools)
+            else:
+                text = state.engine.chat_template(msgs, body.get("add_generation_prompt", True))
         else:
             text = body["prompt"]
         ids = state.engine.tokenize(text)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validate import BadRequest, check_fields
+from .tool_parse import OWN_FORMAT, CallFormat
 
 CALL_MARKER = "<tool_call>"
 _FUNCTION_FIELDS = {
@@ -128,13 +129,20 @@ def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
     return {**root, "$defs": defs}
 
 
-def tools_lark(tools: list[dict], choice: ToolChoice, parallel: bool) -> str:
-    """Lark source of a reply under `choice`: calls (one, or one or more), or with "auto" also text."""
+def tools_lark(tools: list[dict], choice: ToolChoice, parallel: bool, fmt: CallFormat = OWN_FORMAT) -> str:
+    """Lark source of a reply under `choice`: calls (one, or one or more), or with "auto" also text;
+    each call written in `fmt` (ours, or the model template's: tool_parse.py)."""
     compact = {"x-guidance": {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}}
     schema = json.dumps({**call_schema(tools, choice), **compact})
     start = "start: calls | text" if choice.mode == "auto" else "start: calls"
-    calls = "calls: call+" if parallel and choice.mode != "function" else "calls: call"  # a named function: one call
-    return f'{start}\n{calls}\ncall: "{CALL_MARKER}" body\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n'
+    several = parallel and choice.mode != "function"  # a named function: one call
+    if fmt.close:  # one call per line: <tool_call>\n{...}\n</tool_call>
+        call = f'call: "{fmt.open}\\n" body "\\n{fmt.close}"'
+        calls = 'calls: call ("\\n" call)*' if several else "calls: call"
+    else:
+        call = f'call: "{fmt.open}" body'
+        calls = "calls: call+" if several else "calls: call"
+    return f"{start}\n{calls}\n{call}\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n"
 
 
 def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
@@ -153,9 +161,9 @@ def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
     return "\n".join(lines)
 
 
-def render_tool_calls(calls: list, where: str) -> str:
-    """An assistant message's earlier `tool_calls`, as the text the model would have written."""
-    parts = []
+def checked_calls(calls: list, where: str) -> list[tuple[dict, dict]]:
+    """An assistant message's earlier `tool_calls`, checked: (the call, its arguments parsed)."""
+    out = []
     for k, c in enumerate(calls):
         at = f"{where}.tool_calls[{k}]"
         if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
@@ -171,5 +179,13 @@ def render_tool_calls(calls: list, where: str) -> str:
             raise _bad(f"{at}.function.arguments is not JSON: {fn['arguments']!r:.80}", at) from None
         if not isinstance(args, dict):
             raise _bad(f"{at}.function.arguments must be a JSON object, got {fn['arguments']!r:.80}", at)
-        parts.append(CALL_MARKER + json.dumps({"name": fn["name"], "arguments": args}))
-    return "".join(parts)
+        out.append((c, args))
+    return out
+
+
+def render_tool_calls(calls: list, where: str) -> str:
+    """An assistant message's earlier `tool_calls`, as the text the model would have written."""
+    return "".join(
+        CALL_MARKER + json.dumps({"name": c["function"]["name"], "arguments": args})
+        for c, args in checked_calls(calls, where)
+    )
