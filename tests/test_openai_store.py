@@ -91,3 +91,10 @@ def test_retention_removes_the_oldest_files_first():
     assert s.take_file("u", "r3") == "f3" and s.take_file("u", "r3") is None  # taken once
     s.put(StoredResponse("old", "v", [], {}, 0.0, "g"))  # past its time
     assert s.get("v", "old") is None and ("v", "g") in removed
+    r2 = s.get("u", "r2")
+    assert r2 is not None and s.take_file("u", "r2") == "f2"
+    s.give_back(r2, "f2")  # a follow-up that is not stored returns the file
+    assert s.take_file("u", "r2") == "f2"
+    s.delete("u", "r2")
+    s.give_back(r2, "f2")  # r2 is gone: its file goes
+    assert removed[-1] == ("u", "f2")

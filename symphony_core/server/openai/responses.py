@@ -109,8 +109,8 @@ class _Keeping:
         if obj is not None and self.store:
             hist = [*self.history, {"role": "assistant", "content": reply or ""}]
             self.api.responses.put(StoredResponse(obj["id"], self.user, hist, obj, time.time(), self.path))
-        elif self.path is not None and self.prev is not None and self.prev.kv_path is None:
-            self.prev.kv_path = self.path
+        elif self.path is not None and self.prev is not None and self.resume:
+            self.api.responses.give_back(self.prev, self.path)
         elif self.path is not None:
             self.api.responses.release(self.user, self.path)
 

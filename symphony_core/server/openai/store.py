@@ -94,6 +94,16 @@ class ResponseStore:
             self._remove_file(user, r.kv_path)
         return r is not None
 
+    def give_back(self, r: StoredResponse, path: str) -> None:
+        """A follow-up that took `r`'s file is not stored: the file goes back to `r` (a follow-up of
+        `r` truncates it to what they share), or away when `r` has one again or is gone."""
+        with self._lock:
+            kept = self._by_user.get(r.user, OrderedDict()).get(r.id) is r and r.kv_path is None
+            if kept:
+                r.kv_path = path
+        if not kept:
+            self._remove_file(r.user, path)
+
     def release(self, user: str, path: str) -> None:
         """A follow-up that took a file and then failed: the file goes."""
         self._remove_file(user, path)
