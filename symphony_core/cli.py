@@ -81,6 +81,8 @@ def _add_scale_out(serve: argparse.ArgumentParser) -> None:
     single = serve.get_default("fn")
 
     def run(args: argparse.Namespace) -> int:
+        if getattr(args, "model_tag", None) and not args.model:
+            args.model = args.model_tag  # `symphony serve MODEL`, as the replicas are told it too
         if args.ray is None:
             return single(args)
         from .scaleout.serve import serve_on_ray

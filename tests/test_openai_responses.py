@@ -70,9 +70,9 @@ def test_json_schema_output(oc):
 
 def test_refusals_name_the_parameter(oc):
     with pytest.raises(openai.BadRequestError) as e:
-        oc.responses.create(model="symphony", input="Hi", store=True)
-    assert e.value.body["param"] == "store"
-    with pytest.raises(openai.UnprocessableEntityError, match="tools"):
+        oc.responses.create(model="symphony", input="Hi", top_logprobs=2)
+    assert e.value.body["param"] == "top_logprobs"
+    with pytest.raises(openai.BadRequestError, match="tools"):
         oc.responses.create(model="symphony", input="Hi", tools=[{"type": "web_search"}])
     with pytest.raises(openai.BadRequestError, match="input"):
         oc.responses.create(model="symphony", input=[{"type": "function_call_output", "call_id": "x", "output": "1"}])

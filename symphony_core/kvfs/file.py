@@ -30,6 +30,7 @@ class KVFile:
     hint_priority: int | None = None
     hint_keep_until: float | None = None
     created_at: float = field(default_factory=time.time)
+    cached_tokens: int = 0  # how many of its first tokens it took from the prefix cache, K/V and all
     # (pages, slots): `KVFS.cached_context_slots`'s array of every slot of this file, grown by
     # one slot per decode step instead of rebuilt; valid while `pages` equals the copy kept here.
     slot_cache: tuple[list[int], array] | None = field(default=None, repr=False)

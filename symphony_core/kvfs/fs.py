@@ -224,6 +224,7 @@ class KVFS:
         f.pages.extend(pages)
         f.tokens.extend(tokens[:n])
         f.positions.extend(range(n))
+        f.cached_tokens = n
         cache.reused_tokens += n
         return n
 

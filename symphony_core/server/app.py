@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -304,8 +306,15 @@ def create_app(
         state.loop = asyncio.get_running_loop()
         yield
 
+    cors = Middleware(
+        CORSMiddleware,  # browser clients of the OpenAI API (--allowed-origins; tokens travel as headers)
+        allow_origins=list(state.config.allowed_origins),
+        allow_methods=["*"],
+        allow_headers=["*"],
+    )
     app = Starlette(
         routes=build_routes(state),
+        middleware=[cors] if state.config.allowed_origins else [],
         lifespan=lifespan,
         exception_handlers={
             BadRequest: on_bad_request,

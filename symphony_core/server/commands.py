@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ModelError
+from .vllm_flags import OpenAIOptions, add_vllm_flags
 
 # symphony_core.model.weight_formats.WEIGHT_FORMATS and symphony_core.engine.KV_CACHE_DTYPES, spelled
 # out so that parsing flags imports no torch (tests/test_weights.py checks that they agree)
@@ -151,12 +152,21 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from .serve import serve
 
+    if args.model_tag and args.model and args.model_tag != args.model:
+        print(
+            f"symphony serve: the model is given twice ({args.model_tag!r} and --model {args.model!r})", file=sys.stderr
+        )
+        return 2
+    users = list(args.user or [])
+    if args.api_key:
+        users.append(f"api:{args.api_key}")
+    prefix = not args.no_prefix_cache if args.enable_prefix_caching is None else args.enable_prefix_caching
     return serve(
         host=args.host,
         port=args.port,
-        model=args.model,
+        model=args.model_tag or args.model or "smollm2",
         users_file=args.users_file,
-        user_flags=args.user,
+        user_flags=users,
         sandbox=not args.no_sandbox,
         max_workers=args.max_workers,
         cpu_seconds=args.cpu_seconds,
@@ -172,7 +182,16 @@ def _serve(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         weights=args.weights,
         kv_cache_dtype=args.kv_cache_dtype,
-        prefix_cache=not args.no_prefix_cache,
+        prefix_cache=prefix,
+        openai=OpenAIOptions(
+            served_model_name=args.served_model_name,
+            max_model_len=args.max_model_len,
+            dtype=args.dtype,
+            chat_template=args.chat_template,
+            max_num_seqs=args.max_num_seqs,
+            generation_config=args.generation_config,
+            allowed_origins=args.allowed_origins,
+        ),
     )
 
 
@@ -182,9 +201,16 @@ def add_server_commands(sub) -> None:
         help="serve LIPs over HTTP + WebSocket (and the OpenAI API)",
         description="Serve LLM inference programs over HTTP + WebSocket; see docs/server.md.",
     )
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--model", default="smollm2")
+    s.add_argument(
+        "model_tag",
+        nargs="?",
+        metavar="MODEL",
+        help="the model, as `vllm serve MODEL` takes it: a built-in name, a GGUF file or a model directory "
+        "(default: smollm2)",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, loopback only)")
+    s.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    s.add_argument("--model", default=None, help="the model, as the positional MODEL (default: smollm2)")
     s.add_argument("--users-file", help="JSON file of users, tokens and quotas (see docs/server.md)")
     s.add_argument("--user", action="append", metavar="NAME:TOKEN", help="add a user with default quotas (repeatable)")
     s.add_argument(
@@ -227,7 +253,8 @@ def add_server_commands(sub) -> None:
         metavar="SECONDS",
         help="on SIGTERM, how long running processes get to finish before they are cancelled",
     )
-    s.add_argument("--log-level", default="info")
+    s.add_argument("--log-level", default="info", help="server log level (default: %(default)s)")
+    add_vllm_flags(s)
     s.add_argument(
         "--plugin",
         action="append",

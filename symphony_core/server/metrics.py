@@ -7,6 +7,14 @@ adds it (`BatchLog.observers`); queue time, time to first token and inter-token 
 the OpenAI endpoints' built-in LIP (`RequestTimer`). Counters and gauges are read at scrape
 time from the state they describe (the batch log's running totals, the KV file system, the
 process table, the sandbox).
+
+Beside Symphony's own, the OpenAI requests are counted under vLLM's names and meanings (what
+vLLM dashboards read), labelled `model_name`: `vllm:e2e_request_latency_seconds`,
+`vllm:time_to_first_token_seconds`, `vllm:inter_token_latency_seconds`,
+`vllm:request_queue_time_seconds`, `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`,
+`vllm:request_success_total{finished_reason}`, and the gauges `vllm:num_requests_running` (its LIP
+has started and not ended) and `vllm:num_requests_waiting` (arrived, its LIP not started yet);
+plus the `process_*` metrics of the server process.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import threading
 import time
 from collections import Counter
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -34,9 +42,28 @@ class RequestTimer:
         self.m, self.endpoint, self.arrived = metrics, endpoint, arrived
         self.last: dict[int, float] = {}  # choice -> when its last token came
         self.lock = threading.Lock()
+        self.is_started = self.is_finished = False
+        self.proc = None  # the request's LIP process, once launched (a cancelled one never starts)
+
+    @property
+    def live(self) -> bool:
+        return not self.is_finished and not (self.proc is not None and self.proc.done)
 
     def started(self) -> None:
-        self.m.queue_time.labels(self.endpoint).observe(time.monotonic() - self.arrived)
+        self.is_started = True
+        q = time.monotonic() - self.arrived
+        self.m.queue_time.labels(self.endpoint).observe(q)
+        self.m.vllm_queue.labels(self.m.model).observe(q)
+
+    def finished(self, reasons: list[str], prompt_tokens: int, completion_tokens: int) -> None:
+        """The request ended well: its choices' finish reasons and its token counts."""
+        self.is_finished = True
+        m = self.m
+        m.vllm_e2e.labels(m.model).observe(time.monotonic() - self.arrived)
+        m.vllm_prompt.labels(m.model).inc(prompt_tokens)
+        m.vllm_generation.labels(m.model).inc(completion_tokens)
+        for r in reasons:
+            m.vllm_success.labels(m.model, r).inc()
 
     def token(self, choice: int) -> None:
         t = time.monotonic()
@@ -46,8 +73,30 @@ class RequestTimer:
             self.last[choice] = t
         if first:
             self.m.ttft.labels(self.endpoint).observe(t - self.arrived)
+            self.m.vllm_ttft.labels(self.m.model).observe(t - self.arrived)
         elif prev is not None:
             self.m.itl.labels(self.endpoint).observe(t - prev)
+            self.m.vllm_itl.labels(self.m.model).observe(t - prev)
+
+
+class _Requests(Collector):
+    """vLLM's running / waiting request gauges, from the live OpenAI requests' timers."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.m = metrics
+
+    def collect(self):
+        with self.m.lock:
+            self.m.timers = [t for t in self.m.timers if t.live]
+            live = list(self.m.timers)
+        running = sum(1 for t in live if t.is_started)
+        for name, value, help_ in (
+            ("vllm:num_requests_running", running, "OpenAI requests whose generation is running."),
+            ("vllm:num_requests_waiting", len(live) - running, "OpenAI requests waiting to start."),
+        ):
+            g = GaugeMetricFamily(name, help_, labels=["model_name"])
+            g.add_metric([self.m.model], value)
+            yield g
 
 
 class _Live(Collector):
@@ -106,9 +155,13 @@ class _Live(Collector):
 class ServerMetrics:
     """The server's metrics registry (one per server, not the process-global default)."""
 
-    def __init__(self, engine, sandbox=None) -> None:
+    def __init__(self, engine, sandbox=None, model_name: str | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.model = model_name or engine.model_name
+        self.lock = threading.Lock()
+        self.timers: list[RequestTimer] = []
+        self._vllm_metrics(r)
         self.batch_size = Histogram(
             "symphony_batch_size", "pred calls fused into one forward pass.", buckets=BATCH_SIZE_BUCKETS, registry=r
         )
@@ -137,6 +190,8 @@ class ServerMetrics:
             "symphony_openai_requests", "OpenAI-compatible requests started.", ["endpoint"], registry=r
         )
         r.register(_Live(engine, sandbox))
+        r.register(_Requests(self))
+        ProcessCollector(registry=r)
         blog = engine.runtime.batch.log
         for rec in list(blog.records):  # batches fired before the server started
             self.batch_size.observe(rec.size)
@@ -145,9 +200,41 @@ class ServerMetrics:
     def _on_batch(self, rec) -> None:
         self.batch_size.observe(rec.size)
 
+    def _vllm_metrics(self, r: CollectorRegistry) -> None:
+        lbl = ["model_name"]
+        self.vllm_e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "OpenAI request arrival to its end.",
+            lbl,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.vllm_ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Arrival to the first token.", lbl, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.vllm_itl = Histogram(
+            "vllm:inter_token_latency_seconds", "Between successive tokens.", lbl, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.vllm_queue = Histogram(
+            "vllm:request_queue_time_seconds", "Arrival to running.", lbl, buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.vllm_prompt = PromCounter("vllm:prompt_tokens", "Prompt tokens of finished requests.", lbl, registry=r)
+        self.vllm_generation = PromCounter(
+            "vllm:generation_tokens", "Generated tokens of finished requests.", lbl, registry=r
+        )
+        self.vllm_success = PromCounter(
+            "vllm:request_success",
+            "Finished requests' choices by finish reason.",
+            [*lbl, "finished_reason"],
+            registry=r,
+        )
+
     def request_timer(self, endpoint: str, arrived: float) -> RequestTimer:
         self.requests.labels(endpoint).inc()
-        return RequestTimer(self, endpoint, arrived)
+        t = RequestTimer(self, endpoint, arrived)
+        with self.lock:
+            self.timers.append(t)
+        return t
 
 
 def render_metrics(state) -> str:

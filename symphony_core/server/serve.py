@@ -15,8 +15,11 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+
+from .vllm_flags import OpenAIOptions, chat_template_text, generation_defaults, torch_dtype
 
 log = logging.getLogger("symphony.server")
 
@@ -28,6 +31,22 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why (host, port) cannot be listened on, found before the model loads; None when it can."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return str(e)
+    fam, _, _, _, addr = infos[0]
+    with socket.socket(fam, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
 
 
 def _free_large_blocks_at_once() -> None:
@@ -62,6 +81,7 @@ def serve(
     weights: str = "fp32",
     kv_cache_dtype: str = "auto",
     prefix_cache: bool = True,
+    openai: OpenAIOptions | None = None,
 ) -> int:
     import uvicorn
 
@@ -98,9 +118,19 @@ def serve(
         return 2
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("serve() must run on the main thread (the sandbox is tied to it)")
+    if (why := _port_taken(host, port)) is not None:
+        print(f"symphony serve: cannot listen on {host}:{port}: {why}", file=sys.stderr)
+        return 2
+    oa = openai or OpenAIOptions()
+    try:
+        template = chat_template_text(oa.chat_template) if oa.chat_template else None
+    except ValueError as e:
+        print(f"symphony serve: {e}", file=sys.stderr)
+        return 2
     try:
         engine = Engine(
             model,
+            dtype=torch_dtype(oa.dtype, "cpu"),
             num_pages=num_pages,
             kv_cache_gb=kv_cache_gb,
             threads=threads,
@@ -108,9 +138,14 @@ def serve(
             kv_cache_dtype=kv_cache_dtype,
             prefix_cache=prefix_cache,
         )
-    except ModelError as e:
+        gen_defaults = generation_defaults(oa.generation_config, engine.model_dir)
+    except (ModelError, ValueError) as e:
         print(f"symphony serve: {e}", file=sys.stderr)
         return 2
+    if template is not None:
+        engine.tokenizer.template_source = template  # before anything is rendered with the model's
+    if oa.max_num_seqs:
+        engine.runtime.batch.max_batch = oa.max_num_seqs
     mgr = None
     if sandbox:
         mgr = SandboxManager(
@@ -129,6 +164,10 @@ def serve(
         default_wall_time=wall_time,
         keep_finished_s=keep_finished_s,
         drain_s=drain_s,
+        served_model_name=oa.served_model_name,
+        generation_defaults=gen_defaults,
+        max_model_len=oa.max_model_len,
+        allowed_origins=tuple(oa.allowed_origins) if oa.allowed_origins is not None else ("*",),
     )
     _free_large_blocks_at_once()
     app = create_app(engine, users, config, mgr, plugins=plugins or [])

@@ -26,6 +26,12 @@ class ServerConfig:
     sandbox_defaults: dict = field(default_factory=dict)  # SandboxSpec fields: cpu_seconds, memory_mb, ...
     keep_finished_s: float = KEEP_FINISHED_S  # how long a finished process's record (and result) is kept
     drain_s: float = 5.0  # on SIGTERM: seconds running processes get to finish before they are cancelled
+    # the OpenAI-compatible API (server/openai): the model's name in replies, and the sampling
+    # defaults a request's unset fields take (--generation-config: temperature, top_p, top_k, ...)
+    served_model_name: str | None = None
+    generation_defaults: dict = field(default_factory=dict)
+    max_model_len: int | None = None  # prompt + reply tokens of one request (--max-model-len)
+    allowed_origins: tuple[str, ...] = ("*",)  # CORS (--allowed-origins)
 
 
 @dataclass
@@ -50,7 +56,7 @@ class State:
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
-        self.metrics = ServerMetrics(engine, sandbox)
+        self.metrics = ServerMetrics(engine, sandbox, config.served_model_name)
         self.draining = False  # SIGTERM received: no new processes, running ones get config.drain_s
         self.drained = False  # the drain deadline passed: what still ran is cancelled
 

@@ -17,13 +17,21 @@ class BadRequest(Exception):
     """An HTTP error with a clear message; rendered as {"error": {...}}."""
 
     def __init__(
-        self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param = status, message, type, param
+        self.code = code  # the OpenAI error code (e.g. "context_length_exceeded"); default the status
 
     def body(self) -> dict:
-        return {"error": {"type": self.type, "message": self.message, "param": self.param, "code": self.status}}
+        code = self.code or self.status
+        return {"error": {"type": self.type, "message": self.message, "param": self.param, "code": code}}
 
 
 def error_response(status: int, message: str, type: str, param: str | None = None) -> JSONResponse:

@@ -12,29 +12,31 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..validate import check_fields, read_json
+from ..validate import read_json
 from .constraints import request_grammar
 from .generation import ChoiceOut, ToolCallOut, Usage
 from .logprobs import TokenLogprob, chat_logprobs, completion_logprobs
-from .messages import chat_messages
-from .params import (
-    CHAT_FIELDS,
-    COMPLETION_FIELDS,
-    chat_params,
-    check_model,
-    completion_params,
-    prompt_text,
-)
+from .messages import chat_messages, template_renders_names
+from .params import chat_params, check_model, completion_params, prompt_text
+from .protocol import ChatRequest, CompletionRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
+from .template_tools import call_format, render_with_tools
+from .tool_parse import OWN_FORMAT
 
 
-def _tool_calls(call: ToolCallOut, cid: str, index: int | None = None) -> list[dict]:
-    tc: dict[str, Any] = {
-        "id": f"call_{cid}",
-        "type": "function",
-        "function": {"name": call["name"], "arguments": call["arguments"]},
-    }
-    return [tc if index is None else {"index": index, **tc}]
+def _call_id(cid: str, choice: int, k: int) -> str:
+    return f"call_{cid}_{choice}_{k}"
+
+
+def _tool_calls(calls: list[ToolCallOut], cid: str, choice: int) -> list[dict]:
+    return [
+        {
+            "id": _call_id(cid, choice, k),
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+        for k, c in enumerate(calls)
+    ]
 
 
 def _usage_headers(u: Usage) -> dict[str, str]:
@@ -72,29 +74,24 @@ class _Stream:
             return self.chunk([{"index": i, "delta": delta, "finish_reason": finish, "logprobs": self._lp(i, items)}])
         return self.chunk([{"index": i, "text": text, "finish_reason": finish, "logprobs": self._lp(i, items)}])
 
-    def end(self, m: dict) -> list[str]:
-        out = []
-        if m["tool_call"] is not None:
-            out.append(
-                self.chunk(
-                    [
-                        {
-                            "index": m["choice"],
-                            "finish_reason": None,
-                            "logprobs": None,
-                            "delta": {"tool_calls": _tool_calls(m["tool_call"], self.cid, 0)},
-                        }
-                    ]
-                )
-            )
-        out.append(self.text(m["choice"], "", m["logprobs"], m["finish_reason"]))
-        return out
+    def tool(self, m: dict) -> str:
+        """A piece of a tool call: its id, type and name first, then its arguments piece by piece."""
+        tc: dict[str, Any] = {"index": m["index"], "function": {"arguments": m["arguments"]}}
+        if m["name"] is not None:
+            tc.update(id=_call_id(self.cid, m["choice"], m["index"]), type="function")
+            tc["function"]["name"] = m["name"]
+        return self.chunk(
+            [{"index": m["choice"], "delta": {"tool_calls": [tc]}, "finish_reason": None, "logprobs": None}]
+        )
+
+    def end(self, m: dict) -> str:
+        return self.text(m["choice"], "", m["logprobs"], m["finish_reason"])
 
 
 def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool) -> dict:
-    msg: dict[str, Any] = {"role": "assistant", "content": c["text"] if c["tool_call"] is None else None}
-    if c["tool_call"] is not None:
-        msg["tool_calls"] = _tool_calls(c["tool_call"], f"{cid}_{c['index']}")
+    msg: dict[str, Any] = {"role": "assistant", "content": c["text"]}
+    if c["tool_calls"]:
+        msg["tool_calls"] = _tool_calls(c["tool_calls"], cid, c["index"])
     return {
         "index": c["index"],
         "message": msg,
@@ -103,10 +100,10 @@ def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool) -> dict:
     }
 
 
-def _completion_choice(c: ChoiceOut, logprobs: bool) -> dict:
+def _completion_choice(c: ChoiceOut, logprobs: bool, echo: str) -> dict:
     return {
         "index": c["index"],
-        "text": c["text"],
+        "text": echo + (c["text"] or ""),
         "finish_reason": c["finish_reason"],
         "logprobs": completion_logprobs(c["logprobs"]) if logprobs else None,
     }
@@ -117,23 +114,32 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
     state = api.state
     user = api.authenticate(state, request)
     where = "chat.completions" if chat else "completions"
-    body = check_fields(
-        await read_json(request, state.config.max_body), CHAT_FIELDS if chat else COMPLETION_FIELDS, where
-    )
+    req = parse(ChatRequest if chat else CompletionRequest, await read_json(request, state.config.max_body), where)
+    body = {**state.config.generation_defaults, **as_body(req)}
     check_model(body, api.model_names())
+    vocab = state.engine.config.vocab_size
+    echo = ""
     if chat:
-        params = chat_params(body)
-        msgs = chat_messages(body["messages"], params.tools, params.tool_choice)
-        prompt = state.engine.chat_template(msgs, True)
+        params = chat_params(body, vocab)
+        tok = state.engine.tokenizer
+        names = template_renders_names(tok.template_source)
+        fmt = call_format(tok.template_source) if params.tool_choice.active else OWN_FORMAT
+        params.call_format = fmt
+        own = fmt is not OWN_FORMAT
+        msgs = chat_messages(body["messages"], params.tools, params.tool_choice, names, template_tools=own)
+        prompt = render_with_tools(tok, msgs, params.tools) if own else state.engine.chat_template(msgs, True)
     else:
-        params = completion_params(body)
+        params = completion_params(body, vocab)
         prompt = prompt_text(body["prompt"])
+        echo = prompt if params.echo else ""
     grammar = request_grammar(state.engine, params)
     stream = bool(body.get("stream"))
-    rec = api.launch(user, prompt, params, grammar, stream, "chat" if chat else "completion", arrived)
+    end_user = body.get("safety_identifier") or body.get("user")
+    rec = api.launch(user, prompt, params, grammar, stream, "chat" if chat else "completion", arrived, end_user)
     created = now_s()
     cid = f"{'chatcmpl' if chat else 'cmpl'}-{rec.pid}-{created}"
     model = body["model"]
+    tier = {"service_tier": "default"} if "service_tier" in body else {}
 
     if stream:
         if (refused := await early_failure(rec)) is not None:
@@ -142,25 +148,20 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
         s = _Stream(chat, cid, created, model, params.logprobs)
 
         async def events() -> AsyncIterator[str]:
-            if chat:
-                for i in range(params.n):
-                    yield s.chunk(
-                        [
-                            {
-                                "index": i,
-                                "delta": {"role": "assistant", "content": ""},
-                                "finish_reason": None,
-                                "logprobs": None,
-                            }
-                        ]
-                    )
+            for i in range(params.n):
+                if chat:
+                    first = {"index": i, "delta": {"role": "assistant", "content": ""}}
+                    yield s.chunk([{**first, "finish_reason": None, "logprobs": None}])
+                elif echo:
+                    yield s.chunk([{"index": i, "text": echo, "finish_reason": None, "logprobs": None}])
             async for m in lip_messages(rec):
                 kind = m.get("kind")
                 if kind == "delta":
                     yield s.text(m["choice"], m["text"], m["logprobs"])
+                elif kind == "tool":
+                    yield s.tool(m)
                 elif kind == "end":
-                    for line in s.end(m):
-                        yield line
+                    yield s.end(m)
                 elif kind == "usage" and include_usage:
                     yield s.chunk([], usage=m["usage"])
                 elif kind == "error":
@@ -175,7 +176,7 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
     if chat:
         choices = [_chat_choice(c, cid, params.logprobs) for c in res["choices"]]
     else:
-        choices = [_completion_choice(c, params.logprobs) for c in res["choices"]]
+        choices = [_completion_choice(c, params.logprobs, echo) for c in res["choices"]]
     return JSONResponse(
         {
             "id": cid,
@@ -184,6 +185,7 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
             "model": model,
             "choices": choices,
             "usage": res["usage"],
+            **tier,
         },
         headers=_usage_headers(res["usage"]),
     )

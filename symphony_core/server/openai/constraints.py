@@ -1,13 +1,13 @@
 """The grammar a request's output must follow (`response_format`, `text.format`, tools), compiled
-before the request's LIP starts so that a schema llguidance cannot compile is a 400, not a
-failed generation."""
+before the request's LIP starts so that a schema llguidance cannot compile (or that allows no
+output at all) is a 400, not a failed generation."""
 
 from __future__ import annotations
 
 from ...lib.grammar import Grammar, GrammarError, load_tokenizer
 from ..validate import BadRequest
 from .params import GenerationParams
-from .tools import auto_lark, call_schema
+from .tools import tools_lark
 
 
 def request_grammar(engine, p: GenerationParams, param: str = "response_format") -> Grammar | None:
@@ -16,11 +16,12 @@ def request_grammar(engine, p: GenerationParams, param: str = "response_format")
         return None
     tok = load_tokenizer(engine.model_dir / "tokenizer.json", engine.config.vocab_size, sorted(engine.eos_token_ids))
     try:
-        if choice.mode == "auto":
-            return Grammar.lark(auto_lark(p.tools), tok)
         if choice.active:
-            return Grammar.json_schema(call_schema(p.tools, choice), tok)
-        return Grammar.json_schema(p.output.schema or {"type": "object"}, tok)
-    except GrammarError as e:
+            g = Grammar.lark(tools_lark(p.tools, choice, p.parallel_tool_calls, p.call_format), tok)
+        else:
+            g = Grammar.json_schema(p.output.schema or {"type": "object"}, tok)
+        g.matcher().mask()  # a schema that compiles but allows no first token (`{"$ref": "#"}`) fails here
+        return g
+    except (GrammarError, RecursionError, ValueError, TypeError) as e:
         where = "tools" if choice.active else param
         raise BadRequest(400, f"{where}: {e}", param=where) from None

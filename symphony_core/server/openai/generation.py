@@ -6,25 +6,30 @@ shared copy-on-write) that feeds the prompt's last token and decodes on its own,
 measures is reported as it happened: `usage.shared_prompt_pages` is the number of the prompt's
 pages every choice's file still held when it finished.
 
-Sampling is `lib.generate` with the request's temperature / top_p / seed (choice `i` uses
-`seed + i`), presence/frequency penalties as a logits processor over the generated tokens,
-stop strings, and the request's grammar (JSON schema or tool call). Streaming sends `Delta`
-pieces, a `ChoiceEnd` per choice and one `UsageReport` last; the return value is `Outcome`.
+Sampling is `lib.generate` with the request's temperature / top_p / top_k / min_p / seed (choice
+`i` uses `seed + i`), repetition, presence and frequency penalties and `logit_bias` as logits
+processors, stop strings, and the request's grammar (JSON schema or tool calls). Text is
+detokenized as the request asks (text.py: special tokens skipped by default). Tool calls are
+read as the reply grows (tool_parse.py). Streaming sends `Delta` pieces, `ToolDelta`s, a
+`ChoiceEnd` per choice and one `UsageReport` last; the return value is `Outcome`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Protocol, TypedDict
 
 import torch
 
+from ...errors import SymphonyError
 from ...lib.generate import Generation, generate
 from ...lib.grammar import Grammar
 from ...lib.samplers import SamplingParams
 from .logprobs import TokenLogprob, token_logprob
 from .params import GenerationParams
-from .tools import read_tool_call
+from .text import TextCodec
+from .tool_parse import CallStream, parse_reply
 
 MAX_PARALLEL = 4  # a built-in LIP may run 4 threads (server/app.py's launch_builtin)
 _FINISH = {
@@ -49,18 +54,31 @@ class Delta(TypedDict):
     logprobs: list[TokenLogprob]
 
 
+class ToolDelta(TypedDict):
+    kind: str  # "tool"
+    choice: int
+    index: int  # which call of the reply
+    name: str | None  # set once, in the call's first delta
+    arguments: str  # the next piece of the arguments' JSON text
+
+
 class ChoiceEnd(TypedDict):
     kind: str  # "end"
     choice: int
     finish_reason: str
-    tool_call: ToolCallOut | None
+    tool_calls: list[ToolCallOut]
     logprobs: list[TokenLogprob]  # streaming: those not sent with a Delta yet; else all of them
+
+
+class PromptDetails(TypedDict):
+    cached_tokens: int  # prompt tokens whose K/V came from the prefix cache (or a stored response)
 
 
 class Usage(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptDetails
     prompt_prefills: int  # how many times the prompt ran through the model (1, whatever n is)
     shared_prompt_pages: int  # KV pages of the prompt held by every choice's file (0 when n == 1)
 
@@ -72,9 +90,9 @@ class UsageReport(TypedDict):
 
 class ChoiceOut(TypedDict):
     index: int
-    text: str
+    text: str | None  # None when the reply is tool calls
     finish_reason: str
-    tool_call: ToolCallOut | None
+    tool_calls: list[ToolCallOut]
     logprobs: list[TokenLogprob]
 
 
@@ -90,17 +108,23 @@ class Timer(Protocol):
 
     def token(self, choice: int) -> None: ...
 
+    def finished(self, reasons: list[str], prompt_tokens: int, completion_tokens: int) -> None: ...
+
 
 class _Charged:
-    """`sym` whose `pred` first charges the user's token-rate quota."""
+    """`sym` whose `pred` first charges the user's token-rate quota, and whose `detokenize`
+    renders text as the request asks (special tokens skipped or not)."""
 
-    def __init__(self, sym, before_pred: Callable[[int], None] | None) -> None:
-        self._sym, self._before = sym, before_pred
+    def __init__(self, sym, before_pred: Callable[[int], None] | None, detok: Callable | None = None) -> None:
+        self._sym, self._before, self._detok = sym, before_pred, detok
 
     def pred(self, kv, tokens, *args, **kw):
         if self._before is not None:
             self._before(len(tokens))
         return self._sym.pred(kv, tokens, *args, **kw)
+
+    def detokenize(self, ids) -> str:
+        return self._sym.detokenize(ids) if self._detok is None else self._detok(ids)
 
     def __getattr__(self, name: str):
         return getattr(self._sym, name)
@@ -120,12 +144,41 @@ def penalties(presence: float, frequency: float):
     return apply
 
 
+def logit_bias(bias: dict[int, float]):
+    """OpenAI's `logit_bias`: added to the logits of the named tokens at every step."""
+    ids = torch.tensor(list(bias), dtype=torch.long)
+    vals = torch.tensor(list(bias.values()), dtype=torch.float32)
+
+    def apply(logits: torch.Tensor, generated) -> torch.Tensor:
+        out = logits.clone()
+        out[ids] += vals.to(out.dtype)
+        return out
+
+    return apply
+
+
 def _one_choice(
-    sym, i: int, kv, feed: list[int], p: GenerationParams, grammar: Grammar | None, stream: bool, timer: Timer | None
+    sym,
+    i: int,
+    kv,
+    feed: list[int],
+    p: GenerationParams,
+    grammar: Grammar | None,
+    stream: bool,
+    timer: Timer | None,
+    codec: TextCodec | None,
 ) -> tuple[ChoiceOut, Generation]:
     procs = [penalties(p.presence_penalty, p.frequency_penalty)] if p.presence_penalty or p.frequency_penalty else []
+    if p.logit_bias:
+        procs.append(logit_bias(p.logit_bias))
     sampling = SamplingParams(
-        temperature=p.temperature, top_p=p.top_p, seed=None if p.seed is None else p.seed + i, processors=procs
+        temperature=p.temperature,
+        top_p=p.top_p,
+        top_k=p.top_k,
+        min_p=p.min_p,
+        repetition_penalty=p.repetition_penalty,
+        seed=None if p.seed is None else p.seed + i,
+        processors=procs,
     )
     eos = sym.eos_token_ids
     lps: list[TokenLogprob] = []
@@ -134,15 +187,28 @@ def _one_choice(
     def on_token(t: int, d) -> None:
         if timer is not None:
             timer.token(i)
-        if p.logprobs and t not in eos:
-            lps.append(token_logprob(sym, d, t, p.top_logprobs))
+        if p.logprobs and (t not in eos or p.ignore_eos):
+            lps.append(token_logprob(sym, d, t, p.top_logprobs, codec))
 
-    def emit(text: str) -> None:
+    def send_text(text: str) -> None:
         sym.send(Delta(kind="delta", choice=i, text=text, logprobs=lps[sent[0] :]))
         sent[0] = len(lps)
 
-    # A tool call is read back whole at the end; until then nothing of the reply is shown.
-    streaming = stream and not p.tool_choice.active
+    tools = p.tool_choice.active
+    calls = CallStream(p.call_format, may_be_text=p.tool_choice.mode == "auto")
+    shown = [""]
+
+    def emit(piece: str) -> None:
+        if not tools:
+            send_text(piece)
+            return
+        shown[0] += piece
+        text, deltas = calls.update(shown[0])
+        if text:
+            send_text(text)
+        for k, name, args in deltas:
+            sym.send(ToolDelta(kind="tool", choice=i, index=k, name=name, arguments=args))
+
     g = generate(
         sym,
         kv,
@@ -150,20 +216,48 @@ def _one_choice(
         p.max_tokens,
         sampling=sampling,
         stop=p.stop or None,
+        stop_tokens=() if p.ignore_eos else None,
         grammar=grammar.matcher() if grammar is not None else None,
-        stream=emit if streaming else None,
+        stream=emit if stream else None,
         on_token=on_token,
         history=[],
     )
-    call = read_tool_call(g.text, p.tool_choice) if g.stop_reason != "max_tokens" else None
-    finish = "tool_calls" if call is not None else _FINISH[g.stop_reason]
-    tool = ToolCallOut(name=call.name, arguments=call.arguments) if call is not None else None
-    text = "" if call is not None else g.text
+    reply = parse_reply(g.text, p.call_format, may_be_text=p.tool_choice.mode == "auto") if tools else None
+    finish = _FINISH[g.stop_reason]
+    text: str | None = g.text
+    out_calls: list[ToolCallOut] = []
+    if reply is not None and reply.text is None:  # calls (a cut one among them when max_tokens ran out)
+        text = None
+        out_calls = [ToolCallOut(name=c.name, arguments=c.arguments) for c in reply.calls]
+        if finish != "length":
+            finish = "tool_calls"
     if stream:
-        if not streaming and text:
-            emit(text)
-        sym.send(ChoiceEnd(kind="end", choice=i, finish_reason=finish, tool_call=tool, logprobs=lps[sent[0] :]))
-    return ChoiceOut(index=i, text=text, finish_reason=finish, tool_call=tool, logprobs=lps), g
+        sym.send(ChoiceEnd(kind="end", choice=i, finish_reason=finish, tool_calls=out_calls, logprobs=lps[sent[0] :]))
+    return ChoiceOut(index=i, text=text, finish_reason=finish, tool_calls=out_calls, logprobs=lps), g
+
+
+def _open_base(sym, toks: list[int], conv_path: str | None, resume: bool) -> tuple:
+    """The file the prompt goes into, what is left to feed, and how many of the prompt's tokens it
+    already held (None for a new file: the prefix cache may have given it some)."""
+    if conv_path is None:
+        return sym.kv_create(), toks, None
+    if resume:
+        try:
+            kv = sym.kv_open(conv_path, "w")
+        except SymphonyError:  # gone (evicted, removed): compute the conversation again
+            pass
+        else:
+            have = kv.tokens
+            common = 0
+            limit = min(len(have), len(toks) - 1)  # at least one token must be fed
+            while common < limit and have[common] == toks[common]:
+                common += 1
+            if common < len(have):
+                sym.kv_truncate(kv, common)
+            return kv, toks[common:], common
+        with contextlib.suppress(SymphonyError):
+            sym.kv_remove(conv_path)
+    return sym.kv_create(conv_path), toks, None
 
 
 def openai_generate(
@@ -174,28 +268,36 @@ def openai_generate(
     stream: bool = False,
     timer: Timer | None = None,
     before_pred: Callable[[int], None] | None = None,
+    codec: TextCodec | None = None,
+    conv_path: str | None = None,
+    resume: bool = False,
 ) -> Outcome:
+    """`conv_path`: keep the conversation's K/V in that named KV file (store.py); with `resume` the
+    file holds an earlier turn's, and only what the prompt adds past their common start is fed."""
     if timer is not None:
         timer.started()
-    charged = _Charged(sym, before_pred)
+    detok = (
+        None if codec is None else codec.detokenizer(params.skip_special_tokens, params.spaces_between_special_tokens)
+    )
+    charged = _Charged(sym, before_pred, detok)
     toks = sym.tokenize(prompt)
     n = params.n
     outs: list[tuple[ChoiceOut, Generation] | None] = [None] * n
     fork_pages: list[set[int]] = []
-    base = sym.kv_create()
+    base, feed, resumed = _open_base(sym, toks, conv_path, resume)
     try:
         if n == 1:
-            outs[0] = _one_choice(charged, 0, base, toks, params, grammar, stream, timer)
+            outs[0] = _one_choice(charged, 0, base, feed, params, grammar, stream, timer, codec)
         else:
-            if len(toks) > 1:
-                charged.pred(base, toks[:-1])  # the prompt, once; every choice forks it
+            if len(feed) > 1:
+                charged.pred(base, feed[:-1])  # the prompt, once; every choice forks it
 
             def worker(s, w: int) -> None:
-                cs = _Charged(s, before_pred)
+                cs = _Charged(s, before_pred, detok)
                 for i in range(w, n, MAX_PARALLEL):
                     kv = s.kv_fork(base)
                     try:
-                        outs[i] = _one_choice(cs, i, kv, toks[-1:], params, grammar, stream, timer)
+                        outs[i] = _one_choice(cs, i, kv, feed[-1:], params, grammar, stream, timer, codec)
                         fork_pages.append(set(kv.pages))
                     finally:
                         s.kv_close(kv)
@@ -205,6 +307,7 @@ def openai_generate(
             for h in handles:
                 h.join()
         shared = len(set(base.pages).intersection(*fork_pages)) if fork_pages else 0
+        cached = base.file.cached_tokens if resumed is None else resumed
     finally:
         sym.kv_close(base)
     done = [o for o in outs if o is not None]
@@ -213,9 +316,12 @@ def openai_generate(
         prompt_tokens=len(toks),
         completion_tokens=completion,
         total_tokens=len(toks) + completion,
+        prompt_tokens_details=PromptDetails(cached_tokens=cached),
         prompt_prefills=1,
         shared_prompt_pages=shared,
     )
+    if timer is not None:
+        timer.finished([c["finish_reason"] for c, _ in done], len(toks), completion)
     if stream:
         sym.send(UsageReport(kind="usage", usage=usage))
     return Outcome(choices=[c for c, _ in done], usage=usage)

@@ -1,5 +1,9 @@
 """Log-probabilities: one `TokenLogprob` per generated token, read from the `Dist` it was picked
-from (after the grammar's mask, before the penalties), and their two OpenAI wire formats."""
+from (after the grammar's mask, before the penalties), and their two OpenAI wire formats.
+
+A token's `bytes` are its exact bytes (text.py), so the bytes of a reply's tokens joined are the
+reply's UTF-8 text even where one character spans several tokens (each of which prints as U+FFFD).
+"""
 
 from __future__ import annotations
 
@@ -7,33 +11,48 @@ from typing import TypedDict
 
 import torch
 
+from .text import TextCodec
+
+FLOOR = -9999.0  # a token the grammar masked has log-probability -inf; JSON has no infinity
+
+
+class TopEntry(TypedDict):
+    token: str
+    logprob: float
+    bytes: list[int]
+
 
 class TokenLogprob(TypedDict):
     token: str
     logprob: float
-    top: list[tuple[str, float]]  # the `top_logprobs` most likely tokens, most likely first
+    bytes: list[int]
+    top: list[TopEntry]  # the `top_logprobs` most likely tokens, most likely first
 
 
-def token_logprob(sym, dist, token: int, top: int) -> TokenLogprob:
+def _entry(sym, tok: int, lp: float, codec: TextCodec | None) -> TopEntry:
+    text = sym.detokenize([tok])
+    raw = codec.token_bytes(tok) if codec is not None else text.encode()
+    return {"token": text, "logprob": max(lp, FLOOR), "bytes": list(raw)}
+
+
+def token_logprob(sym, dist, token: int, top: int, codec: TextCodec | None = None) -> TokenLogprob:
     logits = dist.logits if dist.logits.dim() == 1 else dist.logits[-1]
     lp = torch.log_softmax(logits.float(), -1)
-    best: list[tuple[str, float]] = []
+    best: list[TopEntry] = []
     if top:
         vals, ids = lp.topk(top)
-        best = [(sym.detokenize([i]), float(v)) for i, v in zip(ids.tolist(), vals.tolist())]
-    return {"token": sym.detokenize([token]), "logprob": max(float(lp[token]), -9999.0), "top": best}
+        best = [_entry(sym, i, v, codec) for i, v in zip(ids.tolist(), vals.tolist())]
+    return {**_entry(sym, token, float(lp[token]), codec), "top": best}
 
 
-def _entry(token: str, logprob: float) -> dict:
-    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+def _wire(t: TopEntry) -> dict:
+    return {"token": t["token"], "logprob": t["logprob"], "bytes": t["bytes"]}
 
 
 def chat_logprobs(items: list[TokenLogprob]) -> dict:
     """`choices[i].logprobs` of a chat completion (or of one chunk)."""
     return {
-        "content": [
-            {**_entry(t["token"], t["logprob"]), "top_logprobs": [_entry(s, v) for s, v in t["top"]]} for t in items
-        ],
+        "content": [{**_wire(t), "top_logprobs": [_wire(s) for s in t["top"]]} for t in items],
         "refusal": None,
     }
 
@@ -47,6 +66,6 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict:
     return {
         "tokens": [t["token"] for t in items],
         "token_logprobs": [t["logprob"] for t in items],
-        "top_logprobs": [dict(t["top"]) for t in items],
+        "top_logprobs": [{s["token"]: s["logprob"] for s in t["top"]} for t in items],
         "text_offset": offsets,
     }

@@ -1,14 +1,24 @@
 """Chat messages (and the Responses API's `input`) -> the `{"role", "content"}` list the model's
-chat template renders. Text only; a tool's result and an earlier call become text turns."""
+chat template renders. Text only; a tool's result and an earlier call become text turns. A
+message's `name` is passed to the template when the template renders names, and refused (400)
+when it does not: it is never dropped."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..validate import BadRequest
-from .tools import ToolChoice, render_tool_calls, tools_prompt
+from .tools import ToolChoice, checked_calls, render_tool_calls, tools_prompt
 
 _ROLES = ("system", "user", "assistant", "developer", "tool")
+_MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}
+_NAME_IN_TEMPLATE = re.compile(r"""\.name\b|\[\s*['"]name['"]\s*\]""")
+
+
+def template_renders_names(template_source: str | None) -> bool:
+    """Whether a chat template reads a message's `name`."""
+    return bool(template_source) and _NAME_IN_TEMPLATE.search(template_source or "") is not None
 
 
 def _bad(msg: str, param: str) -> BadRequest:
@@ -30,23 +40,56 @@ def _text(content: Any, where: str, param: str, part_types: tuple[str, ...]) -> 
     raise _bad(f"{where}.content must be a string or a list of text parts", param)
 
 
-def chat_messages(msgs: list, tools: list[dict] | None = None, choice: ToolChoice | None = None) -> list[dict]:
+def chat_messages(
+    msgs: list,
+    tools: list[dict] | None = None,
+    choice: ToolChoice | None = None,
+    names: bool = False,
+    template_tools: bool = False,
+) -> list[dict]:
+    """`names`: the template renders a message's `name` (else a `name` is refused).
+    `template_tools`: the template renders tools, earlier calls and tool results itself."""
     out = []
     for i, m in enumerate(msgs):
+        at = f"messages[{i}]"
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise _bad(f"messages[{i}] must be an object with a 'role' string", "messages")
+            raise _bad(f"{at} must be an object with a 'role' string", "messages")
         role = m["role"]
         if role not in _ROLES:
-            raise _bad(f"messages[{i}].role {role!r} is not one of {', '.join(_ROLES)}", "messages")
-        text = _text(m.get("content"), f"messages[{i}]", "messages", ("text",))
-        if m.get("tool_calls"):
+            raise _bad(f"{at}.role {role!r} is not one of {', '.join(_ROLES)}", "messages")
+        unknown = sorted(set(m) - _MESSAGE_FIELDS)
+        if unknown:
+            raise _bad(f"{at}: unknown field(s) {', '.join(map(repr, unknown))}", f"{at}.{unknown[0]}")
+        text = _text(m.get("content"), at, "messages", ("text",))
+        if m.get("refusal") is not None:
+            raise _bad(f"{at}.refusal: an earlier refusal cannot be rendered for this model", f"{at}.refusal")
+        if m.get("tool_calls") is not None:
             if role != "assistant" or not isinstance(m["tool_calls"], list):
-                raise _bad(f"messages[{i}].tool_calls must be a list on an assistant message", "messages")
-            text += render_tool_calls(m["tool_calls"])
-        out.append({"role": "system" if role == "developer" else role, "content": text})
+                raise _bad(f"{at}.tool_calls must be a list on an assistant message", at)
+            if not template_tools:
+                text += render_tool_calls(m["tool_calls"], at)
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": text}
+        if template_tools and m.get("tool_calls") is not None:
+            msg["tool_calls"] = [
+                {"id": c.get("id"), "type": "function", "function": {"name": c["function"]["name"], "arguments": a}}
+                for c, a in checked_calls(m["tool_calls"], at)
+            ]
+        if template_tools and isinstance(m.get("tool_call_id"), str):
+            msg["tool_call_id"] = m["tool_call_id"]
+        if m.get("name") is not None:
+            if not isinstance(m["name"], str):
+                raise _bad(f"{at}.name must be a string", f"{at}.name")
+            if not names:
+                raise _bad(
+                    f"{at}.name: this model's chat template does not render a message's name; "
+                    "put it in the content instead",
+                    f"{at}.name",
+                )
+            msg["name"] = m["name"]
+        out.append(msg)
     if not out:
         raise _bad("messages must not be empty", "messages")
-    if tools and choice is not None and choice.active:
+    if tools and choice is not None and choice.active and not template_tools:
         out = _with_system(out, tools_prompt(tools, choice))
     return out
 
@@ -57,8 +100,9 @@ def _with_system(msgs: list[dict], text: str) -> list[dict]:
     return [{"role": "system", "content": text}, *msgs]
 
 
-def responses_input(inp: str | list, instructions: str | None) -> list[dict]:
-    """The Responses API's `input` (a string, or a list of message items) as chat messages."""
+def responses_input(inp: str | list, instructions: str | None, history: list[dict] | None = None) -> list[dict]:
+    """The Responses API's `input` (a string, or a list of message items) as chat messages, after
+    `history` (a stored conversation); `instructions` as the system message."""
     if isinstance(inp, str):
         msgs = [{"role": "user", "content": inp}]
     else:
@@ -73,4 +117,5 @@ def responses_input(inp: str | list, instructions: str | None) -> list[dict]:
             msgs.append({"role": "system" if role == "developer" else role, "content": text})
         if not msgs:
             raise _bad("input must not be empty", "input")
+    msgs = [*(history or []), *msgs]
     return _with_system(msgs, instructions) if instructions else msgs

@@ -1,8 +1,7 @@
-"""Request parsing for the OpenAI-compatible endpoints: JSON body -> `GenerationParams`.
-
-Every field is type-checked (`check_fields`: an unknown field is a 422 naming it); values out
-of range, or a feature Symphony does not implement, get a 400 naming the parameter. Nothing
-is silently ignored.
+"""Request parsing for the OpenAI-compatible endpoints: a checked body (protocol.py: types,
+unknown and refused fields, nulls dropped) -> `GenerationParams`. Values out of range, or a
+combination Symphony does not implement, get a 400 naming the parameter. Nothing is silently
+ignored.
 """
 
 from __future__ import annotations
@@ -11,58 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..validate import BadRequest, check_fields
+from .tool_parse import OWN_FORMAT, CallFormat
 from .tools import ToolChoice, parse_tool_choice, parse_tools
 
-_NUM = (int, float)
-_OPT_NUM = (*_NUM, type(None))
-_SAMPLING_FIELDS = {
-    "model": ((str,), True),
-    "temperature": (_OPT_NUM, False),
-    "top_p": (_OPT_NUM, False),
-    "stream": ((bool, type(None)), False),
-    "user": ((str,), False),
-}
-_COMMON = {
-    **_SAMPLING_FIELDS,
-    "max_tokens": ((int, type(None)), False),
-    "n": ((int, type(None)), False),
-    "stream_options": ((dict, type(None)), False),
-    "stop": ((str, list, type(None)), False),
-    "seed": ((int, type(None)), False),
-    "presence_penalty": (_OPT_NUM, False),
-    "frequency_penalty": (_OPT_NUM, False),
-}
-CHAT_FIELDS = {
-    **_COMMON,
-    "messages": ((list,), True),
-    "max_completion_tokens": ((int, type(None)), False),
-    "logprobs": ((bool, type(None)), False),
-    "top_logprobs": ((int, type(None)), False),
-    "response_format": ((dict, type(None)), False),
-    "tools": ((list, type(None)), False),
-    "tool_choice": ((str, dict, type(None)), False),
-    "parallel_tool_calls": ((bool, type(None)), False),
-}
-COMPLETION_FIELDS = {
-    **_COMMON,
-    "prompt": ((str, list), True),
-    "logprobs": ((int, type(None)), False),
-    "echo": ((bool, type(None)), False),
-    "suffix": ((str, type(None)), False),
-}
-RESPONSES_FIELDS = {
-    **_SAMPLING_FIELDS,
-    "input": ((str, list), True),
-    "instructions": ((str, type(None)), False),
-    "max_output_tokens": ((int, type(None)), False),
-    "text": ((dict, type(None)), False),
-    "store": ((bool, type(None)), False),
-    "metadata": ((dict, type(None)), False),
-}
 MAX_TOKENS_CAP = 4096
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 4
+MAX_TOP_K = 1 << 20
+LOGIT_BIAS_RANGE = 100
 SEED_RANGE = (-(2**63), 2**63 - MAX_N)  # int64, room for choice i's seed + i
 
 
@@ -92,6 +48,16 @@ class GenerationParams:
     output: OutputFormat = field(default_factory=OutputFormat)
     tools: list[dict] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    call_format: CallFormat = OWN_FORMAT  # how the model writes a call (ours, or its template's)
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    echo: bool = False
 
 
 def bad(msg: str, param: str | None = None) -> BadRequest:
@@ -130,22 +96,51 @@ def _stops(v: Any) -> list[str]:
 
 
 def _sampling(body: dict) -> dict:
+    top_k = body.get("top_k", 0)
+    if top_k == -1:  # vLLM's "off"
+        top_k = 0
+    if not 0 <= top_k <= MAX_TOP_K:
+        raise bad(f"top_k must be -1, 0 (off) or in [1, {MAX_TOP_K}], got {top_k}", "top_k")
     return {
         "temperature": _in_range("temperature", body.get("temperature"), 1.0, 0, 2),
         "top_p": _in_range("top_p", body.get("top_p"), 1.0, 0, 1, lo_open=True),
+        "top_k": top_k,
+        "min_p": _in_range("min_p", body.get("min_p"), 0.0, 0, 1),
+        "repetition_penalty": _in_range("repetition_penalty", body.get("repetition_penalty"), 1.0, 0, 2, lo_open=True),
+        "skip_special_tokens": body.get("skip_special_tokens", True),
+        "spaces_between_special_tokens": body.get("spaces_between_special_tokens", True),
     }
 
 
-def _common(body: dict, default_max: int) -> GenerationParams:
+def _logit_bias(v: dict | None, vocab_size: int) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for k, b in (v or {}).items():
+        try:
+            tok = int(k)
+        except ValueError:
+            raise bad(f"logit_bias keys must be token ids, got {k!r}", "logit_bias") from None
+        if not 0 <= tok < vocab_size:
+            raise bad(f"logit_bias: token id {tok} is outside the vocabulary [0, {vocab_size})", "logit_bias")
+        if not -LOGIT_BIAS_RANGE <= b <= LOGIT_BIAS_RANGE:
+            raise bad(f"logit_bias values must be in [-100, 100], got {b} for token {tok}", "logit_bias")
+        out[tok] = float(b)
+    return out
+
+
+def _common(body: dict, default_max: int, vocab_size: int) -> GenerationParams:
     n = 1 if body.get("n") is None else body["n"]
     if not 1 <= n <= MAX_N:
         raise bad(f"n must be in [1, {MAX_N}], got {n}", "n")
     so = body.get("stream_options") or {}
-    check_fields(so, {"include_usage": ((bool,), False)}, "stream_options")
+    check_fields(
+        so, {"include_usage": ((bool, type(None)), False), "include_obfuscation": ((bool,), False)}, "stream_options"
+    )
+    if so.get("include_obfuscation"):
+        raise bad("stream_options.include_obfuscation is not supported (events are not padded)", "stream_options")
     seed = body.get("seed")
     if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise bad(f"seed must be a 64-bit integer in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed}", "seed")
-    mt = body.get("max_completion_tokens", body.get("max_tokens"))
+    mt = body.get("max_completion_tokens", body.get("max_tokens"))  # nulls are gone (protocol.as_body)
     return GenerationParams(
         max_tokens=_max_tokens(mt, default_max),
         n=n,
@@ -153,6 +148,8 @@ def _common(body: dict, default_max: int) -> GenerationParams:
         seed=seed,
         presence_penalty=_in_range("presence_penalty", body.get("presence_penalty"), 0.0, -2, 2),
         frequency_penalty=_in_range("frequency_penalty", body.get("frequency_penalty"), 0.0, -2, 2),
+        logit_bias=_logit_bias(body.get("logit_bias"), vocab_size),
+        ignore_eos=body.get("ignore_eos", False),
         **_sampling(body),
     )
 
@@ -184,8 +181,8 @@ def output_format(rf: dict | None, param: str = "response_format") -> OutputForm
     return OutputFormat("json_schema", spec["schema"], spec["name"])
 
 
-def chat_params(body: dict) -> GenerationParams:
-    p = _common(body, 128)
+def chat_params(body: dict, vocab_size: int) -> GenerationParams:
+    p = _common(body, 128, vocab_size)
     if body.get("logprobs"):
         p.logprobs = True
         p.top_logprobs = body.get("top_logprobs") or 0
@@ -201,22 +198,20 @@ def chat_params(body: dict) -> GenerationParams:
             "response_format cannot be combined with a tool call being allowed (tool_choice 'none' lifts it)",
             "response_format",
         )
-    if body.get("parallel_tool_calls"):
-        raise bad("parallel_tool_calls is not supported: a reply calls at most one tool", "parallel_tool_calls")
+    p.parallel_tool_calls = body.get("parallel_tool_calls", True)
     return p
 
 
-def completion_params(body: dict) -> GenerationParams:
-    p = _common(body, 16)
+def completion_params(body: dict, vocab_size: int) -> GenerationParams:
+    p = _common(body, 16, vocab_size)
     lp = body.get("logprobs")
     if lp is not None:
         if not 0 <= lp <= 5:
             raise bad(f"logprobs must be in [0, 5] for completions, got {lp}", "logprobs")
         p.logprobs, p.top_logprobs = True, lp
-    if body.get("echo"):
-        raise bad("echo is not supported", "echo")
-    if body.get("suffix"):
-        raise bad("suffix is not supported", "suffix")
+    p.echo = body.get("echo", False)
+    if p.echo and p.logprobs:
+        raise bad("echo with logprobs is not supported (the prompt's log-probabilities are not computed)", "echo")
     return p
 
 
@@ -224,10 +219,20 @@ def responses_params(body: dict) -> GenerationParams:
     p = GenerationParams(
         max_tokens=_max_tokens(body.get("max_output_tokens"), 128, "max_output_tokens"), **_sampling(body)
     )
-    if body.get("store"):
-        raise bad("store: true is not supported (responses are not kept; send store: false)", "store")
+    for name in ("tools", "tool_choice"):
+        if body.get(name) not in (None, [], "none"):
+            raise bad(f"{name} is not supported by /v1/responses here yet; use /v1/chat/completions", name)
+    if body.get("parallel_tool_calls"):
+        raise bad("parallel_tool_calls: /v1/responses here calls no tools", "parallel_tool_calls")
+    so = body.get("stream_options") or {}
+    if any(so.values()):
+        raise bad("stream_options is not supported by /v1/responses here", "stream_options")
+    if body.get("top_logprobs"):
+        raise bad("top_logprobs is not supported by /v1/responses here; use /v1/chat/completions", "top_logprobs")
     text = body.get("text") or {}
-    check_fields(text, {"format": ((dict,), False)}, "text")
+    check_fields(text, {"format": ((dict,), False), "verbosity": ((str,), False)}, "text")
+    if text.get("verbosity") not in (None, "medium"):
+        raise bad("text.verbosity is not supported: this model has no verbosity control", "text.verbosity")
     p.output = output_format(text.get("format"), "text.format")
     return p
 

@@ -3,7 +3,9 @@
 official event sequence: response.created, response.in_progress, response.output_item.added,
 response.content_part.added, response.output_text.delta…, response.output_text.done,
 response.content_part.done, response.output_item.done, then response.completed (or
-response.incomplete when `max_output_tokens` ran out). Responses are not stored."""
+response.incomplete when `max_output_tokens` ran out). With `store` (the default, as OpenAI) a
+response is kept (store.py) for `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`; a
+follow-up continues the conversation's KV file instead of computing the history again."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..validate import check_fields, read_json
+from ..validate import BadRequest, read_json
 from .constraints import request_grammar
 from .generation import Usage
 from .messages import responses_input
-from .params import RESPONSES_FIELDS, GenerationParams, check_model, responses_params
+from .params import GenerationParams, check_model, responses_params
+from .protocol import ResponsesRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
+from .store import ResponseStore, StoredResponse
 
 
 def _usage(u: Usage) -> dict:
@@ -27,7 +31,7 @@ def _usage(u: Usage) -> dict:
         "input_tokens": u["prompt_tokens"],
         "output_tokens": u["completion_tokens"],
         "total_tokens": u["total_tokens"],
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": u["prompt_tokens_details"]["cached_tokens"]},
         "output_tokens_details": {"reasoning_tokens": 0},
     }
 
@@ -76,32 +80,95 @@ class _Response:
             "tool_choice": "none",
             "tools": [],
             "text": {"format": fmt},
-            "store": False,
+            "store": self.body.get("store", True),
+            "previous_response_id": self.body.get("previous_response_id"),
+            "service_tier": "default",
+            "user": self.body.get("user"),
+            "safety_identifier": self.body.get("safety_identifier"),
         }
+
+
+class _Keeping:
+    """Where the conversation's KV file goes once the response is known: to the new response when
+    it is stored, else back to the response it continued (a longer file is truncated to what a
+    follow-up shares with it, so that is safe), else away. Done once, whatever happens."""
+
+    def __init__(self, api: Api, user: str, body: dict, prev: StoredResponse | None, history: list[dict]) -> None:
+        self.api, self.user, self.body, self.prev, self.history = api, user, body, prev, history
+        self.store = body.get("store", True)
+        self.path = api.responses.take_file(user, prev.id) if prev is not None else None
+        self.resume = self.path is not None
+        if self.path is None and self.store:
+            self.path = ResponseStore.new_path()
+        self.done = False
+
+    def finish(self, obj: dict | None, reply: str | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        if obj is not None and self.store:
+            hist = [*self.history, {"role": "assistant", "content": reply or ""}]
+            self.api.responses.put(StoredResponse(obj["id"], self.user, hist, obj, time.time(), self.path))
+        elif self.path is not None and self.prev is not None and self.resume:
+            self.api.responses.give_back(self.prev, self.path)
+        elif self.path is not None:
+            self.api.responses.release(self.user, self.path)
 
 
 async def create(api: Api, request: Request) -> Response:
     arrived = time.monotonic()
     state = api.state
     user = api.authenticate(state, request)
-    body = check_fields(await read_json(request, state.config.max_body), RESPONSES_FIELDS, "responses")
+    req = parse(ResponsesRequest, await read_json(request, state.config.max_body), "responses")
+    body = {**state.config.generation_defaults, **as_body(req)}
     check_model(body, api.model_names())
     params = responses_params(body)
-    prompt = state.engine.chat_template(responses_input(body["input"], body.get("instructions")), True)
+    prev = None
+    if (pid := body.get("previous_response_id")) is not None:
+        prev = api.responses.get(user.name, pid)
+        if prev is None:
+            raise BadRequest(404, f"no stored response {pid!r}", type="not_found", param="previous_response_id")
+    turn = responses_input(body["input"], None, prev.history if prev is not None else None)
+    msgs = responses_input(body["input"], body.get("instructions"), prev.history if prev is not None else None)
+    prompt = state.engine.chat_template(msgs, True)
     grammar = request_grammar(state.engine, params, "text.format")
     stream = bool(body.get("stream"))
-    rec = api.launch(user, prompt, params, grammar, stream, "responses", arrived)
+    end_user = body.get("safety_identifier") or body.get("user")
+    keep = _Keeping(api, user.name, body, prev, turn)
+    try:
+        rec = api.launch(
+            user,
+            prompt,
+            params,
+            grammar,
+            stream,
+            "responses",
+            arrived,
+            end_user,
+            conv_path=keep.path,
+            resume=keep.resume,
+        )
+    except BaseException:
+        keep.finish(None, None)
+        raise
     created = now_s()
     r = _Response(f"resp_{rec.pid}_{created}", created, body["model"], body, params)
 
     if not stream:
-        res = await outcome(rec)
+        try:
+            res = await outcome(rec)
+        finally:
+            if not keep.done and (rec.done is False or "error" in rec.outcome()):
+                keep.finish(None, None)
         if isinstance(res, Response):
             return res
         c = res["choices"][0]
         status = "incomplete" if c["finish_reason"] == "length" else "completed"
-        return JSONResponse(r.obj(status, [_message(r.mid, c["text"], status)], res["usage"], c["finish_reason"]))
+        obj = r.obj(status, [_message(r.mid, c["text"], status)], res["usage"], c["finish_reason"])
+        keep.finish(obj, c["text"])
+        return JSONResponse(obj)
     if (refused := await early_failure(rec)) is not None:
+        keep.finish(None, None)
         return refused
 
     async def events() -> AsyncIterator[str]:
@@ -113,27 +180,48 @@ async def create(api: Api, request: Request) -> Response:
             return data_line({"type": kind, "sequence_number": seq - 1, **fields}, event=kind)
 
         where = {"item_id": r.mid, "output_index": 0, "content_index": 0}
-        yield ev("response.created", response=r.obj("in_progress", [], None))
-        yield ev("response.in_progress", response=r.obj("in_progress", [], None))
-        yield ev("response.output_item.added", output_index=0, item=_message(r.mid, None, "in_progress"))
-        yield ev("response.content_part.added", part=_text_part(""), **where)
-        text, finish = "", "stop"
-        async for m in lip_messages(rec):
-            kind = m.get("kind")
-            if kind == "delta" and m["text"]:
-                text += m["text"]
-                yield ev("response.output_text.delta", delta=m["text"], logprobs=[], **where)
-            elif kind == "end":
-                finish = m["finish_reason"]
-            elif kind == "usage":
-                status = "incomplete" if finish == "length" else "completed"
-                yield ev("response.output_text.done", text=text, logprobs=[], **where)
-                yield ev("response.content_part.done", part=_text_part(text), **where)
-                item = _message(r.mid, text, status)
-                yield ev("response.output_item.done", output_index=0, item=item)
-                yield ev(f"response.{status}", response=r.obj(status, [item], m["usage"], finish))
-            elif kind == "error":
-                err = m["body"]["error"]
-                yield ev("error", code=str(err["code"]), message=err["message"], param=None)
+        try:
+            yield ev("response.created", response=r.obj("in_progress", [], None))
+            yield ev("response.in_progress", response=r.obj("in_progress", [], None))
+            yield ev("response.output_item.added", output_index=0, item=_message(r.mid, None, "in_progress"))
+            yield ev("response.content_part.added", part=_text_part(""), **where)
+            text, finish = "", "stop"
+            async for m in lip_messages(rec):
+                kind = m.get("kind")
+                if kind == "delta" and m["text"]:
+                    text += m["text"]
+                    yield ev("response.output_text.delta", delta=m["text"], logprobs=[], **where)
+                elif kind == "end":
+                    finish = m["finish_reason"]
+                elif kind == "usage":
+                    status = "incomplete" if finish == "length" else "completed"
+                    yield ev("response.output_text.done", text=text, logprobs=[], **where)
+                    yield ev("response.content_part.done", part=_text_part(text), **where)
+                    item = _message(r.mid, text, status)
+                    yield ev("response.output_item.done", output_index=0, item=item)
+                    obj = r.obj(status, [item], m["usage"], finish)
+                    keep.finish(obj, text)
+                    yield ev(f"response.{status}", response=obj)
+                elif kind == "error":
+                    err = m["body"]["error"]
+                    yield ev("error", code=str(err["code"]), message=err["message"], param=None)
+        finally:
+            keep.finish(None, None)
 
     return sse(events())
+
+
+async def retrieve(api: Api, request: Request) -> Response:
+    user = api.authenticate(api.state, request)
+    r = api.responses.get(user.name, request.path_params["rid"])
+    if r is None:
+        raise BadRequest(404, f"no stored response {request.path_params['rid']!r}", type="not_found")
+    return JSONResponse(r.body)
+
+
+async def delete(api: Api, request: Request) -> Response:
+    user = api.authenticate(api.state, request)
+    rid = request.path_params["rid"]
+    if not api.responses.delete(user.name, rid):
+        raise BadRequest(404, f"no stored response {rid!r}", type="not_found")
+    return JSONResponse({"id": rid, "object": "response", "deleted": True})

@@ -6,20 +6,24 @@ message by message (server-sent events). A client that goes away cancels what it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 
+from ...errors import SymphonyError
 from ...lib.grammar import Grammar
 from ..records import ProcessRecord
 from ..validate import BadRequest
 from .generation import Outcome, openai_generate
 from .params import GenerationParams
+from .store import ResponseStore
+from .text import TextCodec
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -32,9 +36,29 @@ class Api:
     state: Any
     authenticate: Callable[[Any, Request], Any]
     launch_builtin: Callable[..., ProcessRecord]
+    codec: TextCodec = field(init=False)
+    responses: ResponseStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.codec = TextCodec(self.state.engine.tokenizer.fast)
+        self.responses = ResponseStore(self._remove_kv)
+
+    def _remove_kv(self, user: str, path: str) -> None:
+        eng = self.state.engine
+        with contextlib.suppress(SymphonyError):
+            eng.runtime.freeing(eng.kvfs.remove, user, path)
+
+    def served_name(self) -> str:
+        """The model's name in replies and `/v1/models` (`--served-model-name`, else the model's)."""
+        return getattr(self.state.config, "served_model_name", None) or self.state.engine.model_name
+
+    def max_model_len(self) -> int:
+        """Prompt + reply tokens one request may use: --max-model-len, at most the model's context."""
+        ctx = self.state.engine.config.max_positions
+        return min(self.state.config.max_model_len or ctx, ctx)
 
     def model_names(self) -> set[str]:
-        return {self.state.engine.model_name, "symphony", "default"}
+        return {self.served_name(), self.state.engine.model_name, "symphony", "default"}
 
     def launch(
         self,
@@ -45,12 +69,30 @@ class Api:
         stream: bool,
         endpoint: str,
         arrived: float,
+        end_user: str | None = None,
+        **extra: Any,
     ) -> ProcessRecord:
+        where = "prompt" if endpoint == "completion" else "messages"
         if not prompt:
-            raise BadRequest(400, "the prompt is empty", param="prompt" if endpoint == "completion" else "messages")
+            raise BadRequest(400, "the prompt is empty", param=where)
+        limit = self.max_model_len()
+        n_prompt = len(self.state.engine.tokenize(prompt))
+        if n_prompt + params.max_tokens > limit:
+            raise BadRequest(
+                400,
+                f"this model's maximum context length is {limit} tokens; the request asks for "
+                f"{n_prompt + params.max_tokens} ({n_prompt} in the prompt, up to {params.max_tokens} in the reply)",
+                param=where,
+                code="context_length_exceeded",
+            )
         timer = self.state.metrics.request_timer(endpoint, arrived)
         kw = {"prompt": prompt, "params": params, "grammar": grammar, "stream": stream, "timer": timer}
-        return self.launch_builtin(self.state, user, openai_generate, kw, f"openai.{endpoint}")
+        kw.update(codec=self.codec, **extra)
+        # the request's `user` / `safety_identifier` names the process (GET /v1/processes shows it)
+        name = f"openai.{endpoint}" + (f" for {end_user[:64]}" if end_user else "")
+        rec = self.launch_builtin(self.state, user, openai_generate, kw, name)
+        timer.proc = rec.proc
+        return rec
 
 
 def failure(out: dict) -> tuple[int, dict]:

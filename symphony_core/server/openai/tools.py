@@ -1,10 +1,11 @@
 """Tool calls: `tools` / `tool_choice` parsing, the prompt that lists the tools, the grammar
 that makes a call's arguments valid under the tool's JSON schema, and reading a call back.
 
-A call is written `{"name": ..., "arguments": {...}}`. With `tool_choice` "required" or a named
-function the whole reply is such an object (a JSON-schema grammar: `anyOf` one object per tool,
-`name` a constant, `arguments` the tool's `parameters`). With "auto" the reply is either free
-text or `<tool_call>` followed by that object (a Lark grammar with an inline `%json` rule).
+A call is written `<tool_call>{"name": ..., "arguments": {...}}` (tool_parse.py reads it back,
+also while it grows). The grammar is Lark with an inline `%json` rule: `anyOf` one object per
+allowed tool, `name` a constant, `arguments` the tool's `parameters`. With `tool_choice`
+"required" the reply is calls (one without `parallel_tool_calls`), with a named function one call;
+with "auto" it is either free text (not starting with '<') or such calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validate import BadRequest, check_fields
+from .tool_parse import OWN_FORMAT, CallFormat
 
 CALL_MARKER = "<tool_call>"
 _FUNCTION_FIELDS = {
@@ -74,25 +76,73 @@ def parse_tool_choice(choice: Any, tools: list[dict]) -> ToolChoice:
     return ToolChoice("function", name)
 
 
+def _rebase(node: Any, prefix: str) -> Any:
+    """A tool's parameters schema with its `$ref`s pointed into the call schema's `$defs`."""
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str) and v.startswith("#"):
+                rest = v[1:]
+                for head in ("/$defs/", "/definitions/"):
+                    if rest.startswith(head):
+                        rest = "_" + rest[len(head) :]
+                out[k] = f"#/$defs/{prefix}{rest}" if rest else f"#/$defs/{prefix}"
+            elif k in ("$defs", "definitions"):
+                continue
+            else:
+                out[k] = _rebase(v, prefix)
+        return out
+    if isinstance(node, list):
+        return [_rebase(v, prefix) for v in node]
+    return node
+
+
 def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
-    """The JSON schema of one call to any allowed tool."""
+    """The JSON schema of one call to any allowed tool. Each tool's parameters become `$defs`
+    entries of their own (their `$defs` beside them), so a `$ref` in them means what it meant."""
     allowed = [t for t in tools if choice.mode != "function" or t["name"] == choice.name]
-    alts = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": t["name"]}, "arguments": t["parameters"]},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for t in allowed
-    ]
-    return alts[0] if len(alts) == 1 else {"anyOf": alts}
+    defs: dict[str, Any] = {}
+    alts = []
+    for i, t in enumerate(allowed):
+        params = t["parameters"]
+        prefix = f"tool{i}"
+        for key in ("$defs", "definitions"):
+            for name, sub in (params.get(key) or {}).items() if isinstance(params, dict) else ():
+                defs[f"{prefix}_{name}"] = _rebase(sub, prefix)
+        defs[prefix] = _rebase(params, prefix)
+        alts.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": t["name"]}, "arguments": {"$ref": f"#/$defs/{prefix}"}},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    for name in defs:  # a `$ref` to itself and nothing else (`{"$ref": "#"}`) describes no value
+        seen, at = set(), name
+        while isinstance(defs.get(at), dict) and set(defs[at]) == {"$ref"}:
+            if at in seen:
+                raise _bad(f"tools: the parameters schema of a tool refers only to itself ({name})", "tools")
+            seen.add(at)
+            at = str(defs[at]["$ref"]).removeprefix("#/$defs/")
+    root = alts[0] if len(alts) == 1 else {"anyOf": alts}
+    return {**root, "$defs": defs}
 
 
-def auto_lark(tools: list[dict]) -> str:
-    """Lark source for "auto": free text (not starting with '<'), or the marker and a call."""
-    schema = json.dumps(call_schema(tools, ToolChoice("auto")))
-    return f'start: call | text\ncall: "{CALL_MARKER}" body\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n'
+def tools_lark(tools: list[dict], choice: ToolChoice, parallel: bool, fmt: CallFormat = OWN_FORMAT) -> str:
+    """Lark source of a reply under `choice`: calls (one, or one or more), or with "auto" also text;
+    each call written in `fmt` (ours, or the model template's: tool_parse.py)."""
+    compact = {"x-guidance": {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}}
+    schema = json.dumps({**call_schema(tools, choice), **compact})
+    start = "start: calls | text" if choice.mode == "auto" else "start: calls"
+    several = parallel and choice.mode != "function"  # a named function: one call
+    if fmt.close:  # one call per line: <tool_call>\n{...}\n</tool_call>
+        call = f'call: "{fmt.open}\\n" body "\\n{fmt.close}"'
+        calls = 'calls: call ("\\n" call)*' if several else "calls: call"
+    else:
+        call = f'call: "{fmt.open}" body'
+        calls = "calls: call+" if several else "calls: call"
+    return f"{start}\n{calls}\n{call}\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n"
 
 
 def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
@@ -103,44 +153,39 @@ def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
             continue
         desc = f" — {t['description']}" if t["description"] else ""
         lines.append(f"- {t['name']}{desc}: {json.dumps(t['parameters'])}")
-    how = '{"name": <tool name>, "arguments": {...}}'
+    how = f'{CALL_MARKER}{{"name": <tool name>, "arguments": {{...}}}}'
     if choice.mode == "auto":
-        lines.append(f"To call a tool, reply with {CALL_MARKER} and then {how}; otherwise reply with text.")
+        lines.append(f"To call a tool, reply with {how}; otherwise reply with text.")
     else:
         lines.append(f"Reply with a tool call: {how}.")
     return "\n".join(lines)
 
 
-@dataclass
-class ToolCall:
-    name: str
-    arguments: str  # JSON text, as the OpenAI API carries it
-
-
-def read_tool_call(text: str, choice: ToolChoice) -> ToolCall | None:
-    """The call in a finished reply, or None when the reply is text (or the call was cut short)."""
-    if choice.mode == "none":
-        return None
-    body = text
-    if choice.mode == "auto":
-        if not text.startswith(CALL_MARKER):
-            return None
-        body = text[len(CALL_MARKER) :]
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None  # max_tokens ran out inside the call
-    return ToolCall(obj["name"], json.dumps(obj["arguments"]))
-
-
-def render_tool_calls(calls: list[dict]) -> str:
-    """An assistant message's earlier `tool_calls`, as the text the model would have written."""
-    parts = []
-    for c in calls:
-        fn = c.get("function") or {}
+def checked_calls(calls: list, where: str) -> list[tuple[dict, dict]]:
+    """An assistant message's earlier `tool_calls`, checked: (the call, its arguments parsed)."""
+    out = []
+    for k, c in enumerate(calls):
+        at = f"{where}.tool_calls[{k}]"
+        if not isinstance(c, dict) or not isinstance(c.get("function"), dict):
+            raise _bad(f"{at} must be an object with a 'function' object", at)
+        if c.get("type", "function") != "function":
+            raise _bad(f"{at}.type must be 'function', got {c['type']!r}", at)
+        fn = c["function"]
+        if not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
+            raise _bad(f"{at}.function needs 'name' and 'arguments' (JSON text), both strings", at)
         try:
-            args = json.loads(fn.get("arguments") or "{}")
+            args = json.loads(fn["arguments"])
         except ValueError:
-            raise _bad("messages: a tool call's function.arguments is not JSON", "messages") from None
-        parts.append(CALL_MARKER + json.dumps({"name": fn.get("name"), "arguments": args}))
-    return "".join(parts)
+            raise _bad(f"{at}.function.arguments is not JSON: {fn['arguments']!r:.80}", at) from None
+        if not isinstance(args, dict):
+            raise _bad(f"{at}.function.arguments must be a JSON object, got {fn['arguments']!r:.80}", at)
+        out.append((c, args))
+    return out
+
+
+def render_tool_calls(calls: list, where: str) -> str:
+    """An assistant message's earlier `tool_calls`, as the text the model would have written."""
+    return "".join(
+        CALL_MARKER + json.dumps({"name": c["function"]["name"], "arguments": args})
+        for c, args in checked_calls(calls, where)
+    )
