@@ -54,6 +54,7 @@ class Tokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         self.vocab_size = self.fast.get_vocab_size(with_added_tokens=True)
         self._template: Template | None = None
+        self._template_of: str | None = None
 
     def tokenize(self, text: str) -> list[int]:
         if not isinstance(text, str):
@@ -86,8 +87,8 @@ class Tokenizer:
             raise PredError("chat_template: tools must be a list of JSON-schema dicts")
         if self.template_source is None:
             raise PredError("this model has no chat template; build the prompt text yourself")
-        if self._template is None:
-            self._template = _compile(self.template_source)
+        if self._template is None or self._template_of != self.template_source:  # `--chat-template` may replace it
+            self._template, self._template_of = _compile(self.template_source), self.template_source
         try:
             return self._template.render(
                 **{**self.special_tokens, **kwargs},

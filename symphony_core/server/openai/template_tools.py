@@ -5,15 +5,11 @@ as `<tool_call>` … `</tool_call>` (the Hermes / Qwen convention) is used as is
 template, earlier calls and tool results go to it as structured messages, and the reply's calls
 are read in that format (tool_parse.py, `HERMES`). Any other template gets Symphony's own format
 (tools.py: a system prompt and `<tool_call>{...}`).
-
-The template is rendered here, in a sandboxed Jinja environment like the tokenizer's, because
-`Tokenizer.chat_template` takes no `tools` yet.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from ...errors import PredError
 from ..validate import BadRequest
 from .tool_parse import OWN_FORMAT, CallFormat
 
@@ -28,20 +24,9 @@ def call_format(template_source: str | None) -> CallFormat:
     return OWN_FORMAT
 
 
-@lru_cache(maxsize=4)
-def _compiled(source: str):
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str):
-        raise BadRequest(400, f"the chat template refused the messages: {message}", param="messages")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(source)
-
-
 def render_with_tools(tokenizer, messages: list[dict], tools: list[dict]) -> str:
-    """The prompt, rendered by the model's template with `tools` (OpenAI's tool objects)."""
+    """The prompt, rendered by the model's template with `tools` (OpenAI's tool objects), as
+    `apply_chat_template(tools=...)` renders it (`Tokenizer.chat_template`)."""
     openai_tools = [
         {
             "type": "function",
@@ -50,14 +35,6 @@ def render_with_tools(tokenizer, messages: list[dict], tools: list[dict]) -> str
         for t in tools
     ]
     try:
-        return _compiled(tokenizer.template_source).render(
-            messages=messages,
-            tools=openai_tools,
-            add_generation_prompt=True,
-            bos_token=tokenizer.bos_token or "",
-            eos_token=tokenizer.eos_token or "",
-        )
-    except BadRequest:
-        raise
-    except Exception as e:  # a template error on these messages is the request's
+        return tokenizer.chat_template(messages, True, tools=openai_tools)
+    except PredError as e:  # a template error on these messages is the request's
         raise BadRequest(400, f"the chat template cannot render these messages: {e}", param="messages") from None
