@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from symphony_core.model.random_models import FAMILIES, QUIRKS, make_random_model
+from tests.lips_for_tests import greedy
 
 pytestmark = pytest.mark.slow  # six engines and six transformers models: ~1.5 min alone, several under load
 
@@ -112,22 +113,11 @@ def test_a_batch_of_files_of_different_lengths_matches(family):
         eng.kv_close(kv)
 
 
-def _greedy(sym, prompt: list[int], n: int) -> list[int]:
-    kv = sym.kv_create()
-    out, toks = [], prompt
-    for _ in range(n):
-        t = sym.pred(kv, toks).argmax()
-        out.append(t)
-        toks = [t]
-    sym.kv_close(kv)
-    return out
-
-
 def test_greedy_64_tokens_equal_transformers_generate_as_concurrent_programs(family):
     fam, _, hf, eng = family
     vocab = eng.tokenizer.vocab_size
     prompts = [_ids(n, 20 + n, vocab) for n in (7, 33)]
-    procs = [eng.run(_greedy, p, 64) for p in prompts]  # decoding together, one batch a step
+    procs = [eng.run(greedy, p, 64) for p in prompts]  # decoding together, one batch a step
     for p, proc in zip(prompts, procs):
         with torch.inference_mode():
             ref = hf.generate(
