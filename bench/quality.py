@@ -62,7 +62,7 @@ PPL_TEXT = (
 def perplexity(eng, text: str, chunk: int) -> float:
     """Fed `chunk` tokens per forward, so a quantised engine runs its weight-only kernels (a whole
     text in one forward would take the fp32 tier: weight_formats.INT*_MAX_ROWS)."""
-    ids = eng.tokenize(text)
+    ids = eng.tokenize(text)[: eng.config.max_positions]  # a tiny model's context may be shorter than the text
     kv = eng.kv_create()
     try:
         logits = [eng.pred(kv, ids[i : i + chunk], outputs="all").logits for i in range(0, len(ids), chunk)]
@@ -107,7 +107,7 @@ def measure(formats: list[str], prompts: list[str], new: int, model: str | None 
         ids = [eng.tokenize(p) for p in prompts]
         outs = [o for i in range(0, len(ids), GROUP) for o in run_ours(eng, ids[i : i + GROUP], new)[2]]
         ppl = perplexity(eng, PPL_TEXT, GROUP)
-        ppl_wide = perplexity(eng, PPL_TEXT, len(eng.tokenize(PPL_TEXT)))  # one forward: the wide tier
+        ppl_wide = perplexity(eng, PPL_TEXT, eng.config.max_positions)  # one forward: the wide tier
         if ref is None:
             ref = outs
         n = len(prompts)
