@@ -190,6 +190,8 @@ class Sym:
                 `pred: outputs must be 'last', 'all' or a list of indices, got <x>`;
                 `pred: outputs [...] index outside the <n> tokens given`;
                 `pred: sampler must be a Sampler or 'greedy', got <x>`;
+                `pred: sampler <field> must be …` (a field no batch can use: a non-finite
+                temperature, top_k past 2**31 - 1, a seed outside [-2**63, 2**64 - 1], …);
                 `pred: mask must be bool [<V>] or [<n>, <V>], got [...]`;
                 `pred: mask holds token ids outside the vocabulary`;
                 `pred: mask allows no token at some position`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import math
 import operator
 import os
 import sys
@@ -254,6 +255,10 @@ class RemoteSym:
             a["positions"] = _ids(positions, "positions")
         a["outputs"] = outputs if isinstance(outputs, str) else _ids(outputs, "outputs")
         if isinstance(sampler, Sampler):
+            for k in ("temperature", "top_p", "min_p"):  # JSON has no inf or nan: the engine's words for them
+                v = getattr(sampler, k)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise _errors.PredError(f"pred: sampler {k} must be finite, got {v}")
             sid = self._samplers.get(sampler)
             if sid is None:
                 sid = self._samplers[sampler] = next(self._sids)
