@@ -239,6 +239,29 @@ def bad_samplers(sym, rounds: int):
             errors.append(f"length {len(kv.tokens)}")
             sym.kv_close(kv)
     return errors
+
+
+def odd_text(sym):
+    bad = "x" + chr(0xD800)  # a lone surrogate: no UTF-8 encoder can write it
+    sym.send(bad)
+    print(bad)
+    return bad
+
+
+def big_detokenize(sym):
+    try:
+        sym.detokenize([1] * 1_500_000)
+        return "no error"
+    except Exception as e:
+        return type(e).__name__ + ": " + str(e)
+
+
+def chat_without_content(sym):
+    try:
+        sym.chat_template([{"role": "user"}])
+        return "no error"
+    except PredError as e:
+        return "caught: " + str(e)
 """
 
 
@@ -280,3 +303,121 @@ def test_benign_generation_exact_during_sampler_attack_on_the_server(server):
             errors = out.get("result")
             assert errors, out
             assert all(e == "length 0" or "sampler" in e for e in errors), errors
+
+
+# --- every limit checked, every client mistake a 4xx in the JSON error format ------------------
+
+
+def _error(r, status: int) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    err = r.json()["error"]
+    assert err["code"] == status and err["message"], err
+    return err["message"]
+
+
+def test_limits_must_be_finite(server, engine):
+    """`wall_time` NaN (which compared false to every clock: no limit at all), Infinity or <= 0
+    is a 422 naming the field; in-process, `Limits` refuses the same values."""
+    import json as _json
+
+    from symphony_core.sched.process import Limits
+
+    with client(server) as c:
+        for bad in ("NaN", "Infinity", "-1", "0"):
+            body = '{"source": "def f(sym):\\n    return 1\\n", "entry": "f", "limits": {"wall_time": ' + bad + "}}"
+            r = c.post("/v1/processes", content=body, headers={"Content-Type": "application/json"})
+            assert "limits.wall_time" in _error(r, 422), bad
+        r = c.post("/v1/processes", content=_json.dumps({"source": "def f(sym):\n    return 1\n", "entry": "f"}))
+        assert r.status_code == 201, r.text
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(SymphonyError, match="max_wall_time"):
+            Limits(max_wall_time=bad)
+    with pytest.raises(SymphonyError, match="max_tokens"):
+        Limits(max_tokens=-5)
+
+
+def test_deep_source_and_lone_surrogates_are_400_and_never_break_a_listing(server):
+    """A program nested past the parser's stack is a 400; a lone surrogate in `source`, `name` or
+    `entry` is a 400 naming the field; one in a program's result, message or print is returned
+    (as JSON's escape) and the user's `GET /v1/processes` stays 200."""
+    import json as _json
+
+    with client(server) as c:
+        for src in ("def f(sym):\n    return " + "-" * 200_000 + "1\n", "def f(sym):\n    return 1" + "+1" * 200_000):
+            r = c.post("/v1/processes", json={"source": src, "entry": "f"})
+            assert "nested too deeply" in _error(r, 400)
+        ok = {"source": "def f(sym):\n    return 1\n", "entry": "f"}
+        for field, value in (("source", ok["source"] + "#" + chr(0xDC80)), ("name", "n" + chr(0xD800))):
+            body = _json.dumps({**ok, field: value})  # ensure_ascii: the surrogate travels as \\udXXX
+            r = c.post("/v1/processes", content=body, headers={"Content-Type": "application/json"})
+            assert "lone surrogate" in _error(r, 400) and field in r.json()["error"]["message"]
+        pid = start(c, "odd_text")
+        out = outcome(c, pid)
+        assert out.get("result") == "x" + chr(0xD800), out
+        r = c.get(f"/v1/processes/{pid}/messages")
+        assert r.status_code == 200 and r.json()["messages"] == ["x" + chr(0xD800)]
+        assert c.get("/v1/processes").status_code == 200
+        assert c.get(f"/v1/processes/{pid}").status_code == 200
+
+
+def test_short_body_times_out_with_a_json_408(server):
+    """A body shorter than its Content-Length does not hold the connection for ever: 408, JSON."""
+    import socket
+    import time
+
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    try:
+        s.sendall(
+            b"POST /v1/processes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-alice\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"source":'
+        )
+        t0 = time.monotonic()
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        waited = time.monotonic() - t0
+    finally:
+        s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), data[:300]
+    assert b'"code":408' in body and b"did not arrive" in body, body
+    assert waited < 30
+
+
+def test_oversized_calls_and_bad_chat_messages_raise_in_the_program(server):
+    """`detokenize` of 1.5M ids and `chat_template` on a message without content raise inside the
+    program, which goes on (before: the worker was ended for a protocol violation, or the
+    program failed)."""
+    with client(server) as c:
+        out = outcome(c, start(c, "big_detokenize"))
+        assert "too large" in out.get("result", ""), out
+        out = outcome(c, start(c, "chat_without_content"))
+        assert out.get("result", "").startswith("caught: chat template"), out
+
+
+def test_message_loss_past_the_count_cap_is_reported(engine, monkeypatch):
+    """Past the kept-message count cap, unread messages are no longer dropped in silence: the
+    sender stops with LimitExceeded naming the cap, and a reader asking from a dropped index is
+    told how many it lost."""
+    from symphony_core.server import records
+
+    monkeypatch.setattr(records, "MAX_KEPT_MESSAGES", 100)
+
+    def chatty(sym):
+        for i in range(1000):
+            sym.send(i)
+        sym.recv(30)  # still running when the record catches up
+
+    proc = engine.run(chatty)
+    rec = records.ProcessRecord(proc, "local", "program", False, None)
+    rec.start()
+    proc.wait(60)
+    rec._thread.join(30)
+    assert proc.status == "failed" and "at most 100" in str(proc.error), proc.error
+    msgs, nxt = rec.messages_since(0)
+    assert len(msgs) <= 100 and rec.dropped_before(0) == nxt - len(msgs)
+    if rec.dropped_before(0):
+        assert msgs[0] == rec.dropped_before(0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import SymphonyError
+from ..errors import PredError, SymphonyError
 from ..kvfs import KV, KVFS
 from ..model.dist import Dist
 from ..model.sampling import Sampler
@@ -398,11 +398,16 @@ class Sym:
                 `this model has no chat template; build the prompt text yourself`; `chat template:
                 <message>` when the template itself refuses the conversation.
         """
-        return self._call(
-            "chat_template",
-            lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt),
-            lambda: {"messages": len(messages)},
-        )
+
+        def render() -> str:
+            try:
+                return self._rt.tokenizer.chat_template(messages, add_generation_prompt)
+            except SymphonyError:
+                raise
+            except Exception as e:  # the template's own failure on this conversation (a message without content, …)
+                raise PredError(f"chat template: cannot render these messages: {type(e).__name__}: {e}") from None
+
+        return self._call("chat_template", render, lambda: {"messages": len(messages)})
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:

@@ -27,6 +27,7 @@ from ..model.sampling import Sampler
 from ..sched.process import KILL_CHECK_S, Cancelled, LimitExceeded, LIPError
 from .job import SandboxJob
 from .pool import SandboxManager
+from .protocol import FrameTooLarge
 from .worker_link import Worker, kv_handle_info
 
 
@@ -293,7 +294,10 @@ def _serve(sym, w: Worker, wtid: int) -> None:
                 raise
             data = b""
             reply = {"id": h.get("id"), "err": {"type": type(e).__name__, "msg": str(e)}}
-        w.send(reply, data)
+        try:
+            w.send(reply, data)
+        except FrameTooLarge as e:  # the worker would take it for a protocol violation: an error instead
+            w.send({"id": h.get("id"), "err": {"type": "SymphonyError", "msg": f"{op}: the answer is too large: {e}"}})
 
 
 @contextlib.contextmanager

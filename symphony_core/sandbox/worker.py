@@ -30,7 +30,7 @@ from .. import errors as _errors
 from ..model.dist import Dist
 from ..model.sampling import Sampler
 from ..sched import process as _process
-from .protocol import jsonable, recv_frame, send_frame
+from .protocol import FrameTooLarge, jsonable, recv_frame, send_frame
 
 # Exceptions the engine may answer with, rebuilt here under their own class so that
 # `except KVNotFound:` in a LIP works the same in and out of the sandbox.
@@ -96,8 +96,11 @@ class Channel:
         h = {"id": rid, "t": wtid, "op": op, "a": args}
         if loc is not None:
             h["loc"] = loc
-        with self._wlock:
-            send_frame(self.sock, h, payload)
+        try:
+            with self._wlock:
+                send_frame(self.sock, h, payload)
+        except FrameTooLarge as e:  # the server would end the worker for it: refuse the call instead
+            raise _errors.SymphonyError(f"{op}: the call is too large to send to the engine: {e}") from None
         reply, data = self._wait(rid)
         if "err" in reply:
             raise remote_error(reply["err"])

@@ -106,12 +106,16 @@ class ProcessRecord:
                 self.sizes.append(n)
                 self.kept_bytes += n
                 self.usage.add(self.user, n)
-                if len(self.messages) > MAX_KEPT_MESSAGES:
-                    self._drop_oldest(len(self.messages) - MAX_KEPT_MESSAGES)
-                if self.kept_bytes > MAX_KEPT_BYTES:
-                    self._drop_oldest(self.handed_out - self.base)
+                if len(self.messages) > MAX_KEPT_MESSAGES or self.kept_bytes > MAX_KEPT_BYTES:
+                    self._drop_oldest(self.handed_out - self.base)  # only what a reader already has
+                over_count = len(self.messages) > MAX_KEPT_MESSAGES
                 over_process = self.kept_bytes > MAX_KEPT_BYTES
-            if over_process:
+            if over_count:
+                self._stop(
+                    f"holds {len(self.messages)} messages no client has read; a process may hold at most "
+                    f"{MAX_KEPT_MESSAGES} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)"
+                )
+            elif over_process:
                 self._stop(
                     f"holds {_mib(self.kept_bytes)} of messages no client has read; a process may hold at most "
                     f"{_mib(MAX_KEPT_BYTES)} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)"
@@ -123,7 +127,9 @@ class ProcessRecord:
                 )
             with self.lock:  # what is over a bound is not kept, even from a process that has already ended
                 while self.messages and (
-                    self.kept_bytes > MAX_KEPT_BYTES or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
+                    self.kept_bytes > MAX_KEPT_BYTES
+                    or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
+                    or len(self.messages) > MAX_KEPT_MESSAGES
                 ):
                     self._drop_oldest(1)
             self._notify()
@@ -195,6 +201,11 @@ class ProcessRecord:
             nxt = self.base + len(self.messages)
             self.handed_out = max(self.handed_out, nxt)
             return out, nxt
+
+    def dropped_before(self, i: int) -> int:
+        """How many messages from index `i` on are no longer kept (a reader asking from `i` lost them)."""
+        with self.lock:
+            return max(0, self.base - i)
 
     def output_since(self, i: int) -> tuple[list[dict], int]:
         with self.lock:
