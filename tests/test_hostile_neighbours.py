@@ -256,6 +256,17 @@ def big_detokenize(sym):
         return type(e).__name__ + ": " + str(e)
 
 
+def flood_ended_thread(sym, n: int):
+    # raw requests for a thread of its own that has ended, never reading an answer
+    from symphony_core.sandbox.protocol import send_frame
+
+    h = sym.spawn(lambda s: None)
+    h.join()
+    for i in range(n):
+        send_frame(sym._ch.sock, {"id": 10**9 + i, "t": h._wtid, "op": "tokenize", "a": {"text": "x" * 4000}})
+    return "flood sent"
+
+
 def chat_without_content(sym):
     try:
         sym.chat_template([{"role": "user"}])
@@ -421,3 +432,29 @@ def test_message_loss_past_the_count_cap_is_reported(engine, monkeypatch):
     assert len(msgs) <= 100 and rec.dropped_before(0) == nxt - len(msgs)
     if rec.dropped_before(0):
         assert msgs[0] == rec.dropped_before(0)
+
+
+# --- the sandbox's I/O never waits on one program -----------------------------------------------
+
+
+def test_flooding_an_ended_thread_stalls_no_one(server):
+    """A program floods requests for one of its own threads that has ended and never reads the
+    answers. Before, the server's one sandbox I/O thread blocked writing those answers, and every
+    other program failed ("no answer from the zygote") while /health said ok. Now the answers
+    are written by the attacker's own twin, the flood ends its worker (too many outstanding
+    requests), and alice's program, started during the flood, gives its exact output at once."""
+    import time
+
+    with client(server) as alice, client(server, "mallory") as mallory:
+        ref = outcome(alice, start(alice, "generate", 6))["result"]
+        attacker = start(mallory, "flood_ended_thread", 200_000, limits={"wall_time": 40})
+        time.sleep(3)
+        t0 = time.monotonic()
+        benign = outcome(alice, start(alice, "generate", 6))
+        took = time.monotonic() - t0
+        assert benign.get("result") == ref, benign
+        assert took < 20, took
+        out = outcome(mallory, attacker)
+        assert "error" in out and "too many outstanding requests" in out["error"]["message"], out
+        health = alice.get("/health").json()
+        assert health["status"] == "ok" and health["sandbox"]["io_stalled_s"] < 5, health

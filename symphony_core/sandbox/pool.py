@@ -27,7 +27,6 @@ import threading
 import time
 from typing import cast
 
-from ..errors import SymphonyError
 from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
 from .job import SandboxJob
@@ -40,6 +39,7 @@ ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 MAX_RESTARTS_PER_MINUTE = 5
 MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
 MAX_STDOUT = 256 << 10
+IO_STALL_S = 5.0  # the I/O thread not round its loop for this long: /health says the sandbox is degraded
 
 
 class SandboxManager:
@@ -75,6 +75,7 @@ class SandboxManager:
         self.failed: str | None = None  # why the sandbox was given up on
         self._restart_times: list[float] = []
         self._ready = threading.Event()
+        self.io_beat = time.monotonic()
         self._io = threading.Thread(target=self._io_loop, name="symphony-sandbox-io", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -133,9 +134,15 @@ class SandboxManager:
         self._launch_zygote()
 
     def healthy(self) -> bool:
-        """The zygote is up and answering (False while it restarts, or if it was given up on)."""
+        """The zygote is up and answering (False while it restarts, or if it was given up on), and
+        the I/O thread is not stuck (`io_stalled_s`)."""
         z = self.zygote
-        return self.failed is None and self._ready.is_set() and z is not None and z.poll() is None
+        up = self.failed is None and self._ready.is_set() and z is not None and z.poll() is None
+        return up and self.io_stalled_s() < IO_STALL_S
+
+    def io_stalled_s(self) -> float:
+        """Seconds since the I/O thread last came round its loop (it comes round at least every second)."""
+        return max(0.0, time.monotonic() - self.io_beat)
 
     def probe(self) -> dict:
         """Run an empty worker once and learn what this machine enforces."""
@@ -280,6 +287,7 @@ class SandboxManager:
                 events = self._sel.select(timeout=1.0)
             except OSError:
                 continue
+            self.io_beat = time.monotonic()
             for key, _ in events:
                 try:
                     if key.data == "wake":
@@ -436,26 +444,19 @@ class SandboxManager:
                 q.put(("thread_exit", h, p))
             return
         if t in w.ended:
-            try:
-                w.send(
-                    {
-                        "id": h.get("id"),
-                        "err": {
-                            "type": "SymphonyError",
-                            "msg": f"LIP thread {t} has ended: its calls cannot run any more",
-                        },
-                    }
-                )
-            except SymphonyError:
-                pass
-            return
-        if q is None:
+            # Answered by the program's own main-thread twin: this thread never writes to a worker's
+            # socket, which blocks for as long as a worker that floods does not read its answers.
+            q, h = w.queues[0], {"id": h.get("id"), "ended": t}
+            kind = "ended"
+        elif q is None:
             self._violation(w, f"request for unknown thread {t!r}")
             return
+        else:
+            kind = "call"
         if q.qsize() > MAX_QUEUED:
             self._violation(w, "too many outstanding requests")
             return
-        q.put(("call", h, p))
+        q.put((kind, h, p))
 
 
 __all__ = ["SandboxError", "SandboxManager", "Worker"]

@@ -273,6 +273,10 @@ def _serve(sym, w: Worker, wtid: int) -> None:
             if proc.kill_reason is not None:
                 raise proc.kill_reason
             continue
+        if kind == "ended":  # a request for one of the worker's threads that has ended (pool.py)
+            msg = f"LIP thread {h['ended']} has ended: its calls cannot run any more"
+            w.send({"id": h.get("id"), "err": {"type": "SymphonyError", "msg": msg}})
+            continue
         if kind == "dead":
             if proc.kill_reason is not None:
                 raise proc.kill_reason

@@ -76,6 +76,7 @@ def build_routes(state: State) -> list:
                     "max_workers": state.sandbox.max_workers,
                     "zygote_pid": state.sandbox.zygote_pid,
                     "zygote_restarts": state.sandbox.restarts,
+                    "io_stalled_s": round(state.sandbox.io_stalled_s(), 1),
                     **(state.sandbox.confinement or {}),
                 },
             }
