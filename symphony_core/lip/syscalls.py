@@ -233,6 +233,8 @@ class Sym:
 
         Raises:
             KVError: a bad path: `KV path <p> is outside /users/<name>/ and /shared/`,
+                `KV path of <n> bytes is over the limit of 512 bytes`; `user <u> owns 1024
+                named KV files, the limit; …`;
                 `KV path <p> names a directory, not a file`, `KV path must be a non-empty string,
                 got <x>`; or `KV file <path> already exists (open it, or remove it first)`.
             KVPermissionError: `permission denied: /users/<other>/… is private to user <other>`.
@@ -351,17 +353,18 @@ class Sym:
         )
 
     def kv_list(self, prefix: str | None = None) -> list[str]:
-        """The named files the caller may see — its own directory and `/shared/` — sorted.
+        """The named files the caller may see: its own directory's, then `/shared/`'s, each
+        sorted, at most 1,000 in all (narrow a longer listing with `prefix`).
 
         Args:
             prefix: keep only paths starting with it (relative prefixes are in the caller's
                 directory). A prefix in another user's directory lists nothing.
 
         Returns:
-            Absolute paths, e.g. `["/shared/sys-1a2b.kv", "/users/alice/notes.kv"]`.
+            Absolute paths, e.g. `["/users/alice/notes.kv", "/shared/sys-1a2b.kv"]`.
 
         Raises:
-            AttributeError: a prefix that is not a string (not checked yet).
+            KVError: `kv_list prefix must be a string, got <type>`.
         """
         return self._call("kv_list", lambda: self._rt.kvfs.listdir(self.user, prefix), lambda: {"prefix": prefix})
 
