@@ -212,7 +212,7 @@ def test_benign_generation_exact_during_sampler_attack_in_process(engine):
 SERVER_USERS = [{"name": "alice", "token": "tok-alice"}, {"name": "mallory", "token": "tok-mallory"}]
 SERVER_SOURCE = """
 from symphony_core import Sampler
-from symphony_core.errors import PredError
+from symphony_core.errors import KVError, PredError
 
 PROMPT = [504, 3458, 282, 4649, 314, 2113, 30, 378, 1345]
 
@@ -265,6 +265,49 @@ def flood_ended_thread(sym, n: int):
     for i in range(n):
         send_frame(sym._ch.sock, {"id": 10**9 + i, "t": h._wtid, "op": "tokenize", "a": {"text": "x" * 4000}})
     return "flood sent"
+
+
+def many_shared_names(sym, n: int):
+    made = 0
+    try:
+        sym.kv_create("/shared/" + "n" * 1_000_000)
+        return "a 1 MB name was accepted"
+    except KVError as e:
+        first = str(e)
+    for i in range(n):
+        try:
+            sym.kv_close(sym.kv_create(f"/shared/mallory-{i:05d}-" + "x" * 400))
+            made += 1
+        except KVError as e:
+            return [first, made, str(e)]
+    return [first, made, None]
+
+
+def remove_shared_names(sym):
+    for p in sym.kv_list("/shared/mallory-"):
+        sym.kv_remove(p)
+    while sym.kv_list("/shared/mallory-"):
+        for p in sym.kv_list("/shared/mallory-"):
+            sym.kv_remove(p)
+    return "removed"
+
+
+def my_listing(sym):
+    sym.kv_close(sym.kv_create("mine.kv"))
+    names = sym.kv_list()
+    sym.kv_remove("mine.kv")
+    return names
+
+
+def clear_parent_death_signal(sym):
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG, 0: what would let it outlive its zygote
+    err = ctypes.get_errno()
+    sig = ctypes.c_int(-1)
+    libc.prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+    return [rc, err, sig.value]
 
 
 def chat_without_content(sym):
@@ -458,3 +501,63 @@ def test_flooding_an_ended_thread_stalls_no_one(server):
         assert "error" in out and "too many outstanding requests" in out["error"]["message"], out
         health = alice.get("/health").json()
         assert health["status"] == "ok" and health["sandbox"]["io_stalled_s"] < 5, health
+
+
+# --- /shared/ names: bounded in length and count, listings bounded -----------------------------
+
+
+def test_shared_names_are_bounded_and_listings_stay_small(server):
+    """A 1 MB name is refused; a user owns at most 1024 named files; another user's `kv_list`
+    (sandboxed) and `GET /v1/kv` stay bounded (1,000 paths, the caller's own first) instead of
+    ending the program or answering 10 MB."""
+    with client(server) as alice, client(server, "mallory") as mallory:
+        made = outcome(mallory, start(mallory, "many_shared_names", 1100))
+        try:
+            first, n, last = made["result"]
+            assert "over the limit of 512 bytes" in first
+            assert n == 1024 and "owns 1024 named KV files, the limit" in last, made
+            names = outcome(alice, start(alice, "my_listing")).get("result")
+            assert names and names[0] == "/users/alice/mine.kv" and len(names) == 1000, str(names)[:300]
+            r = alice.get("/v1/kv")
+            assert r.status_code == 200 and len(r.json()["files"]) == 1000 and len(r.content) < 1 << 20
+        finally:
+            assert outcome(mallory, start(mallory, "remove_shared_names")).get("result") == "removed"
+
+
+# --- workers die with their zygote; their uids are this server's alone -------------------------
+
+
+def test_a_worker_cannot_clear_its_parent_death_signal(server):
+    """The tie that kills a worker with its monitor (and so with the zygote and the server) is a
+    parent-death signal; seccomp now refuses to change it, so a program cannot outlive them and
+    keep its uid for the next program given it."""
+    import errno
+    import signal
+
+    with client(server, "mallory") as c:
+        out = outcome(c, start(c, "clear_parent_death_signal"))
+    rc, err, sig = out["result"]
+    assert rc == -1 and err == errno.EPERM, out
+    assert sig == signal.SIGKILL, out
+
+
+def test_worker_uid_blocks_are_unique_per_server():
+    """Each sandbox manager on a host (each server, each Ray replica) claims a block of worker uids
+    no other live one holds; a released block is free again."""
+    import os
+
+    from symphony_core.sandbox.uid_block import BLOCK, UidBlock
+
+    if os.geteuid() != 0:
+        pytest.skip("per-worker uids are given only when the server runs as root")
+    a, b = UidBlock(32), UidBlock(32)
+    try:
+        assert a.base != b.base and abs(a.base - b.base) >= BLOCK
+        base = a.base
+        a.release()
+        c = UidBlock(32)
+        assert c.base == base  # the lowest free block again
+        c.release()
+    finally:
+        a.release()
+        b.release()

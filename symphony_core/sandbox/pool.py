@@ -31,6 +31,7 @@ from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
 from .job import SandboxJob
 from .protocol import ProtocolError
+from .uid_block import UidBlock
 from .worker_link import N_SLOTS, SandboxError, Worker
 
 log = logging.getLogger("symphony.sandbox")
@@ -46,11 +47,13 @@ class SandboxManager:
     """Starts the zygote, hands out workers (at most `max_workers` at once), routes their I/O."""
 
     def __init__(
-        self, engine, *, max_workers: int = 32, uid_base: int = 2_000_000, defaults: SandboxSpec | None = None
+        self, engine, *, max_workers: int = 32, uid_base: int | None = None, defaults: SandboxSpec | None = None
     ) -> None:
         self.engine = engine
         self.max_workers = max_workers
-        self.uid_base = uid_base
+        # Worker uids: a block this server alone holds (uid_block.py), unless the caller names one.
+        self._uids = UidBlock(max_workers) if uid_base is None and os.geteuid() == 0 else None
+        self.uid_base = uid_base if uid_base is not None else self._uids.base if self._uids else 2_000_000
         self.defaults = defaults or SandboxSpec()
         pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.defaults.ro_paths = runtime_paths(pkg_dir)
@@ -161,6 +164,8 @@ class SandboxManager:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         if self.zygote is None:
+            if self._uids is not None:
+                self._uids.release()
             return
         self._stop = True
         with self._ctl_lock:
@@ -175,6 +180,8 @@ class SandboxManager:
             self.zygote.wait(5)
         self._wake()
         self._io.join(2)
+        if self._uids is not None:  # the zygote is gone, and its workers with it
+            self._uids.release()
 
     def spec_for(self, over: dict) -> SandboxSpec:
         d = SandboxSpec(**{**self.defaults.__dict__})
