@@ -310,6 +310,15 @@ def clear_parent_death_signal(sym):
     return [rc, err, sig.value]
 
 
+def all_logits(sym, n: int):
+    kv = sym.kv_create()
+    try:
+        d = sym.pred(kv, [(7 * i) % 1000 + 100 for i in range(n)], outputs="all")
+        return list(d.logits.shape)
+    except PredError as e:
+        return "refused: " + str(e)
+
+
 def chat_without_content(sym):
     try:
         sym.chat_template([{"role": "user"}])
@@ -561,3 +570,26 @@ def test_worker_uid_blocks_are_unique_per_server():
     finally:
         a.release()
         b.release()
+
+
+# --- memory a user causes is bounded per call ----------------------------------------------------
+
+
+def test_all_logits_of_a_long_prompt_are_refused_not_held(server):
+    """`pred(outputs="all")` over 2,000 tokens asked the server for 393 MB of logits (held, then
+    copied whole for the worker); a sandboxed pred may now ask for at most 64 MiB, and is told so
+    before anything runs. 300 positions (59 MB) still come back, without the server's RSS
+    growing by more than a copy of them."""
+    with client(server, "mallory") as c:
+        out = outcome(c, start(c, "all_logits", 2000))
+        assert "refused: pred: 2000 output positions" in out.get("result", ""), out
+        assert "at most 64 MiB" in out["result"]
+        before = _rss_mb(server.proc.pid)
+        out = outcome(c, start(c, "all_logits", 300))
+        assert out.get("result") == [300, 49152], out
+        assert _rss_mb(server.proc.pid) - before < 150
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024

@@ -39,9 +39,14 @@ def _header(header: dict, payload_len: int) -> bytes:
 
 
 def encode(header: dict, payload: bytes | memoryview = b"") -> bytes:
-    """The frame's bytes (the server's side: its payload, logits for many positions, is not capped)."""
+    """The whole frame's bytes."""
+    return encode_head(header, len(payload)) + bytes(payload)
+
+
+def encode_head(header: dict, payload_len: int) -> bytes:
+    """A frame's bytes up to its payload (the server's side: its payload, logits, is not capped)."""
     h = _header(header, 0)
-    return HEADER.pack(len(h), len(payload)) + h + bytes(payload)
+    return HEADER.pack(len(h), payload_len) + h
 
 
 def send_frame(sock: socket.socket, header: dict, payload: bytes | memoryview = b"") -> None:
