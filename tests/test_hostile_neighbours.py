@@ -593,3 +593,34 @@ def test_all_logits_of_a_long_prompt_are_refused_not_held(server):
 def _rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+# --- fair share: a long prompt does not stall another user's decode -----------------------------
+
+
+def _long_prompt(sym, n: int):
+    kv = sym.kv_create()
+    sym.pred(kv, [(11 * i) % 2000 + 100 for i in range(n)])
+    return n
+
+
+def test_long_prompt_shares_batches_with_other_users_decodes_in_small_chunks(engine):
+    """While one user's 2,000-token prompt runs, every batch that also holds another user's
+    decode step carries at most `shared_chunk` (64) tokens of the prompt (before: a whole
+    512-token chunk, so each of the victim's steps waited for 512 tokens of someone else's
+    prompt); the victim's tokens are exactly its solo run's, and the prompt still completes."""
+    from symphony_core.sched.fair_chunks import SHARED_CHUNK
+
+    batch = engine.runtime.batch
+    assert batch.shared_chunk == SHARED_CHUNK == 64  # on by default
+    ref = engine.launch(_generate, PROMPT, 12, user="victim").result(timeout=300)
+    mark = batch.log.records[-1].bid if batch.log.records else 0
+    big = engine.launch(_long_prompt, 2000, user="big")
+    victim = engine.launch(_generate, PROMPT, 12, user="victim")
+    assert victim.result(timeout=300) == ref
+    assert big.result(timeout=300) == 2000
+    shared = [r for r in batch.log.since(mark) if {m.user for m in r.members} >= {"big", "victim"}]
+    assert shared, "the prompt and the decodes never shared a batch"
+    for r in shared:
+        big_tokens = sum(m.tokens for m in r.members if m.user == "big")
+        assert big_tokens <= SHARED_CHUNK, r.to_dict()
