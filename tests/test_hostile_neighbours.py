@@ -624,3 +624,48 @@ def test_long_prompt_shares_batches_with_other_users_decodes_in_small_chunks(eng
     for r in shared:
         big_tokens = sum(m.tokens for m in r.members if m.user == "big")
         assert big_tokens <= SHARED_CHUNK, r.to_dict()
+
+
+# --- the shutdown drain answers everyone ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_drain_answers_new_connections_503_and_websockets_with_the_result():
+    """During the SIGTERM drain the server still accepts connections: a new program is a JSON 503
+    (before: the connection was refused), and a WebSocket session whose program the drain cancels
+    gets a `result` message with the error before the close (before: a bare 1012 close)."""
+    import json as _json
+    import signal
+    import time
+
+    import httpx
+    from websockets.sync.client import connect
+
+    from tests.server_harness import Server
+
+    s = Server(SERVER_USERS, ["--max-workers", "4", "--drain", "3"], name="drain")
+    try:
+        ws = connect(s.url.replace("http", "ws") + "/v1/ws", additional_headers={"Authorization": "Bearer tok-alice"})
+        ws.send(_json.dumps({"op": "run", "source": "def w(sym):\n    return sym.recv(120)\n", "entry": "w"}))
+        assert _json.loads(ws.recv(60))["type"] == "started"
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        r = httpx.post(
+            s.url + "/v1/processes",
+            json={"source": "def f(sym):\n    return 1\n", "entry": "f"},
+            headers={"Authorization": "Bearer tok-alice"},
+            timeout=30,
+        )
+        assert r.status_code == 503 and r.json()["error"]["code"] == 503, r.text
+        assert "shutting down" in r.json()["error"]["message"]
+        msgs = []
+        try:
+            while True:
+                msgs.append(_json.loads(ws.recv(30)))
+        except Exception:
+            pass
+        results = [m for m in msgs if m.get("type") == "result"]
+        assert results and "error" in results[0] and "shutting down" in results[0]["error"]["message"], msgs
+        assert s.proc.wait(30) == 0
+    finally:
+        s.stop()
