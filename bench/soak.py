@@ -191,6 +191,8 @@ class Soak:
             "rss_peak_mb": round(max(samples + [rss1])),
             "rss_end_mb": round(rss1),
             "rss_growth_mb": round(rss1 - rss0),
+            "rss_slope_mb_per_min": round(rss_slope(samples[len(samples) // 2 :]) * 60, 1),
+            "rss_samples_mb": [round(x) for x in samples],
             "pages_start": pages0,
             "pages_end": pages1,
             "benign_runs": len(lat),
@@ -200,6 +202,16 @@ class Soak:
             "outcomes": dict(self.outcomes),
             "exit_status": rc,
         }
+
+
+def rss_slope(samples: list[float], dt: float = 1.0) -> float:
+    """Least-squares slope of RSS samples taken every `dt` s, in MB per second (0 for fewer than 2)."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(samples) / n
+    num = sum((i - mx) * (y - my) for i, y in enumerate(samples))
+    return num / sum((i - mx) ** 2 for i in range(n)) / dt
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -221,7 +233,8 @@ def main(argv: list[str] | None = None) -> str:
     errs = sum(res["errors"].values())
     md = (
         f"soak {res['seconds']:g} s ({a.root}): RSS {res['rss_start_mb']} → peak {res['rss_peak_mb']} → end "
-        f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB); pages {res['pages_start']} → {res['pages_end']}; "
+        f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB, slope over the second half "
+        f"{res['rss_slope_mb_per_min']:+.1f} MB/min); pages {res['pages_start']} → {res['pages_end']}; "
         f"{res['benign_runs']} benign runs, p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms; {errs} error(s) "
         f"{res['errors']}; exit status {res['exit_status']}"
     )
