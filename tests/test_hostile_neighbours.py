@@ -319,6 +319,17 @@ def all_logits(sym, n: int):
         return "refused: " + str(e)
 
 
+def many_small_items(sym, k: int):
+    for i in range(k):
+        sym.send([{"a": j} for j in range(40_000)])  # ~0.5 MB of JSON, ~8 MB of Python objects
+
+
+def one_letter_prints(sym, k: int):
+    for _ in range(k):
+        print("x")
+    return k
+
+
 def chat_without_content(sym):
     try:
         sym.chat_template([{"role": "user"}])
@@ -448,6 +459,23 @@ def test_short_body_times_out_with_a_json_408(server):
     assert head.startswith(b"HTTP/1.1 408"), data[:300]
     assert b'"code":408' in body and b"did not arrive" in body, body
     assert waited < 30
+
+
+def test_malformed_content_length_is_a_json_400(server):
+    """A request uvicorn cannot parse (here `Content-Length: abc`) never reaches the app; it is
+    still answered in the JSON error format (before: plain text)."""
+    import json as _json
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/processes HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head.lower(), data
+    err = _json.loads(body)["error"]
+    assert err["code"] == 400 and "malformed HTTP request" in err["message"], err
 
 
 def test_oversized_calls_and_bad_chat_messages_raise_in_the_program(server):
@@ -669,3 +697,41 @@ def test_drain_answers_new_connections_503_and_websockets_with_the_result():
         assert s.proc.wait(30) == 0
     finally:
         s.stop()
+
+
+def test_messages_and_prints_cost_the_server_what_the_bounds_say(server):
+    """Four programs send unread messages up to the per-user bound (64 MiB of JSON) as lists of
+    small dicts, four print one letter at a time: the server keeps messages as their JSON text
+    and counts each print's entry, so its RSS grows by about the bounds, not by the Python size
+    of what was sent (before: +1 GB); alice's program run meanwhile gives its exact tokens."""
+    import threading
+    import time
+
+    with client(server) as alice, client(server, "mallory") as mallory:
+        ref = outcome(alice, start(alice, "generate", 4))["result"]
+        alice.get("/metrics")  # prune what earlier tests left
+        time.sleep(6)
+        alice.get("/metrics")
+        base = _rss_mb(server.proc.pid)
+        peak = [base]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                peak.append(_rss_mb(server.proc.pid))
+                time.sleep(0.2)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            pids = [start(mallory, "many_small_items", 40) for _ in range(4)]
+            pids += [start(mallory, "one_letter_prints", 60_000) for _ in range(4)]
+            assert outcome(alice, start(alice, "generate", 4)).get("result") == ref
+            outs = [outcome(mallory, p) for p in pids]
+        finally:
+            stop.set()
+            sampler.join()
+        growth = max(peak) - base
+    print(f"server RSS {base:.0f} MB, peak growth {growth:.0f} MB")
+    assert all(o["status"] in ("failed", "finished") for o in outs), outs
+    assert growth < 300, growth

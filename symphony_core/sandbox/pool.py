@@ -433,7 +433,7 @@ class SandboxManager:
         if op == "stdout":
             text = h.get("text")
             if isinstance(text, str) and w.stdout_bytes < MAX_STDOUT:
-                w.stdout_bytes += len(text)
+                w.stdout_bytes += len(text) + 128  # and each frame's entry: one-letter prints add up too
                 try:
                     w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[:MAX_STDOUT])
                 except Exception:

@@ -71,6 +71,7 @@ def serve(
     from ..sandbox.pool import SandboxManager
     from .app import create_app
     from .drain import start_drain
+    from .http_errors import JSONErrorH11Protocol
     from .plugins import PluginError, load_plugin
     from .state import ServerConfig
     from .users import Users, load_users
@@ -139,6 +140,7 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
+        http=JSONErrorH11Protocol,  # an unparsable request is answered in the JSON error format
         ws_max_size=2 * max_body,
         ws_ping_interval=None,
         timeout_graceful_shutdown=3,  # after the drain (DrainingServer): for connections still open
