@@ -699,6 +699,7 @@ def test_drain_answers_new_connections_503_and_websockets_with_the_result():
         s.stop()
 
 
+@pytest.mark.slow
 def test_messages_and_prints_cost_the_server_what_the_bounds_say(server):
     """Four programs send unread messages up to the per-user bound (64 MiB of JSON) as lists of
     small dicts, four print one letter at a time: the server keeps messages as their JSON text
