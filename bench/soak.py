@@ -64,8 +64,11 @@ def _pages(c: httpx.Client) -> int:
 
 
 class Soak:
-    def __init__(self, root: str, seconds: float, benign: int, hostile: int) -> None:
+    def __init__(
+        self, root: str, seconds: float, benign: int, hostile: int, keep_finished: float | None = None
+    ) -> None:
         self.root, self.seconds, self.n_benign, self.n_hostile = root, seconds, benign, hostile
+        self.keep_finished = keep_finished
         self.lat: list[float] = []
         self.errors: collections.Counter = collections.Counter()
         self.outcomes: collections.Counter = collections.Counter()
@@ -77,6 +80,8 @@ class Soak:
         self.dir = tempfile.mkdtemp(prefix="symphony-soak-")
         users = [{"name": "good", "token": "tok-good"}, {"name": "evil", "token": "tok-evil"}]
         limits = ["--cpu-seconds", "4", "--memory-mb", "256", "--wall-time", "20", "--max-workers", "8"]
+        if self.keep_finished is not None:  # finished records (and their messages) dropped sooner
+            limits += ["--keep-finished", str(self.keep_finished)]
         self.proc, self.url = start_server(
             users,
             self.dir,
@@ -224,9 +229,10 @@ def main(argv: list[str] | None = None) -> str:
         default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         help="the checkout whose server to soak (default: this one)",
     )
+    ap.add_argument("--keep-finished", type=float, help="the server's --keep-finished (default: its own, 600 s)")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args(argv)
-    res = Soak(os.path.abspath(a.root), a.seconds, a.benign, a.hostile).run()
+    res = Soak(os.path.abspath(a.root), a.seconds, a.benign, a.hostile, a.keep_finished).run()
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

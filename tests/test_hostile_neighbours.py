@@ -736,3 +736,32 @@ def test_messages_and_prints_cost_the_server_what_the_bounds_say(server):
     print(f"server RSS {base:.0f} MB, peak growth {growth:.0f} MB")
     assert all(o["status"] in ("failed", "finished") for o in outs), outs
     assert growth < 300, growth
+
+
+@pytest.mark.slow
+def test_short_soak_rss_is_flat(server):
+    """Six rounds of hostile programs (unread small-item messages, one-letter prints, bad
+    samplers, oversized calls) beside alice's exact generation, each round's records reaped
+    (--keep-finished 5): the server's RSS after each round has a least-squares slope under
+    15 MB per round over the last five rounds, and ends within 80 MB of the first."""
+    import time
+
+    from bench.soak import rss_slope
+
+    rss = []
+    with client(server) as alice, client(server, "mallory") as mallory:
+        ref = outcome(alice, start(alice, "generate", 4))["result"]
+        for _ in range(6):
+            pids = [start(mallory, "many_small_items", 10) for _ in range(2)]
+            pids += [start(mallory, "one_letter_prints", 5000), start(mallory, "bad_samplers", 1)]
+            pids.append(start(mallory, "big_detokenize"))
+            assert outcome(alice, start(alice, "generate", 4)).get("result") == ref
+            for p in pids:
+                outcome(mallory, p)
+            time.sleep(5.5)
+            alice.get("/metrics")  # reaps the records past --keep-finished
+            rss.append(_rss_mb(server.proc.pid))
+    slope = rss_slope(rss[1:])
+    print(f"RSS after each round (MB): {[round(x) for x in rss]}; slope {slope:+.1f} MB/round")
+    assert slope < 15, rss
+    assert rss[-1] - rss[0] < 80, rss
