@@ -64,8 +64,11 @@ def _pages(c: httpx.Client) -> int:
 
 
 class Soak:
-    def __init__(self, root: str, seconds: float, benign: int, hostile: int) -> None:
+    def __init__(
+        self, root: str, seconds: float, benign: int, hostile: int, keep_finished: float | None = None
+    ) -> None:
         self.root, self.seconds, self.n_benign, self.n_hostile = root, seconds, benign, hostile
+        self.keep_finished = keep_finished
         self.lat: list[float] = []
         self.errors: collections.Counter = collections.Counter()
         self.outcomes: collections.Counter = collections.Counter()
@@ -77,6 +80,8 @@ class Soak:
         self.dir = tempfile.mkdtemp(prefix="symphony-soak-")
         users = [{"name": "good", "token": "tok-good"}, {"name": "evil", "token": "tok-evil"}]
         limits = ["--cpu-seconds", "4", "--memory-mb", "256", "--wall-time", "20", "--max-workers", "8"]
+        if self.keep_finished is not None:  # finished records (and their messages) dropped sooner
+            limits += ["--keep-finished", str(self.keep_finished)]
         self.proc, self.url = start_server(
             users,
             self.dir,
@@ -191,6 +196,8 @@ class Soak:
             "rss_peak_mb": round(max(samples + [rss1])),
             "rss_end_mb": round(rss1),
             "rss_growth_mb": round(rss1 - rss0),
+            "rss_slope_mb_per_min": round(rss_slope(samples[len(samples) // 2 :]) * 60, 1),
+            "rss_samples_mb": [round(x) for x in samples],
             "pages_start": pages0,
             "pages_end": pages1,
             "benign_runs": len(lat),
@@ -200,6 +207,16 @@ class Soak:
             "outcomes": dict(self.outcomes),
             "exit_status": rc,
         }
+
+
+def rss_slope(samples: list[float], dt: float = 1.0) -> float:
+    """Least-squares slope of RSS samples taken every `dt` s, in MB per second (0 for fewer than 2)."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(samples) / n
+    num = sum((i - mx) * (y - my) for i, y in enumerate(samples))
+    return num / sum((i - mx) ** 2 for i in range(n)) / dt
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -212,16 +229,18 @@ def main(argv: list[str] | None = None) -> str:
         default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         help="the checkout whose server to soak (default: this one)",
     )
+    ap.add_argument("--keep-finished", type=float, help="the server's --keep-finished (default: its own, 600 s)")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args(argv)
-    res = Soak(os.path.abspath(a.root), a.seconds, a.benign, a.hostile).run()
+    res = Soak(os.path.abspath(a.root), a.seconds, a.benign, a.hostile, a.keep_finished).run()
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
     errs = sum(res["errors"].values())
     md = (
         f"soak {res['seconds']:g} s ({a.root}): RSS {res['rss_start_mb']} → peak {res['rss_peak_mb']} → end "
-        f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB); pages {res['pages_start']} → {res['pages_end']}; "
+        f"{res['rss_end_mb']} MB (growth {res['rss_growth_mb']:+d} MB, slope over the second half "
+        f"{res['rss_slope_mb_per_min']:+.1f} MB/min); pages {res['pages_start']} → {res['pages_end']}; "
         f"{res['benign_runs']} benign runs, p50 {res['p50_ms']} ms, p99 {res['p99_ms']} ms; {errs} error(s) "
         f"{res['errors']}; exit status {res['exit_status']}"
     )

@@ -2,14 +2,14 @@
 
 This is where KVFS meets the model, and the one way to it: `Engine.pred_batch` and the batch
 scheduler both call `Executor.run`, which holds the forward lock for the whole pass. Each call
-is checked on its own, so one bad call gets its own error and the rest of the batch runs. A
-failed forward rolls every reservation back, so no file is ever left holding tokens whose K/V
-were not written.
+is checked on its own (its sampler too), so one bad call gets its own error and the rest of the
+batch runs. A failed forward rolls every reservation back, so no file is ever left holding
+tokens whose K/V were not written, and runs the members again in halves, so that only the calls
+that make it fail get the error; a call whose in-engine pick fails is taken back out of its file.
 """
 
 from __future__ import annotations
 
-import operator
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +23,7 @@ from .model.dist import Dist, fast_argmax, version_of
 from .model.forward_batch import DecodeRows, ForwardBatch, SeqInput
 from .model.llama import PagedLlama
 from .model.sampling import Sampler, sample_rows
+from .pred_args import as_int_list, check_sampler
 
 if TYPE_CHECKING:  # imported on CUDA only (it needs Triton)
     from .model.cuda_graphs import DecodeGraphs
@@ -81,35 +82,6 @@ class PredCall:
         return f"PredCall({self.kv!r}, {self.token_ids!r}, outputs={self.outputs!r})"
 
 
-def _as_int_list(x, what: str) -> list[int]:
-    """Ids as a list of Python ints; floats, booleans and strings are refused, not rounded."""
-    if isinstance(x, torch.Tensor):
-        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-            raise PredError(f"pred: {what} must be integers, got a {x.dtype} tensor")
-        x = x.tolist()
-    if isinstance(x, str):
-        raise PredError(
-            f"pred: {what} must be a list of ints, got a str" + (" (tokenize it first)" if what == "token_ids" else "")
-        )
-    if isinstance(x, bool):
-        raise PredError(f"pred: {what} must be ints, not booleans")
-    if isinstance(x, int):
-        return [x]
-    try:
-        items = list(x)
-    except TypeError as e:
-        raise PredError(f"pred: {what} must be a list of ints, got {type(x).__name__}") from e
-    out = []
-    for t in items:
-        if isinstance(t, bool):
-            raise PredError(f"pred: {what} must be ints, not booleans")
-        try:
-            out.append(operator.index(t))
-        except TypeError:
-            raise PredError(f"pred: {what} must be ints, got {t!r} ({type(t).__name__})") from None
-    return out
-
-
 class Executor:
     def __init__(self, model: PagedLlama, kvfs: KVFS) -> None:
         self.model = model
@@ -128,7 +100,7 @@ class Executor:
         """Check one call's arguments against the model and its KV file; raise PredError/KVError.
 
         The common call (a list of ints, default positions, the last output, no sampler or
-        mask) passes each check in a few operations; `_as_int_list` and `_outputs` word the
+        mask) passes each check in a few operations; `as_int_list` and `_outputs` word the
         errors and take the other forms."""
         with self.kvfs.lock:
             start = self.kvfs._writable(c.kv, "pred").next_position
@@ -142,7 +114,7 @@ class Executor:
             pos = [start] if n == 1 else list(range(start, start + n))
             past = start + n > self.max_pos
         else:
-            pos = _as_int_list(c.positions, "positions")
+            pos = as_int_list(c.positions, "positions")
             if len(pos) != n:
                 raise PredError(f"pred: {len(pos)} positions for {n} tokens")
             past = min(pos) < 0 or max(pos) >= self.max_pos
@@ -158,6 +130,8 @@ class Executor:
                 c.sampler = Sampler.greedy()
             elif not isinstance(c.sampler, Sampler):
                 raise PredError(f"pred: sampler must be a Sampler, got {type(c.sampler).__name__}")
+            else:
+                check_sampler(c.sampler)
         c.mask_tensor = self._mask(c.mask, len(out)) if c.mask is not None else None
         c.tokens, c.pos, c.out_index = toks, pos, out
         c.plain = c.sampler is None and c.mask is None and type(c.outputs) is str and c.outputs == "last"
@@ -166,10 +140,10 @@ class Executor:
     def _token_ids(self, c: PredCall) -> list[int]:
         """`c.token_ids` as a new, non-empty list of in-vocabulary ints, or a PredError naming why not."""
         ids = c.token_ids
-        if type(ids) is list and all(type(t) is int for t in ids):  # bools, numpy ints: `_as_int_list`
+        if type(ids) is list and all(type(t) is int for t in ids):  # bools, numpy ints: `as_int_list`
             toks = list(ids)  # the caller may reuse its list
         else:
-            toks = _as_int_list(ids, "token_ids")
+            toks = as_int_list(ids, "token_ids")
         if not toks:
             raise PredError(f"pred on {c.kv.describe()}: token_ids is empty")
         vocab = self.vocab
@@ -188,7 +162,7 @@ class Executor:
             if outputs == "all":
                 return list(range(n))
             raise PredError(f"pred: outputs must be 'last', 'all' or a list of indices, got {outputs!r}")
-        out = _as_int_list(outputs, "outputs")
+        out = as_int_list(outputs, "outputs")
         if any(not -n <= i < n for i in out):
             raise PredError(f"pred: outputs {out} index outside the {n} tokens given")
         return [i % n for i in out]
@@ -208,7 +182,7 @@ class Executor:
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
             m = mask
         else:
-            ids = _as_int_list(mask, "mask (allowed token ids)")
+            ids = as_int_list(mask, "mask (allowed token ids)")
             if any(not 0 <= t < self.vocab for t in ids):
                 raise PredError("pred: mask holds token ids outside the vocabulary")
             m = torch.zeros(self.vocab, dtype=torch.bool)
@@ -356,16 +330,32 @@ class Executor:
             logits = run(fb, self.kvfs.pool.k, self.kvfs.pool.v)
             self.forward_cpu_s += _thread_time() - c0
             self.forward_s += _perf() - w0
+        except Exception as e:
+            for _, c, n in reserved:
+                kvfs.rollback(Reservation(c.kv, n, []))
+            self._isolate([(i, c) for i, c, _ in reserved], results, argmax, e)
+            return
         except BaseException:
             for _, c, n in reserved:
                 kvfs.rollback(Reservation(c.kv, n, []))
             raise
-        for f, n in prompts:
-            kvfs.remember_prompt(f, n)
         # Every decode is plain (one output, no sampler or mask): only the other calls need a look.
         plain = all(c.plain for _, c, _ in seq_members)
         # On a GPU every row's argmax is taken in one call (one sync): a LIP's `.argmax()` then reads it.
         self._scatter(logits, fb.output_counts, reserved, results, argmax or logits.is_cuda, plain)
+        for f, n in prompts:
+            kvfs.remember_prompt(f, n)
+
+    def _isolate(self, members: list[tuple[int, PredCall]], results: list, argmax: bool, e: Exception) -> None:
+        """The forward pass of `members` failed (and wrote nothing): find whose rows make it fail by
+        running halves apart, so that only those calls get the error and the rest their Dists."""
+        if len(members) == 1:
+            i, c = members[0]
+            results[i] = SymphonyError(f"forward pass failed for this call: {type(e).__name__}: {e}")
+            return
+        half = len(members) // 2
+        for part in (members[:half], members[half:]):
+            self._forward([c for _, c in part], [i for i, _ in part], results, argmax)
 
     def _scatter(
         self, logits: torch.Tensor, counts: list[int], reserved, results: list, argmax: bool, plain: bool
@@ -384,23 +374,63 @@ class Executor:
             return
         start = 0
         rows_by_call = []
-        for (i, c, _), n in zip(reserved, counts):
+        for (i, c, n0), n in zip(reserved, counts):
             lg = logits[start : start + n]
             start += n
             if c.mask_tensor is not None:
                 lg = lg.masked_fill(~c.mask_tensor.to(lg.device), float("-inf"))
-            rows_by_call.append((i, c, lg))
-        # One batched sampling call for every row that asked for an in-engine pick.
-        flat, owners = [], []
-        for k, (_, c, lg) in enumerate(rows_by_call):
+            rows_by_call.append((i, c, n0, lg))
+        picks = self._sample(rows_by_call, results)
+        for k, (i, c, _, lg) in enumerate(rows_by_call):
+            if results[i] is not None:  # its sampling failed
+                continue
+            single = c.outputs == "last"
+            tok = picks.get(k)
+            results[i] = Dist(lg[0] if single else lg, (tok[0] if single else tok) if tok else None)
+
+    def _sample(self, rows_by_call: list, results: list) -> dict[int, list[int]]:
+        """The in-engine picks of every call with a sampler, by its index in `rows_by_call`: one
+        batched call, or, when that fails, one per call, each failing call getting its error and
+        its tokens taken back out of its file (its K/V was written, but the call failed)."""
+        with_sampler = []
+        for k, (i, c, n0, _) in enumerate(rows_by_call):
             if c.sampler is not None:
-                flat.append(lg)
-                owners.extend([(k, c.sampler)] * lg.shape[0])
-        picks = sample_rows(torch.cat(flat), [s for _, s in owners]) if flat else []
+                # Again (the program may have changed its sampler since `prepare`), and its generator
+                # made here, call by call: a failure inside the batched pick would cost the rows
+                # before it the noise they had drawn.
+                try:
+                    check_sampler(c.sampler)
+                    if not isinstance(c.sampler.generator(), torch.Generator):
+                        raise PredError("pred: the sampler's generator() returned no torch.Generator")
+                    with_sampler.append(k)
+                except Exception as e:
+                    results[i] = e if isinstance(e, PredError) else PredError(f"pred: the sampler failed: {e!r}")
+                    self.kvfs.rollback(Reservation(c.kv, n0, []))
+        if not with_sampler:
+            return {}
+        try:
+            return self._picks(rows_by_call, with_sampler)
+        except Exception:
+            pass
+        picks: dict[int, list[int]] = {}
+        for k in with_sampler:
+            i, c, n0, _ = rows_by_call[k]
+            try:
+                picks.update(self._picks(rows_by_call, [k]))
+            except Exception as e:
+                results[i] = PredError(f"pred: the sampler failed: {type(e).__name__}: {e}")
+                self.kvfs.rollback(Reservation(c.kv, n0, []))
+        return picks
+
+    @staticmethod
+    def _picks(rows_by_call: list, which: list[int]) -> dict[int, list[int]]:
+        flat, owners = [], []
+        for k in which:
+            c, lg = rows_by_call[k][1], rows_by_call[k][3]
+            flat.append(lg)
+            owners.extend([(k, c.sampler)] * lg.shape[0])
+        picks = sample_rows(torch.cat(flat), [s for _, s in owners])
         by_call: dict[int, list[int]] = {}
         for (k, _), t in zip(owners, picks):
             by_call.setdefault(k, []).append(t)
-        for k, (i, c, lg) in enumerate(rows_by_call):
-            single = c.outputs == "last"
-            tok = by_call.get(k)
-            results[i] = Dist(lg[0] if single else lg, (tok[0] if single else tok) if tok else None)
+        return by_call

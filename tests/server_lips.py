@@ -281,3 +281,8 @@ def traced(sym):
     sym.pred(kv, [1, 2, 3])
     sym.send("x")
     return kv.len
+
+
+def chat_with_tools(sym, messages: list, tools: list) -> str:
+    """The model's chat template with tools, as the program sees it."""
+    return sym.chat_template(messages, tools=tools)

@@ -20,7 +20,10 @@ LAYERS: list[list[str]] = [
         "symphony_core.threadsafe_ast",
     ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
-    ["symphony_core.executor"],  # one forward pass over many preds (the forward lock lives here)
+    [
+        "symphony_core.pred_args",
+        "symphony_core.executor",
+    ],  # a pred's arguments checked; one forward pass over many preds
     ["symphony_core.sched"],  # processes, level-1 and level-2 schedulers
     ["symphony_core.lip"],  # the LIP runtime: threads, the kernel, the `sym` syscalls
     ["symphony_core.engine"],  # the facade: model + KVFS + executor, the runtime on demand

@@ -308,3 +308,25 @@ def test_the_triton_kernel_applies_each_layers_window(fam, tmp_path):
         eng.kv_close(kv)
     finally:
         eng.shutdown()
+
+
+def test_a_sandboxed_program_renders_the_models_tool_template(family):
+    """`sym.chat_template(messages, tools=...)` inside the server's sandbox gives what it gives in-process."""
+    from symphony_core.sandbox.job import SandboxJob
+    from symphony_core.sandbox.pool import SandboxManager
+    from symphony_core.sandbox.twin import sandboxed_lip
+    from tests.server_harness import LIPS
+
+    fam, _, _, eng = family
+    if fam != "qwen3":
+        pytest.skip("one family with a tool-calling template is enough for the sandbox's plumbing")
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    mgr = SandboxManager(eng, max_workers=1)
+    mgr.start()
+    try:
+        job = SandboxJob(open(LIPS).read(), "chat_with_tools", [msgs, tools], {}, "chat_with_tools", mgr.spec_for({}))
+        boxed = eng.launch(sandboxed_lip, mgr, job, user="tester", name="tools").result(120)
+    finally:
+        mgr.shutdown()
+    assert boxed == eng.chat_template(msgs, tools=tools) and "get_weather" in boxed

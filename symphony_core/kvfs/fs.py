@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import KVError, KVNotFound, OutOfPages
 from .file import KV, KVFile
-from .namespace import SHARED, check_access, resolve, user_home
+from .namespace import check_access, check_name_quota, resolve, visible
 from .pool import PagePool
 from .prefix_cache import PrefixCache
 
@@ -53,6 +53,7 @@ class KVFS:
                 check_access(user, full, owner=None, write=True)
                 if full in self.named:
                     raise KVError(f"KV file {full} already exists (open it, or remove it first)")
+                check_name_quota(user, (f.owner for f in self.named.values()))
             f = KVFile(owner=user, path=full)
             if full is not None:
                 self.named[full] = f
@@ -150,13 +151,9 @@ class KVFS:
                 f.hint_keep_until = f.hint_priority = None
 
     def listdir(self, user: str, prefix: str | None = None) -> list[str]:
-        """Named files `user` may see: their own directory and /shared/."""
+        """Named files `user` may see: their own directory's, then /shared/'s (namespace.visible)."""
         with self.lock:
-            mine = [p for p in self.named if p.startswith(user_home(user)) or p.startswith(SHARED)]
-            if prefix is not None:
-                full = prefix if prefix.startswith("/") else user_home(user) + prefix
-                mine = [p for p in mine if p.startswith(full)]
-            return sorted(mine)
+            return visible(user, list(self.named), prefix)
 
     # --- what `pred` uses -------------------------------------------------------------------
 

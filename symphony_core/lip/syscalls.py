@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import SymphonyError
+from ..errors import PredError, SymphonyError
 from ..kvfs import KV, KVFS
 from ..model.dist import Dist
 from ..model.sampling import Sampler
@@ -190,6 +190,8 @@ class Sym:
                 `pred: outputs must be 'last', 'all' or a list of indices, got <x>`;
                 `pred: outputs [...] index outside the <n> tokens given`;
                 `pred: sampler must be a Sampler or 'greedy', got <x>`;
+                `pred: sampler <field> must be …` (a field no batch can use: a non-finite
+                temperature, top_k past 2**31 - 1, a seed outside [-2**63, 2**64 - 1], …);
                 `pred: mask must be bool [<V>] or [<n>, <V>], got [...]`;
                 `pred: mask holds token ids outside the vocabulary`;
                 `pred: mask allows no token at some position`.
@@ -231,6 +233,8 @@ class Sym:
 
         Raises:
             KVError: a bad path: `KV path <p> is outside /users/<name>/ and /shared/`,
+                `KV path of <n> bytes is over the limit of 512 bytes`; `user <u> owns 1024
+                named KV files, the limit; …`;
                 `KV path <p> names a directory, not a file`, `KV path must be a non-empty string,
                 got <x>`; or `KV file <path> already exists (open it, or remove it first)`.
             KVPermissionError: `permission denied: /users/<other>/… is private to user <other>`.
@@ -349,17 +353,18 @@ class Sym:
         )
 
     def kv_list(self, prefix: str | None = None) -> list[str]:
-        """The named files the caller may see — its own directory and `/shared/` — sorted.
+        """The named files the caller may see: its own directory's, then `/shared/`'s, each
+        sorted, at most 1,000 in all (narrow a longer listing with `prefix`).
 
         Args:
             prefix: keep only paths starting with it (relative prefixes are in the caller's
                 directory). A prefix in another user's directory lists nothing.
 
         Returns:
-            Absolute paths, e.g. `["/shared/sys-1a2b.kv", "/users/alice/notes.kv"]`.
+            Absolute paths, e.g. `["/users/alice/notes.kv", "/shared/sys-1a2b.kv"]`.
 
         Raises:
-            AttributeError: a prefix that is not a string (not checked yet).
+            KVError: `kv_list prefix must be a string, got <type>`.
         """
         return self._call("kv_list", lambda: self._rt.kvfs.listdir(self.user, prefix), lambda: {"prefix": prefix})
 
@@ -400,11 +405,16 @@ class Sym:
                 `this model has no chat template; build the prompt text yourself`; `chat template:
                 <message>` when the template itself refuses the conversation.
         """
-        return self._call(
-            "chat_template",
-            lambda: self._rt.tokenizer.chat_template(messages, add_generation_prompt, tools=tools),
-            lambda: {"messages": len(messages)},
-        )
+
+        def render() -> str:
+            try:
+                return self._rt.tokenizer.chat_template(messages, add_generation_prompt, tools=tools)
+            except SymphonyError:
+                raise
+            except Exception as e:  # the template's own failure on this conversation (a message without content, …)
+                raise PredError(f"chat template: cannot render these messages: {type(e).__name__}: {e}") from None
+
+        return self._call("chat_template", render, lambda: {"messages": len(messages)})
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:

@@ -302,6 +302,9 @@ def apply_seccomp(conf: Confinement) -> None:
         f.add_rule(eperm, "socket", seccomp.Arg(0, seccomp.NE, socket.AF_UNIX))
         f.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_THREAD, 0))
         f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # glibc falls back to clone, which is filtered
+        # The parent-death signal is the worker's tie to its monitor (and so to the zygote and the
+        # server): a worker that cleared it could outlive them all, keeping its uid.
+        f.add_rule(eperm, "prctl", seccomp.Arg(0, seccomp.EQ, PR_SET_PDEATHSIG))
         denied = [
             "fork",
             "vfork",

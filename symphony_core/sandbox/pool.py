@@ -27,11 +27,11 @@ import threading
 import time
 from typing import cast
 
-from ..errors import SymphonyError
 from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
 from .job import SandboxJob
 from .protocol import ProtocolError
+from .uid_block import UidBlock
 from .worker_link import N_SLOTS, SandboxError, Worker
 
 log = logging.getLogger("symphony.sandbox")
@@ -40,17 +40,20 @@ ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 MAX_RESTARTS_PER_MINUTE = 5
 MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
 MAX_STDOUT = 256 << 10
+IO_STALL_S = 5.0  # the I/O thread not round its loop for this long: /health says the sandbox is degraded
 
 
 class SandboxManager:
     """Starts the zygote, hands out workers (at most `max_workers` at once), routes their I/O."""
 
     def __init__(
-        self, engine, *, max_workers: int = 32, uid_base: int = 2_000_000, defaults: SandboxSpec | None = None
+        self, engine, *, max_workers: int = 32, uid_base: int | None = None, defaults: SandboxSpec | None = None
     ) -> None:
         self.engine = engine
         self.max_workers = max_workers
-        self.uid_base = uid_base
+        # Worker uids: a block this server alone holds (uid_block.py), unless the caller names one.
+        self._uids = UidBlock(max_workers) if uid_base is None and os.geteuid() == 0 else None
+        self.uid_base = uid_base if uid_base is not None else self._uids.base if self._uids else 2_000_000
         self.defaults = defaults or SandboxSpec()
         pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.defaults.ro_paths = runtime_paths(pkg_dir)
@@ -75,6 +78,7 @@ class SandboxManager:
         self.failed: str | None = None  # why the sandbox was given up on
         self._restart_times: list[float] = []
         self._ready = threading.Event()
+        self.io_beat = time.monotonic()
         self._io = threading.Thread(target=self._io_loop, name="symphony-sandbox-io", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -133,9 +137,15 @@ class SandboxManager:
         self._launch_zygote()
 
     def healthy(self) -> bool:
-        """The zygote is up and answering (False while it restarts, or if it was given up on)."""
+        """The zygote is up and answering (False while it restarts, or if it was given up on), and
+        the I/O thread is not stuck (`io_stalled_s`)."""
         z = self.zygote
-        return self.failed is None and self._ready.is_set() and z is not None and z.poll() is None
+        up = self.failed is None and self._ready.is_set() and z is not None and z.poll() is None
+        return up and self.io_stalled_s() < IO_STALL_S
+
+    def io_stalled_s(self) -> float:
+        """Seconds since the I/O thread last came round its loop (it comes round at least every second)."""
+        return max(0.0, time.monotonic() - self.io_beat)
 
     def probe(self) -> dict:
         """Run an empty worker once and learn what this machine enforces."""
@@ -154,6 +164,8 @@ class SandboxManager:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         if self.zygote is None:
+            if self._uids is not None:
+                self._uids.release()
             return
         self._stop = True
         with self._ctl_lock:
@@ -168,6 +180,8 @@ class SandboxManager:
             self.zygote.wait(5)
         self._wake()
         self._io.join(2)
+        if self._uids is not None:  # the zygote is gone, and its workers with it
+            self._uids.release()
 
     def spec_for(self, over: dict) -> SandboxSpec:
         d = SandboxSpec(**{**self.defaults.__dict__})
@@ -280,6 +294,7 @@ class SandboxManager:
                 events = self._sel.select(timeout=1.0)
             except OSError:
                 continue
+            self.io_beat = time.monotonic()
             for key, _ in events:
                 try:
                     if key.data == "wake":
@@ -418,7 +433,7 @@ class SandboxManager:
         if op == "stdout":
             text = h.get("text")
             if isinstance(text, str) and w.stdout_bytes < MAX_STDOUT:
-                w.stdout_bytes += len(text)
+                w.stdout_bytes += len(text) + 128  # and each frame's entry: one-letter prints add up too
                 try:
                     w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[:MAX_STDOUT])
                 except Exception:
@@ -436,26 +451,19 @@ class SandboxManager:
                 q.put(("thread_exit", h, p))
             return
         if t in w.ended:
-            try:
-                w.send(
-                    {
-                        "id": h.get("id"),
-                        "err": {
-                            "type": "SymphonyError",
-                            "msg": f"LIP thread {t} has ended: its calls cannot run any more",
-                        },
-                    }
-                )
-            except SymphonyError:
-                pass
-            return
-        if q is None:
+            # Answered by the program's own main-thread twin: this thread never writes to a worker's
+            # socket, which blocks for as long as a worker that floods does not read its answers.
+            q, h = w.queues[0], {"id": h.get("id"), "ended": t}
+            kind = "ended"
+        elif q is None:
             self._violation(w, f"request for unknown thread {t!r}")
             return
+        else:
+            kind = "call"
         if q.qsize() > MAX_QUEUED:
             self._violation(w, "too many outstanding requests")
             return
-        q.put(("call", h, p))
+        q.put((kind, h, p))
 
 
 __all__ = ["SandboxError", "SandboxManager", "Worker"]

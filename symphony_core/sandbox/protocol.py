@@ -24,13 +24,34 @@ class ProtocolError(Exception):
     """The other side sent something that is not a well-formed frame."""
 
 
-def encode(header: dict, payload: bytes | memoryview = b"") -> bytes:
+class FrameTooLarge(ValueError):
+    """A frame this side was about to send is over the caps the other side reads with."""
+
+
+def _header(header: dict, payload_len: int) -> bytes:
     h = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
-    return HEADER.pack(len(h), len(payload)) + h + bytes(payload)
+    if len(h) > MAX_HEADER or payload_len > MAX_PAYLOAD:
+        raise FrameTooLarge(
+            f"{len(h)} bytes of JSON and {payload_len} raw bytes; one frame carries at most "
+            f"{MAX_HEADER >> 20} MiB of JSON and {MAX_PAYLOAD >> 20} MiB raw"
+        )
+    return h
+
+
+def encode(header: dict, payload: bytes | memoryview = b"") -> bytes:
+    """The whole frame's bytes."""
+    return encode_head(header, len(payload)) + bytes(payload)
+
+
+def encode_head(header: dict, payload_len: int) -> bytes:
+    """A frame's bytes up to its payload (the server's side: its payload, logits, is not capped)."""
+    h = _header(header, 0)
+    return HEADER.pack(len(h), payload_len) + h
 
 
 def send_frame(sock: socket.socket, header: dict, payload: bytes | memoryview = b"") -> None:
-    h = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    """Send one frame (the worker's side); FrameTooLarge, before anything is sent, past the caps."""
+    h = _header(header, len(payload))
     if payload:
         sock.sendall(HEADER.pack(len(h), len(payload)) + h)
         sock.sendall(payload)

@@ -22,11 +22,12 @@ from typing import Any
 
 import torch
 
-from ..errors import KVError, KVPermissionError, SymphonyError
+from ..errors import KVError, KVPermissionError, PredError, SymphonyError
 from ..model.sampling import Sampler
 from ..sched.process import KILL_CHECK_S, Cancelled, LimitExceeded, LIPError
 from .job import SandboxJob
 from .pool import SandboxManager
+from .protocol import FrameTooLarge
 from .worker_link import Worker, kv_handle_info
 
 
@@ -117,15 +118,28 @@ def _mask(spec: Any, payload: bytes) -> Any:
     raise TypeError("mask must be a bool tensor or a list of token ids")
 
 
+MAX_LOGITS_BYTES = 64 << 20  # one sandboxed pred's logits (outputs="all" over 4,096 tokens was 805 MB, held twice)
+
+
 def _op_pred(sym, w: Worker, a: dict, payload: bytes):
     kv = w.kv(a.get("h"))
     toks = a.get("tokens")
+    outputs = a.get("outputs", "last")
+    rows = (
+        len(outputs) if isinstance(outputs, list) else len(toks) if outputs == "all" and isinstance(toks, list) else 1
+    )
+    if rows * w.slot_floats * 4 > MAX_LOGITS_BYTES:  # the server holds them, then copies them to the worker
+        raise PredError(
+            f"pred: {rows} output positions are {rows * w.slot_floats * 4 / 2**20:.0f} MiB of logits; a sandboxed "
+            f"pred may ask for at most {MAX_LOGITS_BYTES >> 20} MiB ({MAX_LOGITS_BYTES // (w.slot_floats * 4)} positions): "
+            "ask for fewer outputs, or split the call"
+        )
     w.job.before_pred(sym.user, len(toks) if isinstance(toks, list) else 1)
     d = sym.pred(
         kv,
         toks,
         a.get("positions"),
-        outputs=a.get("outputs", "last"),
+        outputs=outputs,
         sampler=_sampler(w, a.get("sampler")),
         mask=_mask(a.get("mask"), payload),
     )
@@ -138,7 +152,7 @@ def _op_pred(sym, w: Worker, a: dict, payload: bytes):
         w.slot_views[slot][:n].copy_(logits.view(-1))
         r["slot"] = slot
         return r, b""
-    return r, logits.numpy().tobytes()
+    return r, memoryview(logits.numpy()).cast("B")  # sent as it is: no copy of what may be many MiB
 
 
 def _op_kv_create(sym, w, a, p):
@@ -210,7 +224,10 @@ def _op_chat_template(sym, w, a, p):
     msgs = a.get("messages")
     if not isinstance(msgs, list):
         raise TypeError("chat_template expects a list of messages")
-    return sym.chat_template(msgs, bool(a.get("add_generation_prompt", True))), b""
+    tools = a.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise TypeError("chat_template: tools must be a list of JSON-schema dicts")
+    return sym.chat_template(msgs, bool(a.get("add_generation_prompt", True)), tools=tools), b""
 
 
 def _op_send(sym, w, a, p):
@@ -272,6 +289,10 @@ def _serve(sym, w: Worker, wtid: int) -> None:
             if proc.kill_reason is not None:
                 raise proc.kill_reason
             continue
+        if kind == "ended":  # a request for one of the worker's threads that has ended (pool.py)
+            msg = f"LIP thread {h['ended']} has ended: its calls cannot run any more"
+            w.send({"id": h.get("id"), "err": {"type": "SymphonyError", "msg": msg}})
+            continue
         if kind == "dead":
             if proc.kill_reason is not None:
                 raise proc.kill_reason
@@ -293,7 +314,10 @@ def _serve(sym, w: Worker, wtid: int) -> None:
                 raise
             data = b""
             reply = {"id": h.get("id"), "err": {"type": type(e).__name__, "msg": str(e)}}
-        w.send(reply, data)
+        try:
+            w.send(reply, data)
+        except FrameTooLarge as e:  # the worker would take it for a protocol violation: an error instead
+            w.send({"id": h.get("id"), "err": {"type": "SymphonyError", "msg": f"{op}: the answer is too large: {e}"}})
 
 
 @contextlib.contextmanager

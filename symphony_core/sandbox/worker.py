@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import math
 import operator
 import os
 import sys
@@ -29,7 +30,7 @@ from .. import errors as _errors
 from ..model.dist import Dist
 from ..model.sampling import Sampler
 from ..sched import process as _process
-from .protocol import jsonable, recv_frame, send_frame
+from .protocol import FrameTooLarge, jsonable, recv_frame, send_frame
 
 # Exceptions the engine may answer with, rebuilt here under their own class so that
 # `except KVNotFound:` in a LIP works the same in and out of the sandbox.
@@ -95,8 +96,11 @@ class Channel:
         h = {"id": rid, "t": wtid, "op": op, "a": args}
         if loc is not None:
             h["loc"] = loc
-        with self._wlock:
-            send_frame(self.sock, h, payload)
+        try:
+            with self._wlock:
+                send_frame(self.sock, h, payload)
+        except FrameTooLarge as e:  # the server would end the worker for it: refuse the call instead
+            raise _errors.SymphonyError(f"{op}: the call is too large to send to the engine: {e}") from None
         reply, data = self._wait(rid)
         if "err" in reply:
             raise remote_error(reply["err"])
@@ -254,6 +258,10 @@ class RemoteSym:
             a["positions"] = _ids(positions, "positions")
         a["outputs"] = outputs if isinstance(outputs, str) else _ids(outputs, "outputs")
         if isinstance(sampler, Sampler):
+            for k in ("temperature", "top_p", "min_p"):  # JSON has no inf or nan: the engine's words for them
+                v = getattr(sampler, k)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise _errors.PredError(f"pred: sampler {k} must be finite, got {v}")
             sid = self._samplers.get(sampler)
             if sid is None:
                 sid = self._samplers[sampler] = next(self._sids)
@@ -336,11 +344,13 @@ class RemoteSym:
     def detokenize(self, ids) -> str:
         return self._call("detokenize", {"ids": _ids(ids, "ids")})
 
-    def chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return self._call(
-            "chat_template",
-            {"messages": jsonable(messages, "chat messages"), "add_generation_prompt": add_generation_prompt},
-        )
+    def chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, *, tools: list[dict] | None = None
+    ) -> str:
+        args = {"messages": jsonable(messages, "chat messages"), "add_generation_prompt": add_generation_prompt}
+        if tools is not None:
+            args["tools"] = jsonable(tools, "chat template tools")
+        return self._call("chat_template", args)
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:

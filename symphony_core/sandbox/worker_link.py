@@ -19,7 +19,7 @@ import torch
 from ..errors import KVError, SymphonyError
 from ..kvfs import KV
 from .job import SandboxJob
-from .protocol import FrameReader, encode
+from .protocol import FrameReader, encode_head
 
 N_SLOTS = 4
 
@@ -93,11 +93,13 @@ class Worker:
         return wtid
 
     # I/O
-    def send(self, header: dict, payload: bytes = b"") -> None:
-        data = encode(header, payload)
+    def send(self, header: dict, payload: bytes | memoryview = b"") -> None:
+        head = encode_head(header, len(payload))
         with self._wlock:
             try:
-                self.sock.sendall(data)
+                self.sock.sendall(head)
+                if payload:  # sent as it is: logits may be many MiB, and not copied into one buffer
+                    self.sock.sendall(payload)
             except (OSError, ValueError) as e:
                 if not self.eof and not self.dead.is_set():
                     raise SandboxError(f"sandbox worker unreachable: {e}") from None

@@ -33,6 +33,7 @@ from ..executor import Executor
 from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_log import BatchLog, BatchRecord
+from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
 from .hub import Hub
 from .pending import PendingPred, PromptHead, Signal
 from .policy import AdaptiveWatermark
@@ -64,6 +65,7 @@ class BatchScheduler:
         self.bus = bus
         self.token_budget = token_budget
         self.max_batch = max_batch
+        self.shared_chunk: int | None = SHARED_CHUNK  # fair_chunks.py (None: a prompt takes the whole budget)
         self.policy = policy or AdaptiveWatermark()
         self.gate: Callable[[list[PendingPred]], None] | None = None  # debugger's scheduler step mode
         self.log = BatchLog()
@@ -233,10 +235,7 @@ class BatchScheduler:
         if len(ready) <= self.max_batch:
             # The whole queue fits (most batches): every call goes, in the order they came, and
             # nobody's rank matters. Two calls on one file need two batches, as below.
-            if (
-                len(set(map(attrgetter("fid"), ready))) == len(ready)
-                and sum(map(attrgetter("n_tokens"), ready)) - sum(map(attrgetter("done_tokens"), ready)) <= budget
-            ):
+            if runs_whole(ready, budget, self.shared_chunk):
                 return ready, True
         rank = self.procs.rank
         # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
@@ -277,10 +276,11 @@ class BatchScheduler:
         else:
             budget = self.token_budget
             calls, spans = [], []
+            caps = chunk_caps(chosen, self.shared_chunk)
             for p in chosen:
                 total = len(p.call.tokens)
                 a = p.done_tokens
-                n = min(total - a, max(budget, 1))
+                n = min(total - a, max(budget, 1), caps.get(p.user, total))
                 budget -= n
                 b = a + n
                 calls.append(p.call if a == 0 and b == total else p.chunk(a, b))

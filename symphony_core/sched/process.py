@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import os
 import queue
 import threading
@@ -56,6 +57,16 @@ class Limits:
     max_wall_time: float | None = None  # seconds
     max_tokens: int | None = None  # tokens fed to pred, all threads together
     max_pages: int | None = None  # KV pages held by the process's open files
+
+    def __post_init__(self) -> None:
+        # A NaN wall time would compare false to every clock reading: the limit switched off.
+        w = self.max_wall_time
+        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf):
+            raise SymphonyError(f"Limits: max_wall_time must be a finite number of seconds > 0, got {w!r}")
+        for name in ("max_threads", "max_tokens", "max_pages"):
+            v = getattr(self, name)
+            if (v is not None or name == "max_threads") and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise SymphonyError(f"Limits: {name} must be an int >= 0, got {v!r}")
 
 
 class _Done:

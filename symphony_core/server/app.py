@@ -21,20 +21,21 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from ..errors import KVError, SymphonyError
 from ..sandbox.pool import SandboxManager
 from ..sandbox.twin import check_list_prefix
 from .auth import authenticate, owned_record
+from .json_text import JSONResponse
 from .launch import IDENT, check_program, launch_builtin, launch_program
 from .metrics import render_metrics
 from .openai import openai_routes
 from .plugins import mount
 from .state import Program, ServerConfig, State
 from .users import Users
-from .validate import BadRequest, check_fields, error_response, read_json, symphony_status
+from .validate import BadRequest, check_fields, check_text, error_response, read_json, symphony_status
 from .websocket import ws_session
 
 log = logging.getLogger("symphony.server")
@@ -77,6 +78,7 @@ def build_routes(state: State) -> list:
                     "max_workers": state.sandbox.max_workers,
                     "zygote_pid": state.sandbox.zygote_pid,
                     "zygote_restarts": state.sandbox.restarts,
+                    "io_stalled_s": round(state.sandbox.io_stalled_s(), 1),
                     **(state.sandbox.confinement or {}),
                 },
             }
@@ -107,6 +109,8 @@ def build_routes(state: State) -> list:
             "upload",
         )
         src = body["source"]
+        for field in ("source", "entry", "name"):
+            check_text(body.get(field), field, "upload")
         if len(src.encode()) > cfg.max_source:
             raise BadRequest(
                 413,
@@ -171,7 +175,7 @@ def build_routes(state: State) -> list:
         if not msgs and not rec.done and wait > 0:
             await rec.changed(wait)
             msgs, nxt = rec.messages_since(after)
-        return JSONResponse({"messages": msgs, "next": nxt, "done": rec.done})
+        return JSONResponse({"messages": msgs, "next": nxt, "done": rec.done, "dropped": rec.dropped_before(after)})
 
     async def post_message(request: Request) -> Response:
         u = authenticate(state, request)

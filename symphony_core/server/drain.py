@@ -2,7 +2,8 @@
 running ones `config.drain_s` seconds to finish, then cancels what still runs and wakes every
 waiter (a `GET …/result?wait=` still waiting answers 503 in the JSON error format, as does a
 later `result` for a process the drain cancelled). The HTTP
-server itself closes its connections only after that (serve.py gives it the drain plus a margin).
+server keeps accepting connections meanwhile — a new program is refused with a JSON 503, a
+WebSocket session gets its program's result or error — and closes them only after that.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from .state import State
 
@@ -19,15 +21,27 @@ log = logging.getLogger("symphony.server")
 _tasks: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
 
-def start_drain(state: State) -> None:
-    """Begin draining from a signal handler (any thread)."""
+DRAIN_GRACE_S = 0.5  # after the drain's cancels: for WebSocket sessions and waiters to send their answers
+
+
+def start_drain(state: State, then: Callable[[], None] | None = None) -> None:
+    """Begin draining from a signal handler (any thread); `then` runs once the drain is done and
+    its answers are sent (the HTTP server keeps accepting until then: new requests get 503)."""
 
     loop = state.loop
     if loop is None or state.draining:
+        if then is not None:
+            then()
         return
 
+    async def drain_then() -> None:
+        await drain(state)
+        if then is not None:
+            await asyncio.sleep(DRAIN_GRACE_S)
+            then()
+
     def start() -> None:
-        t = loop.create_task(drain(state))
+        t = loop.create_task(drain_then())
         _tasks.add(t)
         t.add_done_callback(_tasks.discard)
 

@@ -5,6 +5,7 @@ with its record in the registry. The server's own built-in LIPs start here too."
 from __future__ import annotations
 
 import ast
+import math
 import re
 
 from .. import threadsafe_ast
@@ -15,7 +16,7 @@ from ..sched.process import Limits
 from .records import MAX_MESSAGE_BYTES, ProcessRecord
 from .state import State
 from .users import User
-from .validate import BadRequest, check_fields
+from .validate import BadRequest, check_fields, check_text
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -41,8 +42,8 @@ RUN_FIELDS = {
 
 
 def _positive(v, what: str):
-    if v is not None and v <= 0:
-        raise BadRequest(422, f"limits.{what} must be > 0, got {v}", param=f"limits.{what}")
+    if v is not None and not (math.isfinite(v) and v > 0):  # NaN compares false to everything: refuse it here
+        raise BadRequest(422, f"limits.{what} must be a finite number > 0, got {v}", param=f"limits.{what}")
     return v
 
 
@@ -73,6 +74,10 @@ def check_program(source: str, entry: str | None, where: str) -> int | None:
         ) from None
     except ValueError as e:  # NUL bytes
         raise BadRequest(400, f"{where}: the program cannot be compiled: {e}", param="source") from None
+    except (RecursionError, MemoryError):  # the parser's own stack: `-` * 200000 + `1`
+        raise BadRequest(
+            400, f"{where}: the program cannot be compiled: an expression is nested too deeply", param="source"
+        ) from None
     if entry is None:
         return None
     if entry not in _top_level_names(tree):
@@ -101,6 +106,8 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         raise BadRequest(
             422, f"{where}: give 'program' (an uploaded program's id) or 'source' with 'entry'", param="source"
         )
+    for field, text in (("source", source), ("entry", entry), ("name", name)):
+        check_text(text, field, where)
     if len(source.encode()) > state.config.max_source:
         raise BadRequest(
             413,

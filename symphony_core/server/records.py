@@ -34,6 +34,7 @@ MAX_USER_KEPT_BYTES = 64 << 20
 MAX_UNREAD_IN = 256
 MAX_UNREAD_IN_BYTES = 16 << 20
 MAX_USER_UNREAD_BYTES = 64 << 20
+OUTPUT_ENTRY_COST = 128  # what one print's entry costs beyond its text, counted against the 1 MiB
 KEEP_FINISHED_S = 600.0
 KEEP_FINISHED_PER_USER = 500
 
@@ -49,6 +50,15 @@ def _json_sized(v: Any) -> tuple[Any, int]:
     except (TypeError, ValueError):
         r = repr(v)
         return r, len(r) + 2
+
+
+def _json_text(v: Any) -> str:
+    """A message as kept: its JSON text (or its repr's), whose size is what the bounds count —
+    the Python objects of many small items cost many times it (a list of one-letter strings, 14x)."""
+    try:
+        return json.dumps(v, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(repr(v))
 
 
 def _json_or_repr(v: Any) -> Any:
@@ -97,7 +107,8 @@ class ProcessRecord:
 
     def _drain(self) -> None:
         for m in self.proc.messages():
-            v, n = _json_sized(m)
+            v = _json_text(m)
+            n = len(v)
             if n > MAX_MESSAGE_BYTES:
                 self._stop(f"sent a message of {_mib(n)}; a message may be at most {_mib(MAX_MESSAGE_BYTES)}")
                 continue
@@ -106,12 +117,16 @@ class ProcessRecord:
                 self.sizes.append(n)
                 self.kept_bytes += n
                 self.usage.add(self.user, n)
-                if len(self.messages) > MAX_KEPT_MESSAGES:
-                    self._drop_oldest(len(self.messages) - MAX_KEPT_MESSAGES)
-                if self.kept_bytes > MAX_KEPT_BYTES:
-                    self._drop_oldest(self.handed_out - self.base)
+                if len(self.messages) > MAX_KEPT_MESSAGES or self.kept_bytes > MAX_KEPT_BYTES:
+                    self._drop_oldest(self.handed_out - self.base)  # only what a reader already has
+                over_count = len(self.messages) > MAX_KEPT_MESSAGES
                 over_process = self.kept_bytes > MAX_KEPT_BYTES
-            if over_process:
+            if over_count:
+                self._stop(
+                    f"holds {len(self.messages)} messages no client has read; a process may hold at most "
+                    f"{MAX_KEPT_MESSAGES} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)"
+                )
+            elif over_process:
                 self._stop(
                     f"holds {_mib(self.kept_bytes)} of messages no client has read; a process may hold at most "
                     f"{_mib(MAX_KEPT_BYTES)} (read them with GET /v1/processes/{self.pid}/messages or the WebSocket)"
@@ -123,7 +138,9 @@ class ProcessRecord:
                 )
             with self.lock:  # what is over a bound is not kept, even from a process that has already ended
                 while self.messages and (
-                    self.kept_bytes > MAX_KEPT_BYTES or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
+                    self.kept_bytes > MAX_KEPT_BYTES
+                    or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
+                    or len(self.messages) > MAX_KEPT_MESSAGES
                 ):
                     self._drop_oldest(1)
             self._notify()
@@ -178,7 +195,7 @@ class ProcessRecord:
         with self.lock:
             if self.output_bytes > 1 << 20:
                 return
-            self.output_bytes += len(text)
+            self.output_bytes += len(text) + OUTPUT_ENTRY_COST
             self.output.append({"stream": stream, "text": text})
         self._notify()
 
@@ -194,7 +211,12 @@ class ProcessRecord:
             out = self.messages[start - self.base :]
             nxt = self.base + len(self.messages)
             self.handed_out = max(self.handed_out, nxt)
-            return out, nxt
+        return [json.loads(t) for t in out], nxt
+
+    def dropped_before(self, i: int) -> int:
+        """How many messages from index `i` on are no longer kept (a reader asking from `i` lost them)."""
+        with self.lock:
+            return max(0, self.base - i)
 
     def output_since(self, i: int) -> tuple[list[dict], int]:
         with self.lock:

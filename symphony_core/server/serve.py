@@ -1,6 +1,6 @@
 """`symphony serve`: load the engine, start the sandbox, run the ASGI app under uvicorn.
 
-Shutdown (SIGTERM or Ctrl-C): uvicorn stops accepting; running processes get `drain_s` seconds
+Shutdown (SIGTERM or Ctrl-C): new programs are refused (503); running processes get `drain_s` seconds
 to finish (drain.py), then what still runs is cancelled and its waiters are answered; then
 connections close, the sandbox zygote kills its remaining workers and exits, and the
 engine's scheduler stops. No worker outlives the server: each one also dies with its parent
@@ -91,6 +91,7 @@ def serve(
     from ..sandbox.pool import SandboxManager
     from .app import create_app
     from .drain import start_drain
+    from .http_errors import JSONErrorH11Protocol
     from .plugins import PluginError, load_plugin
     from .state import ServerConfig
     from .users import Users, load_users
@@ -178,9 +179,10 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
+        http=JSONErrorH11Protocol,  # an unparsable request is answered in the JSON error format
         ws_max_size=2 * max_body,
         ws_ping_interval=None,
-        timeout_graceful_shutdown=drain_s + 3,  # type: ignore[arg-type]  # uvicorn waits on it as a float; its annotation says int
+        timeout_graceful_shutdown=3,  # after the drain (DrainingServer): for connections still open
         lifespan="on",
         access_log=False,
         backlog=4096,
@@ -188,11 +190,15 @@ def serve(
     state = app.state.symphony
 
     class DrainingServer(uvicorn.Server):
-        """Starts the drain (drain.py) on the first SIGTERM/SIGINT, as uvicorn stops accepting."""
+        """On the first SIGTERM/SIGINT, drains (drain.py) while still accepting connections (a new
+        program gets a JSON 503, not a refused connection), then stops; a second signal stops now."""
 
         def handle_exit(self, sig, frame) -> None:
-            start_drain(state)
-            super().handle_exit(sig, frame)
+            if state.draining:
+                super().handle_exit(sig, frame)
+                return
+            stop = super().handle_exit
+            start_drain(state, lambda: stop(sig, frame))
 
     server = DrainingServer(uv)
     auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from ..errors import KVNotFound, KVPermissionError, SymphonyError
 from ..sched.process import LimitExceeded
+from .json_text import JSONResponse
 from .users import QuotaExceeded
 
 
@@ -99,7 +100,24 @@ def check_fields(body: Any, spec: dict[str, tuple], where: str) -> dict:
     return body
 
 
-async def read_json(request: Request, limit: int) -> Any:
+def check_text(v: Any, field: str, where: str) -> None:
+    """A string field must be Unicode text: JSON's `\\ud800` escapes give a lone surrogate, which
+    no UTF-8 encoder (nor any later response naming it) can write."""
+    if isinstance(v, str):
+        try:
+            v.encode()
+        except UnicodeEncodeError as e:
+            raise BadRequest(
+                400,
+                f"{where}: field {field!r} holds a lone surrogate ({v[e.start]!a} at index {e.start}): not Unicode text",
+                param=field,
+            ) from None
+
+
+BODY_TIMEOUT_S = 15.0  # a body announced but not sent in time (a client, or an attacker, holding the connection)
+
+
+async def read_json(request: Request, limit: int, timeout: float = BODY_TIMEOUT_S) -> Any:
     """The body as JSON, refusing oversized bodies before reading them whole."""
     cl = request.headers.get("content-length")
     if cl is not None:
@@ -115,10 +133,16 @@ async def read_json(request: Request, limit: int) -> Any:
     if ctype not in ("application/json", ""):
         raise BadRequest(415, f"request body must be application/json, got {ctype!r}", type="unsupported_media_type")
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise BadRequest(413, f"request body is over the limit of {limit} bytes", type="payload_too_large")
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                buf += chunk
+                if len(buf) > limit:
+                    raise BadRequest(413, f"request body is over the limit of {limit} bytes", type="payload_too_large")
+    except TimeoutError:
+        raise BadRequest(
+            408, f"the request body did not arrive within {timeout:g} s ({len(buf)} bytes came)", type="timeout"
+        ) from None
     if not buf:
         raise BadRequest(400, "request body is empty; expected a JSON object")
     return parse_json(bytes(buf))

@@ -11,6 +11,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import SymphonyError
 from .auth import owned_record, token_of
+from .json_text import send_json
 from .launch import RUN_FIELDS, launch_program
 from .state import State
 from .validate import BadRequest, check_fields, parse_json, symphony_status
@@ -24,7 +25,7 @@ async def _ws_error(
     ws: WebSocket, status: int, message: str, type: str = "invalid_request_error", close: int = 4400
 ) -> None:
     try:
-        await ws.send_json({"type": "error", "error": {"type": type, "message": message, "code": status}})
+        await send_json(ws, {"type": "error", "error": {"type": type, "message": message, "code": status}})
         await ws.close(code=close, reason=message[:120])
     except Exception:
         pass
@@ -86,7 +87,7 @@ async def ws_session(state: State, ws: WebSocket) -> None:
         log.exception("unhandled error starting a program over the WebSocket")
         await _ws_error(ws, 500, f"internal error: {type(e).__name__}: {e}", "internal_error", 1011)
         return
-    await ws.send_json({"type": "started", "pid": rec.pid, "name": rec.proc.name, "sandboxed": rec.sandboxed})
+    await send_json(ws, {"type": "started", "pid": rec.pid, "name": rec.proc.name, "sandboxed": rec.sandboxed})
 
     async def pump_in() -> None:
         while True:
@@ -104,13 +105,16 @@ async def ws_session(state: State, ws: WebSocket) -> None:
                         422, f"WebSocket message: op must be 'send' or 'cancel', got {m['op']!r}", param="op"
                     )
             except BadRequest as e:
-                await ws.send_json({"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}})
+                await send_json(
+                    ws, {"type": "error", "error": {"type": e.type, "message": e.message, "code": e.status}}
+                )
             except SymphonyError as e:
-                await ws.send_json(
+                await send_json(
+                    ws,
                     {
                         "type": "error",
                         "error": {"type": type(e).__name__, "message": str(e), "code": symphony_status(e)},
-                    }
+                    },
                 )
 
     async def pump_out() -> None:
@@ -120,11 +124,11 @@ async def ws_session(state: State, ws: WebSocket) -> None:
             msgs, mi = rec.messages_since(mi)
             outs, oi = rec.output_since(oi)
             for o in outs:
-                await ws.send_json({"type": "output", **o})
+                await send_json(ws, {"type": "output", **o})
             for m in msgs:
-                await ws.send_json({"type": "message", "data": m})
+                await send_json(ws, {"type": "message", "data": m})
             if done:
-                await ws.send_json({"type": "result", **rec.outcome()})
+                await send_json(ws, {"type": "result", **rec.outcome()})
                 return
             await rec.changed(5.0)
 
