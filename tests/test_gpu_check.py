@@ -98,10 +98,10 @@ def test_speed_measurements_run_on_the_cpu(tmp_path):
     """The speed section's measurements on the tiny Llama on the CPU (no figures kept: the GPU's are what
     count): the engine's decode steps and prefill, and transformers' generate with a dynamic and a static
     cache (its torch.compile'd mode compiles for minutes on a CPU: the GPU run covers it)."""
-    from bench.gpu_check.families import make_model, tiny_llama
+    from bench.gpu_check.families import FAMILIES, make_model
     from symphony_core import Engine
 
-    hf = make_model(tiny_llama(), tmp_path / "m")
+    hf = make_model(FAMILIES["llama"](), tmp_path / "m")
     eng = Engine(str(tmp_path / "m"), device="cpu", num_pages=128)
     try:
         assert symphony_decode(eng, 3, 4) > 0 and symphony_prefill(eng, 2, 64) > 0
