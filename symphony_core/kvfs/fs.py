@@ -150,6 +150,11 @@ class KVFS:
             if keep_for is None and priority is None:
                 f.hint_keep_until = f.hint_priority = None
 
+    def name_bytes(self, user: str, entry_cost: int = 0) -> int:
+        """Bytes of the paths of the named files `user` owns, each plus `entry_cost`."""
+        with self.lock:
+            return sum(len(p.encode()) + entry_cost for p, f in self.named.items() if f.owner == user)
+
     def listdir(self, user: str, prefix: str | None = None) -> list[str]:
         """Named files `user` may see: their own directory's, then /shared/'s (namespace.visible)."""
         with self.lock:

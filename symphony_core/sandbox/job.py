@@ -1,6 +1,6 @@
 """What the server hands the sandbox for one program: its source, entry point, arguments,
-confinement and the two callbacks the server keeps (the quota check before each pred, and
-where its `print` output goes)."""
+confinement and the callbacks the server keeps (the quota check before each pred, where its
+`print` output goes, and the per-user memory budget that a pred's logits are charged to)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ class SandboxJob:
     before_pred: Callable[[str, int], None] = lambda user, n: None
     on_stdout: Callable[[str, str], None] = lambda stream, text: None
     max_message_bytes: int | None = None  # one `sym.send`, as JSON
+    # server memory charged to a user (user, bytes, what) -> its release; raises LimitExceeded past the budget
+    hold_memory: Callable[[str, int, str], Callable[[], None]] = lambda user, n, what: lambda: None
 
 
 __all__ = ["SandboxJob"]

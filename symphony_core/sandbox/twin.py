@@ -135,15 +135,19 @@ def _op_pred(sym, w: Worker, a: dict, payload: bytes):
             "ask for fewer outputs, or split the call"
         )
     w.job.before_pred(sym.user, len(toks) if isinstance(toks, list) else 1)
-    d = sym.pred(
-        kv,
-        toks,
-        a.get("positions"),
-        outputs=outputs,
-        sampler=_sampler(w, a.get("sampler")),
-        mask=_mask(a.get("mask"), payload),
-    )
-    logits = d.logits.detach().to(torch.float32).cpu().contiguous()
+    release = w.job.hold_memory(sym.user, rows * w.slot_floats * 4, f"a pred's {rows} rows of logits")
+    try:
+        d = sym.pred(
+            kv,
+            toks,
+            a.get("positions"),
+            outputs=outputs,
+            sampler=_sampler(w, a.get("sampler")),
+            mask=_mask(a.get("mask"), payload),
+        )
+        logits = d.logits.detach().to(torch.float32).cpu().contiguous()
+    finally:
+        release()
     n = logits.numel()
     token = d.token
     r = {"shape": list(logits.shape), "token": token, "len": kv.len, "slot": None}

@@ -179,6 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         plugins=args.plugin or [],
         keep_finished_s=args.keep_finished,
+        user_memory_mb=args.user_memory_mb,
         drain_s=args.drain,
         weights=args.weights,
         kv_cache_dtype=args.kv_cache_dtype,
@@ -217,6 +218,12 @@ def add_server_commands(sub) -> None:
         "--no-sandbox", action="store_true", help="run uploaded programs in-process (trusted development only)"
     )
     s.add_argument("--max-workers", type=int, default=32, help="sandboxed workers alive at once")
+    s.add_argument(
+        "--user-memory-mb",
+        type=int,
+        default=128,
+        help="server memory one user's programs may hold in all: kept messages, prints, logits, KV names",
+    )
     s.add_argument("--cpu-seconds", type=int, default=60, help="CPU time limit of one sandboxed program")
     s.add_argument(
         "--memory-mb", type=int, default=1024, help="memory limit of one sandboxed program (beyond the runtime)"

@@ -165,6 +165,7 @@ def launch_program(state: State, user: User, body: dict, where: str) -> ProcessR
         before_pred=state.quotas.before_pred,
         on_stdout=on_stdout,
         max_message_bytes=MAX_MESSAGE_BYTES,
+        hold_memory=lambda u, n, what: state.registry.budget.hold(u, "logits", n, what),
     )
     with state.launch_lock:
         state.quotas.check_launch(user, state.registry.live(user.name))

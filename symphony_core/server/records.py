@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..sched.process import LimitExceeded, Process
+from .user_budget import DEFAULT_USER_MEMORY_MB, UserBudget
 
 MAX_KEPT_MESSAGES = 50_000
 MAX_MESSAGE_BYTES = 1 << 20
@@ -87,6 +88,7 @@ class ProcessRecord:
         self.pid = proc.pid
         self.loop = loop
         self.usage = usage or UserBytes()
+        self.budget: UserBudget | None = None  # the user's server memory in all (user_budget.py)
         self.messages: list[Any] = []
         self.sizes: collections.deque[int] = collections.deque()  # bytes of each kept message
         self.kept_bytes = 0
@@ -136,11 +138,15 @@ class ProcessRecord:
                     f"user {self.user!r} holds {_mib(self.usage.of(self.user))} of unread messages in all; "
                     f"a user may hold at most {_mib(MAX_USER_KEPT_BYTES)}"
                 )
+            elif self._over_budget():
+                assert self.budget is not None
+                self._stop(self.budget.refusal(self.user, "kept messages"))
             with self.lock:  # what is over a bound is not kept, even from a process that has already ended
                 while self.messages and (
                     self.kept_bytes > MAX_KEPT_BYTES
                     or self.usage.of(self.user) > MAX_USER_KEPT_BYTES
                     or len(self.messages) > MAX_KEPT_MESSAGES
+                    or (self.budget is not None and self.budget.over(self.user))
                 ):
                     self._drop_oldest(1)
             self._notify()
@@ -149,6 +155,9 @@ class ProcessRecord:
             self.done = True
             self.finished_at = time.monotonic()
         self._notify()
+
+    def _over_budget(self) -> bool:
+        return self.budget is not None and self.budget.over(self.user) and not self.usage.relieve(self.user)
 
     def _stop(self, why: str) -> None:
         if not self.proc.done:
@@ -195,9 +204,28 @@ class ProcessRecord:
         with self.lock:
             if self.output_bytes > 1 << 20:
                 return
-            self.output_bytes += len(text) + OUTPUT_ENTRY_COST
-            self.output.append({"stream": stream, "text": text})
+            n = len(text) + OUTPUT_ENTRY_COST
+            refused: str | None = None
+            if self.budget is not None:
+                try:
+                    self.budget.charge(self.user, "prints", n, "a print")
+                except LimitExceeded as e:
+                    self.output_bytes = (1 << 20) + 1  # nothing more is kept of this process's output
+                    refused = str(e)
+            if refused is None:
+                self.output_bytes += n
+                self.output.append({"stream": stream, "text": text})
+        if refused is not None:
+            self._stop(refused)
         self._notify()
+
+    def release_output(self) -> None:
+        """Forget the kept print output (the record is dropped) and give its bytes back to the budget."""
+        with self.lock:
+            charged = sum(len(o["text"]) + OUTPUT_ENTRY_COST for o in self.output)
+            self.output = []
+        if self.budget is not None:
+            self.budget.release(self.user, "prints", charged)
 
     # --- readers ---------------------------------------------------------------------------------
     def sent(self) -> int:
@@ -290,13 +318,18 @@ class UserBytes:
 
 class Registry:
     def __init__(
-        self, on_drop: Callable[[int], None] = lambda pid: None, keep_finished_s: float = KEEP_FINISHED_S
+        self,
+        on_drop: Callable[[int], None] = lambda pid: None,
+        keep_finished_s: float = KEEP_FINISHED_S,
+        user_memory_bytes: int = DEFAULT_USER_MEMORY_MB << 20,
+        name_bytes: Callable[[str], int] = lambda user: 0,
     ) -> None:
         self.records: dict[int, ProcessRecord] = {}
         self.lock = threading.Lock()
         self.on_drop = on_drop  # the runtime forgets the process too
         self.keep_finished_s = keep_finished_s
         self.usage = UserBytes(self._relieve)
+        self.budget = UserBudget(user_memory_bytes, messages=self.usage.of, names=name_bytes)
 
     def _relieve(self, user: str) -> bool:
         with self.lock:
@@ -304,10 +337,10 @@ class Registry:
                 (r for r in self.records.values() if r.user == user and r.done), key=lambda r: r.finished_at or 0
             )
         for r in done:
-            if self.usage.of(user) <= MAX_USER_KEPT_BYTES:
+            if self.usage.of(user) <= MAX_USER_KEPT_BYTES and not self.budget.over(user):
                 break
             r.release_messages()
-        return self.usage.of(user) <= MAX_USER_KEPT_BYTES
+        return self.usage.of(user) <= MAX_USER_KEPT_BYTES and not self.budget.over(user)
 
     def unread_bytes(self, user: str) -> int:
         """Bytes posted to `user`'s live processes that they have not recv'd."""
@@ -327,6 +360,7 @@ class Registry:
 
     def add(self, r: ProcessRecord) -> None:
         r.usage = self.usage
+        r.budget = self.budget
         with self.lock:
             self.records[r.pid] = r
         r.start()
@@ -364,6 +398,7 @@ class Registry:
                         dropped.append(self.records.pop(r.pid))
         for r in dropped:
             r.release_messages()
+            r.release_output()
             self.on_drop(r.pid)
         if dropped:
             _trim_heap()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..sandbox.pool import SandboxManager
 from .metrics import ServerMetrics
 from .records import KEEP_FINISHED_S, Registry
+from .user_budget import DEFAULT_USER_MEMORY_MB, NAME_ENTRY_COST
 from .users import QuotaKeeper, Users
 
 
@@ -25,6 +26,7 @@ class ServerConfig:
     max_workers: int = 32  # sandboxed workers alive at once (more programs wait for one)
     sandbox_defaults: dict = field(default_factory=dict)  # SandboxSpec fields: cpu_seconds, memory_mb, ...
     keep_finished_s: float = KEEP_FINISHED_S  # how long a finished process's record (and result) is kept
+    user_memory_mb: int = DEFAULT_USER_MEMORY_MB  # server memory one user's programs may hold in all (user_budget.py)
     drain_s: float = 5.0  # on SIGTERM: seconds running processes get to finish before they are cancelled
     # the OpenAI-compatible API (server/openai): the model's name in replies, and the sampling
     # defaults a request's unset fields take (--generation-config: temperature, top_p, top_k, ...)
@@ -51,7 +53,12 @@ class State:
         self.config = config
         self.sandbox = sandbox
         self.quotas = QuotaKeeper(engine, users)
-        self.registry = Registry(on_drop=lambda pid: engine.runtime.reap(pid), keep_finished_s=config.keep_finished_s)
+        self.registry = Registry(
+            on_drop=lambda pid: engine.runtime.reap(pid),
+            keep_finished_s=config.keep_finished_s,
+            user_memory_bytes=config.user_memory_mb << 20,
+            name_bytes=lambda user: engine.kvfs.name_bytes(user, NAME_ENTRY_COST),
+        )
         self.programs: dict[str, dict[str, Program]] = {}
         self.launch_lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
