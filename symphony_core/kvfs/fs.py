@@ -40,6 +40,7 @@ class KVFS:
         self.lock = threading.RLock()
         self.named: dict[str, KVFile] = {}
         self.files: dict[int, KVFile] = {}  # every live file, named or held open
+        self._path_bytes: dict[str, tuple[int, int]] = {}  # owner -> (named files, bytes of their paths)
         # Prompt pages kept for prefills that start alike (prefix_cache.py); None: every prefill computes.
         self.prefix_cache = PrefixCache(pool) if prefix_cache else None
 
@@ -57,6 +58,8 @@ class KVFS:
             f = KVFile(owner=user, path=full)
             if full is not None:
                 self.named[full] = f
+                n, b = self._path_bytes.get(user, (0, 0))
+                self._path_bytes[user] = (n + 1, b + len(full.encode()))
             return self._new_handle(f, "w")
 
     def open(self, user: str, path: str, mode: str = "r") -> KV:
@@ -124,6 +127,9 @@ class KVFS:
                 raise KVNotFound(f"no KV file at {full}")
             check_access(user, full, owner=f.owner, write=True)
             del self.named[full]
+            n, b = self._path_bytes.pop(f.owner, (1, len(full.encode())))
+            if n > 1:
+                self._path_bytes[f.owner] = (n - 1, b - len(full.encode()))
             f.path = None  # like unlink: open handles keep working on the now-anonymous file
             self._drop_if_unreferenced(f)
 
@@ -152,8 +158,8 @@ class KVFS:
 
     def name_bytes(self, user: str, entry_cost: int = 0) -> int:
         """Bytes of the paths of the named files `user` owns, each plus `entry_cost`."""
-        with self.lock:
-            return sum(len(p.encode()) + entry_cost for p, f in self.named.items() if f.owner == user)
+        n, b = self._path_bytes.get(user, (0, 0))  # kept as files are named and removed: read without the lock
+        return b + n * entry_cost
 
     def listdir(self, user: str, prefix: str | None = None) -> list[str]:
         """Named files `user` may see: their own directory's, then /shared/'s (namespace.visible)."""

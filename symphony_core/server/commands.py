@@ -157,6 +157,9 @@ def _serve(args: argparse.Namespace) -> int:
             f"symphony serve: the model is given twice ({args.model_tag!r} and --model {args.model!r})", file=sys.stderr
         )
         return 2
+    if args.user_memory_mb <= 0:
+        print(f"symphony serve: --user-memory-mb must be > 0, got {args.user_memory_mb}", file=sys.stderr)
+        return 2
     users = list(args.user or [])
     if args.api_key:
         users.append(f"api:{args.api_key}")
