@@ -60,7 +60,6 @@ def _run(engine, mgr, entry, on_stdout=None, user="tester"):
     return engine.launch(sandboxed_lip, mgr, job, user=user, name=entry)
 
 
-@pytest.mark.slow
 def test_health_reports_a_stalled_io_thread_and_recovers(engine, sandbox):
     from symphony_core.server.app import create_app
     from symphony_core.server.state import ServerConfig

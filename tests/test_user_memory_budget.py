@@ -80,7 +80,6 @@ def _sent(c, pid, n) -> None:
         time.sleep(0.3)
 
 
-@pytest.mark.slow
 def test_many_programs_of_one_user_cannot_add_up_past_the_budget(server):
     """With an 8 MiB budget: two live programs keep 2 x 2.6 MiB of messages and one ~1 MiB of
     prints, each under its own bounds (16 MiB a process, 64 MiB of messages a user, 1 MiB of
