@@ -96,8 +96,9 @@ def ensure_converted(name_or_path: str) -> tuple[ModelSource, Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
         try:
             _convert_gguf(src, out)
-        except FileExistsError:
-            pass  # another process converted it at the same time
+        except OSError as e:  # another process converted it at the same time: its rename won (EEXIST, ENOTEMPTY)
+            if not (out / "config.json").exists():
+                raise ModelError(f"could not convert {src.path}: {e}") from e
         except Exception as e:
             raise ModelError(f"could not convert {src.path}: {e}") from e
     return src, out
