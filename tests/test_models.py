@@ -65,7 +65,7 @@ def test_bad_model_names_say_what_is_wrong(tmp_path, monkeypatch):
     bert.mkdir()
     (bert / "config.json").write_text('{"model_type": "bert"}')
     (bert / "model.safetensors").write_bytes(b"")
-    with pytest.raises(ModelError, match="'bert' is not a Llama-family model"):
+    with pytest.raises(ModelError, match="model_type 'bert' is not supported"):
         loader.load_model(str(bert))
 
 
