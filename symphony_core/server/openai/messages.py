@@ -108,8 +108,14 @@ def responses_input(inp: str | list, instructions: str | None, history: list[dic
     else:
         msgs = []
         for i, item in enumerate(inp):
-            if not isinstance(item, dict) or item.get("type", "message") != "message":
-                raise _bad(f"input[{i}]: only message items are supported", "input")
+            kind = item.get("type", "message") if isinstance(item, dict) else None
+            if kind in ("function_call", "function_call_output"):
+                _tool_item(msgs, item, i)
+                continue
+            if kind != "message":
+                raise _bad(
+                    f"input[{i}]: only message, function_call and function_call_output items are supported", "input"
+                )
             role = item.get("role")
             if role not in ("system", "user", "assistant", "developer"):
                 raise _bad(f"input[{i}].role must be system, user, assistant or developer, got {role!r}", "input")
@@ -119,3 +125,24 @@ def responses_input(inp: str | list, instructions: str | None, history: list[dic
             raise _bad("input must not be empty", "input")
     msgs = [*(history or []), *msgs]
     return _with_system(msgs, instructions) if instructions else msgs
+
+
+def _tool_item(msgs: list[dict], item: dict, i: int) -> None:
+    """A `function_call` item joins the assistant turn before it (as chat `tool_calls`); a
+    `function_call_output` becomes a tool message."""
+    for f in ("call_id", *(("name", "arguments") if item["type"] == "function_call" else ("output",))):
+        if not isinstance(item.get(f), str):
+            raise _bad(f"input[{i}].{f} must be a string", f"input[{i}].{f}")
+    if item["type"] == "function_call_output":
+        msgs.append({"role": "tool", "content": item["output"], "tool_call_id": item["call_id"]})
+        return
+    call = {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": item["arguments"]},
+    }
+    checked_calls([call], f"input[{i}]")
+    if msgs and msgs[-1]["role"] == "assistant" and "tool_calls" in msgs[-1]:
+        msgs[-1]["tool_calls"].append(call)
+    else:
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [call]})
