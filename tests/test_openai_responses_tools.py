@@ -134,3 +134,6 @@ def test_a_bad_follow_up_item_is_a_400(oc):
     with pytest.raises(openai.BadRequestError) as e:
         oc.responses.create(model="symphony", input=ASK, tools=TOOLS, tool_choice={"type": "function", "name": "nope"})
     assert e.value.body["param"] == "tool_choice"
+    # a tool's output with no call before it (here or in the stored conversation)
+    with pytest.raises(openai.BadRequestError, match="no function_call with call_id 'c9'"):
+        oc.responses.create(model="symphony", input=[{"type": "function_call_output", "call_id": "c9", "output": "1"}])

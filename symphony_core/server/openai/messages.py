@@ -102,9 +102,10 @@ def _with_system(msgs: list[dict], text: str) -> list[dict]:
 
 def responses_input(inp: str | list, instructions: str | None, history: list[dict] | None = None) -> list[dict]:
     """The Responses API's `input` (a string, or a list of message items) as chat messages, after
-    `history` (a stored conversation); `instructions` as the system message."""
+    `history` (a stored conversation); `instructions` as the system message. `function_call` /
+    `function_call_output` items become an assistant's `tool_calls` / a tool message."""
     if isinstance(inp, str):
-        msgs = [{"role": "user", "content": inp}]
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": inp}]
     else:
         msgs = []
         for i, item in enumerate(inp):
@@ -124,6 +125,11 @@ def responses_input(inp: str | list, instructions: str | None, history: list[dic
         if not msgs:
             raise _bad("input must not be empty", "input")
     msgs = [*(history or []), *msgs]
+    called: set[str] = set()
+    for m in msgs:
+        called.update(c["id"] for c in m.get("tool_calls") or [])
+        if m["role"] == "tool" and m.get("tool_call_id") not in called:
+            raise _bad(f"input: no function_call with call_id {m['tool_call_id']!r} before its output", "input")
     return _with_system(msgs, instructions) if instructions else msgs
 
 

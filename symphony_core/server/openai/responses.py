@@ -3,7 +3,9 @@
 official event sequence: response.created, response.in_progress, response.output_item.added,
 response.content_part.added, response.output_text.delta…, response.output_text.done,
 response.content_part.done, response.output_item.done, then response.completed (or
-response.incomplete when `max_output_tokens` ran out). With `store` (the default, as OpenAI) a
+response.incomplete when `max_output_tokens` ran out). Function `tools` reuse the chat tool
+machinery; a call is a `function_call` item, streamed as response.output_item.added,
+response.function_call_arguments.delta…, .done, response.output_item.done. With `store` (the default, as OpenAI) a
 response is kept (store.py) for `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`; a
 follow-up continues the conversation's KV file instead of computing the history again."""
 
