@@ -304,16 +304,21 @@ def _honoured_here(server, vc, endpoint: str) -> dict:
     fn = {
         "type": "function",
         "name": "pick",
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
     }
 
     def tools():  # also `tool_choice`: the reply is a call to the named tool, not a message
-        r = gen(tools=[fn], tool_choice={"type": "function", "name": "pick"}, max_output_tokens=30)
+        r = gen(tools=[fn], tool_choice={"type": "function", "name": "pick"}, max_output_tokens=30, temperature=0)
         assert r.output[0].type == "function_call" and r.output[0].name == "pick"
-        assert isinstance(json.loads(r.output[0].arguments), dict)
+        assert r.status == "completed" and isinstance(json.loads(r.output[0].arguments)["n"], int)
 
     def parallel_tool_calls():
-        r = gen(tools=[fn], tool_choice="required", parallel_tool_calls=False, max_output_tokens=60)
+        r = gen(tools=[fn], tool_choice="required", parallel_tool_calls=False, max_output_tokens=60, temperature=0)
         assert [o.type for o in r.output] == ["function_call"] and r.parallel_tool_calls is False
 
     checks = {

@@ -25,7 +25,9 @@ FORCED = {"type": "function", "name": "get_weather"}
 
 
 def test_a_forced_call_is_a_function_call_item_with_valid_arguments(oc):
-    r = oc.responses.create(model="symphony", input=ASK, tools=TOOLS, tool_choice=FORCED, max_output_tokens=40)
+    r = oc.responses.create(
+        model="symphony", input=ASK, tools=TOOLS, tool_choice=FORCED, max_output_tokens=40, temperature=0
+    )
     assert r.status == "completed" and len(r.output) == 1, r.output
     call = r.output[0]
     assert call.type == "function_call" and call.name == "get_weather" and call.call_id
@@ -89,7 +91,9 @@ def test_a_streamed_call_sends_its_arguments_in_pieces_in_order(oc):
 
 
 def test_a_follow_up_with_the_tools_output_is_answered(oc):
-    first = oc.responses.create(model="symphony", input=ASK, tools=TOOLS, tool_choice=FORCED, max_output_tokens=40)
+    first = oc.responses.create(
+        model="symphony", input=ASK, tools=TOOLS, tool_choice=FORCED, max_output_tokens=40, temperature=0
+    )
     call = first.output[0]
     result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"forecast": "sunny"}'}
     # via the stored conversation
