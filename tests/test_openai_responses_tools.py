@@ -18,7 +18,11 @@ WEATHER = {
 }
 TOOLS = [
     {"type": "function", "name": "get_weather", "description": "The forecast for a city", "parameters": WEATHER},
-    {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}},
+    {
+        "type": "function",
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
 ]
 ASK = "What is the weather in Paris for 2 days?"
 FORCED = {"type": "function", "name": "get_weather"}
@@ -41,6 +45,7 @@ def test_a_forced_call_is_a_function_call_item_with_valid_arguments(oc):
         tool_choice="required",
         parallel_tool_calls=False,
         max_output_tokens=40,
+        temperature=0,
     )
     assert [o.type for o in one.output] == ["function_call"] and one.parallel_tool_calls is False
     assert one.output[0].name in ("get_weather", "get_time")
