@@ -211,10 +211,7 @@ REFUSED_VALUES = {
     "prompt": {"id": "pmpt_1"},
     "reasoning": {"effort": "low"},
     "truncation": "auto",
-    "tools": [{"type": "web_search"}],  # responses
-    "tool_choice": "required",  # responses
     "top_logprobs": 2,  # responses
-    "parallel_tool_calls": True,  # responses
     "store": True,
     "metadata": {"k": "v"},  # chat (kept with stored objects only)
     "service_tier": "flex",
@@ -304,6 +301,26 @@ def _honoured_here(server, vc, endpoint: str) -> dict:
     def store():
         assert gen(store=False).store is False
 
+    fn = {
+        "type": "function",
+        "name": "pick",
+        "parameters": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+    }
+
+    def tools():  # also `tool_choice`: the reply is a call to the named tool, not a message
+        r = gen(tools=[fn], tool_choice={"type": "function", "name": "pick"}, max_output_tokens=30, temperature=0)
+        assert r.output[0].type == "function_call" and r.output[0].name == "pick"
+        assert r.status == "completed" and isinstance(json.loads(r.output[0].arguments)["n"], int)
+
+    def parallel_tool_calls():
+        r = gen(tools=[fn], tool_choice="required", parallel_tool_calls=False, max_output_tokens=60, temperature=0)
+        assert [o.type for o in r.output] == ["function_call"] and r.parallel_tool_calls is False
+
     checks = {
         "user": named_by_user("user"),
         "safety_identifier": named_by_user("safety_identifier"),
@@ -319,7 +336,9 @@ def _honoured_here(server, vc, endpoint: str) -> dict:
     if endpoint == "completion":
         checks.update(echo=echo, prompt=prompt, stream_options=stream_options)
     if endpoint == "responses":
-        checks.update(metadata=metadata, store=store)
+        checks.update(
+            metadata=metadata, store=store, tools=tools, tool_choice=tools, parallel_tool_calls=parallel_tool_calls
+        )
     return checks
 
 

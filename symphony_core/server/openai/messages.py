@@ -102,14 +102,21 @@ def _with_system(msgs: list[dict], text: str) -> list[dict]:
 
 def responses_input(inp: str | list, instructions: str | None, history: list[dict] | None = None) -> list[dict]:
     """The Responses API's `input` (a string, or a list of message items) as chat messages, after
-    `history` (a stored conversation); `instructions` as the system message."""
+    `history` (a stored conversation); `instructions` as the system message. `function_call` /
+    `function_call_output` items become an assistant's `tool_calls` / a tool message."""
     if isinstance(inp, str):
-        msgs = [{"role": "user", "content": inp}]
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": inp}]
     else:
         msgs = []
         for i, item in enumerate(inp):
-            if not isinstance(item, dict) or item.get("type", "message") != "message":
-                raise _bad(f"input[{i}]: only message items are supported", "input")
+            kind = item.get("type", "message") if isinstance(item, dict) else None
+            if kind in ("function_call", "function_call_output"):
+                _tool_item(msgs, item, i)
+                continue
+            if kind != "message":
+                raise _bad(
+                    f"input[{i}]: only message, function_call and function_call_output items are supported", "input"
+                )
             role = item.get("role")
             if role not in ("system", "user", "assistant", "developer"):
                 raise _bad(f"input[{i}].role must be system, user, assistant or developer, got {role!r}", "input")
@@ -118,4 +125,30 @@ def responses_input(inp: str | list, instructions: str | None, history: list[dic
         if not msgs:
             raise _bad("input must not be empty", "input")
     msgs = [*(history or []), *msgs]
+    called: set[str] = set()
+    for m in msgs:
+        called.update(c["id"] for c in m.get("tool_calls") or [])
+        if m["role"] == "tool" and m.get("tool_call_id") not in called:
+            raise _bad(f"input: no function_call with call_id {m['tool_call_id']!r} before its output", "input")
     return _with_system(msgs, instructions) if instructions else msgs
+
+
+def _tool_item(msgs: list[dict], item: dict, i: int) -> None:
+    """A `function_call` item joins the assistant turn before it (as chat `tool_calls`); a
+    `function_call_output` becomes a tool message."""
+    for f in ("call_id", *(("name", "arguments") if item["type"] == "function_call" else ("output",))):
+        if not isinstance(item.get(f), str):
+            raise _bad(f"input[{i}].{f} must be a string", f"input[{i}].{f}")
+    if item["type"] == "function_call_output":
+        msgs.append({"role": "tool", "content": item["output"], "tool_call_id": item["call_id"]})
+        return
+    call = {
+        "id": item["call_id"],
+        "type": "function",
+        "function": {"name": item["name"], "arguments": item["arguments"]},
+    }
+    checked_calls([call], f"input[{i}]")
+    if msgs and msgs[-1]["role"] == "assistant" and "tool_calls" in msgs[-1]:
+        msgs[-1]["tool_calls"].append(call)
+    else:
+        msgs.append({"role": "assistant", "content": "", "tool_calls": [call]})

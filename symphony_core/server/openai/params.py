@@ -11,7 +11,7 @@ from typing import Any
 
 from ..validate import BadRequest, check_fields
 from .tool_parse import OWN_FORMAT, CallFormat
-from .tools import ToolChoice, parse_tool_choice, parse_tools
+from .tools import ToolChoice, parse_response_tools, parse_tool_choice, parse_tools, response_tool_choice
 
 MAX_TOKENS_CAP = 4096
 MAX_N = 16
@@ -219,11 +219,9 @@ def responses_params(body: dict) -> GenerationParams:
     p = GenerationParams(
         max_tokens=_max_tokens(body.get("max_output_tokens"), 128, "max_output_tokens"), **_sampling(body)
     )
-    for name in ("tools", "tool_choice"):
-        if body.get(name) not in (None, [], "none"):
-            raise bad(f"{name} is not supported by /v1/responses here yet; use /v1/chat/completions", name)
-    if body.get("parallel_tool_calls"):
-        raise bad("parallel_tool_calls: /v1/responses here calls no tools", "parallel_tool_calls")
+    p.tools = parse_response_tools(body.get("tools"))
+    p.tool_choice = response_tool_choice(body.get("tool_choice"), p.tools)
+    p.parallel_tool_calls = body.get("parallel_tool_calls", True)
     so = body.get("stream_options") or {}
     if any(so.values()):
         raise bad("stream_options is not supported by /v1/responses here", "stream_options")
@@ -234,6 +232,8 @@ def responses_params(body: dict) -> GenerationParams:
     if text.get("verbosity") not in (None, "medium"):
         raise bad("text.verbosity is not supported: this model has no verbosity control", "text.verbosity")
     p.output = output_format(text.get("format"), "text.format")
+    if p.tool_choice.active and p.output.kind != "text":
+        raise bad("text.format cannot be combined with a tool call being allowed (tool_choice 'none' lifts it)", "text")
     return p
 
 

@@ -3,7 +3,9 @@
 official event sequence: response.created, response.in_progress, response.output_item.added,
 response.content_part.added, response.output_text.delta…, response.output_text.done,
 response.content_part.done, response.output_item.done, then response.completed (or
-response.incomplete when `max_output_tokens` ran out). With `store` (the default, as OpenAI) a
+response.incomplete when `max_output_tokens` ran out). Function `tools` reuse the chat tool
+machinery; a call is a `function_call` item, streamed as response.output_item.added,
+response.function_call_arguments.delta…, .done, response.output_item.done. With `store` (the default, as OpenAI) a
 response is kept (store.py) for `previous_response_id`, `GET` and `DELETE /v1/responses/{id}`; a
 follow-up continues the conversation's KV file instead of computing the history again."""
 
@@ -19,11 +21,13 @@ from starlette.responses import JSONResponse, Response
 from ..validate import BadRequest, read_json
 from .constraints import request_grammar
 from .generation import Usage
-from .messages import responses_input
+from .messages import chat_messages, responses_input
 from .params import GenerationParams, check_model, responses_params
 from .protocol import ResponsesRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
 from .store import ResponseStore, StoredResponse
+from .template_tools import call_format, render_with_tools
+from .tool_parse import OWN_FORMAT
 
 
 def _usage(u: Usage) -> dict:
@@ -48,6 +52,27 @@ def _message(mid: str, text: str | None, status: str) -> dict:
         "role": "assistant",
         "content": [] if text is None else [_text_part(text)],
     }
+
+
+def _call_item(rid: str, k: int, name: str, arguments: str, status: str) -> dict:
+    return {
+        "type": "function_call",
+        "id": f"fc_{rid[5:]}_{k}",
+        "call_id": f"call_{rid[5:]}_{k}",
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def _reply_turn(items: list[dict], text: str | None) -> dict:
+    """The assistant's turn as stored for a follow-up: text, or chat-form tool calls."""
+    calls = [
+        {"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}
+        for i in items
+        if i["type"] == "function_call"
+    ]
+    return {"role": "assistant", "content": text or "", **({"tool_calls": calls} if calls else {})}
 
 
 class _Response:
@@ -76,9 +101,9 @@ class _Response:
             "max_output_tokens": self.p.max_tokens,
             "temperature": self.p.temperature,
             "top_p": self.p.top_p,
-            "parallel_tool_calls": False,
-            "tool_choice": "none",
-            "tools": [],
+            "parallel_tool_calls": self.p.parallel_tool_calls,
+            "tool_choice": self.body.get("tool_choice") or ("auto" if self.p.tools else "none"),
+            "tools": self.body.get("tools") or [],
             "text": {"format": fmt},
             "store": self.body.get("store", True),
             "previous_response_id": self.body.get("previous_response_id"),
@@ -102,12 +127,12 @@ class _Keeping:
             self.path = ResponseStore.new_path()
         self.done = False
 
-    def finish(self, obj: dict | None, reply: str | None) -> None:
+    def finish(self, obj: dict | None, reply: dict | None) -> None:
         if self.done:
             return
         self.done = True
         if obj is not None and self.store:
-            hist = [*self.history, {"role": "assistant", "content": reply or ""}]
+            hist = [*self.history, reply or {"role": "assistant", "content": ""}]
             self.api.responses.put(StoredResponse(obj["id"], self.user, hist, obj, time.time(), self.path))
         elif self.path is not None and self.prev is not None and self.resume:
             self.api.responses.give_back(self.prev, self.path)
@@ -129,8 +154,12 @@ async def create(api: Api, request: Request) -> Response:
         if prev is None:
             raise BadRequest(404, f"no stored response {pid!r}", type="not_found", param="previous_response_id")
     turn = responses_input(body["input"], None, prev.history if prev is not None else None)
+    tok = state.engine.tokenizer
+    params.call_format = call_format(tok.template_source) if params.tool_choice.active else OWN_FORMAT
+    own = params.call_format is not OWN_FORMAT
     msgs = responses_input(body["input"], body.get("instructions"), prev.history if prev is not None else None)
-    prompt = state.engine.chat_template(msgs, True)
+    msgs = chat_messages(msgs, params.tools, params.tool_choice, template_tools=own)
+    prompt = render_with_tools(tok, msgs, params.tools) if own else state.engine.chat_template(msgs, True)
     grammar = request_grammar(state.engine, params, "text.format")
     stream = bool(body.get("stream"))
     end_user = body.get("safety_identifier") or body.get("user")
@@ -164,8 +193,10 @@ async def create(api: Api, request: Request) -> Response:
             return res
         c = res["choices"][0]
         status = "incomplete" if c["finish_reason"] == "length" else "completed"
-        obj = r.obj(status, [_message(r.mid, c["text"], status)], res["usage"], c["finish_reason"])
-        keep.finish(obj, c["text"])
+        out = [_call_item(r.rid, k, t["name"], t["arguments"], status) for k, t in enumerate(c["tool_calls"])]
+        out = out or [_message(r.mid, c["text"], status)]
+        obj = r.obj(status, out, res["usage"], c["finish_reason"])
+        keep.finish(obj, _reply_turn(out, c["text"]))
         return JSONResponse(obj)
     if (refused := await early_failure(rec)) is not None:
         keep.finish(None, None)
@@ -180,27 +211,62 @@ async def create(api: Api, request: Request) -> Response:
             return data_line({"type": kind, "sequence_number": seq - 1, **fields}, event=kind)
 
         where = {"item_id": r.mid, "output_index": 0, "content_index": 0}
+        items: list[dict] = []  # the output so far; the last one may be open
         try:
             yield ev("response.created", response=r.obj("in_progress", [], None))
             yield ev("response.in_progress", response=r.obj("in_progress", [], None))
-            yield ev("response.output_item.added", output_index=0, item=_message(r.mid, None, "in_progress"))
-            yield ev("response.content_part.added", part=_text_part(""), **where)
             text, finish = "", "stop"
+
+            def close(status: str) -> list[str]:
+                """The events that end the open item, if one is open."""
+                if not items or items[-1]["status"] != "in_progress":
+                    return []
+                it, at = items[-1], len(items) - 1
+                it["status"] = status
+                if it["type"] == "function_call":
+                    done = {"item_id": it["id"], "output_index": at}
+                    return [
+                        ev("response.function_call_arguments.done", arguments=it["arguments"], **done),
+                        ev("response.output_item.done", output_index=at, item=it),
+                    ]
+                it["content"] = [_text_part(text)]
+                return [
+                    ev("response.output_text.done", text=text, logprobs=[], **where),
+                    ev("response.content_part.done", part=_text_part(text), **where),
+                    ev("response.output_item.done", output_index=at, item=it),
+                ]
+
             async for m in lip_messages(rec):
                 kind = m.get("kind")
                 if kind == "delta" and m["text"]:
+                    if not items:
+                        items.append(_message(r.mid, None, "in_progress"))
+                        yield ev("response.output_item.added", output_index=0, item=dict(items[-1]))
+                        yield ev("response.content_part.added", part=_text_part(""), **where)
                     text += m["text"]
                     yield ev("response.output_text.delta", delta=m["text"], logprobs=[], **where)
+                elif kind == "tool":
+                    if m["name"] is not None:
+                        for e in close("completed"):
+                            yield e
+                        items.append(_call_item(r.rid, m["index"], m["name"], "", "in_progress"))
+                        yield ev("response.output_item.added", output_index=len(items) - 1, item=dict(items[-1]))
+                    if m["arguments"]:
+                        items[-1]["arguments"] += m["arguments"]
+                        at = {"item_id": items[-1]["id"], "output_index": len(items) - 1}
+                        yield ev("response.function_call_arguments.delta", delta=m["arguments"], **at)
                 elif kind == "end":
                     finish = m["finish_reason"]
                 elif kind == "usage":
                     status = "incomplete" if finish == "length" else "completed"
-                    yield ev("response.output_text.done", text=text, logprobs=[], **where)
-                    yield ev("response.content_part.done", part=_text_part(text), **where)
-                    item = _message(r.mid, text, status)
-                    yield ev("response.output_item.done", output_index=0, item=item)
-                    obj = r.obj(status, [item], m["usage"], finish)
-                    keep.finish(obj, text)
+                    if not items:  # an empty reply is still a message
+                        items.append(_message(r.mid, None, "in_progress"))
+                        yield ev("response.output_item.added", output_index=0, item=dict(items[-1]))
+                        yield ev("response.content_part.added", part=_text_part(""), **where)
+                    for e in close(status):
+                        yield e
+                    obj = r.obj(status, items, m["usage"], finish)
+                    keep.finish(obj, _reply_turn(items, text))
                     yield ev(f"response.{status}", response=obj)
                 elif kind == "error":
                     err = m["body"]["error"]

@@ -60,6 +60,29 @@ def parse_tools(tools: list | None) -> list[dict]:
     return out
 
 
+def parse_response_tools(tools: list | None) -> list[dict]:
+    """The Responses API's flat function tools (`{"type": "function", "name", "parameters", ...}`)."""
+    chat_form = []
+    for i, t in enumerate(tools or []):
+        if not isinstance(t, dict) or t.get("type") != "function":
+            got = t.get("type") if isinstance(t, dict) else t
+            raise _bad(f"tools[{i}].type: only function tools are supported here, got {got!r}", f"tools[{i}].type")
+        try:
+            f = check_fields(t, {"type": ((str,), True), **_FUNCTION_FIELDS}, f"tools[{i}]")
+        except BadRequest as e:  # a bad tool is a bad request (400), named down to its field
+            raise _bad(str(e), f"tools[{i}].{e.param}") from None
+        chat_form.append({"type": "function", "function": {k: v for k, v in f.items() if k != "type"}})
+    return parse_tools(chat_form)
+
+
+def response_tool_choice(choice: Any, tools: list[dict]) -> ToolChoice:
+    """The Responses API's `tool_choice`: a mode, or `{"type": "function", "name": ...}`."""
+    if isinstance(choice, dict) and choice.get("type") == "function" and "function" not in choice:
+        check_fields(choice, {"type": ((str,), True), "name": ((str,), True)}, "tool_choice")
+        choice = {"type": "function", "function": {"name": choice["name"]}}
+    return parse_tool_choice(choice, tools)
+
+
 def parse_tool_choice(choice: Any, tools: list[dict]) -> ToolChoice:
     if choice is None:
         return ToolChoice("auto" if tools else "none")
