@@ -210,10 +210,8 @@ def test_benign_generation_exact_during_sampler_attack_in_process(engine):
 # --- on a real server: the attacker's program runs in the sandbox ------------------------------
 
 SERVER_USERS = [{"name": "alice", "token": "tok-alice"}, {"name": "mallory", "token": "tok-mallory"}]
-SERVER_SOURCE = """
-from symphony_core import Sampler
-from symphony_core.errors import KVError, PredError
-
+# The benign user's program, shared with tests/test_user_memory_budget.py.
+GENERATE_SOURCE = """
 PROMPT = [504, 3458, 282, 4649, 314, 2113, 30, 378, 1345]
 
 
@@ -224,6 +222,14 @@ def generate(sym, n: int):
         toks = [int(sym.pred(kv, toks).argmax())]
         out.append(toks[0])
     return out
+"""
+SERVER_SOURCE = (
+    """
+from symphony_core import Sampler
+from symphony_core.errors import KVError, PredError
+"""
+    + GENERATE_SOURCE
+    + """
 
 
 def bad_samplers(sym, rounds: int):
@@ -337,6 +343,7 @@ def chat_without_content(sym):
     except PredError as e:
         return "caught: " + str(e)
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,12 @@ import pytest
 
 from symphony_core.sched.process import LimitExceeded
 from symphony_core.server.user_budget import NAME_ENTRY_COST, UserBudget
+from tests.test_hostile_neighbours import GENERATE_SOURCE
 
 USERS = [{"name": "alice", "token": "tok-alice"}, {"name": "mallory", "token": "tok-mallory"}]
-SOURCE = """
-PROMPT = [504, 3458, 282, 4649, 314, 2113, 30, 378, 1345]
-
-
-def generate(sym, n: int):
-    kv = sym.kv_create()
-    out, toks = [], PROMPT
-    for _ in range(n):
-        toks = [int(sym.pred(kv, toks).argmax())]
-        out.append(toks[0])
-    return out
-
+SOURCE = (
+    GENERATE_SOURCE
+    + """
 
 def keep_messages(sym, k: int):
     for i in range(k):
@@ -45,6 +37,7 @@ def all_logits(sym, n: int):
     except Exception as e:
         return f"refused ({type(e).__name__}): {e}"
 """
+)
 
 
 @pytest.fixture(scope="module")
