@@ -121,6 +121,7 @@ def main(argv=None) -> None:
         else:
             body.append(sec["markdown"])
     body.append(_plots(saved, out))
+    body.append(_gpu_section(out))
     out.write_text(head + "\n\n".join(s for s in body if s) + "\n")
     print(f"wrote {out}")
 
@@ -148,6 +149,13 @@ def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict 
 
 def _run_key(r: dict):
     return r.get("id") or (r.get("date"), r.get("commit"))
+
+
+def _gpu_section(out: Path) -> str:
+    """The last `make gpu-check` run committed under results/gpu/ (a GPU machine's output; bench/ runs on the CPU)."""
+    gpu = out.with_name("results") / "gpu"
+    parts = [gpu / "gpu_check.md", gpu / "NOTES.md"]
+    return "\n\n".join(p.read_text().strip() for p in parts if p.exists())
 
 
 def _plots(saved: dict, out: Path) -> str:

@@ -210,6 +210,8 @@ def markdown(result: dict) -> list[str]:
         best = max((v for v in hf if v), default=None)
         cells = [f"{v:,.0f}" if v else ("error" if row.get(f"hf_{m}_error") else "-") for v, m in zip(hf, modes)]
         ratio = f"{row['symphony'] / best:.2f}x" if best else "-"
+        if best and not row.get("hf_static+compile"):
+            ratio += " (eager transformers)"
         lines.append(f"| {row['batch']} | {row['symphony']:,.0f} | " + " | ".join(cells) + f" | {ratio} |")
     p = result.get("prefill")
     if p:
