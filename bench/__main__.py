@@ -35,6 +35,7 @@ WORKLOADS = {
     "agents": "bench.agents",
     "graph_of_thought": "bench.graph_of_thought",
     "runtime_overhead": "bench.runtime_overhead:suite",
+    "pred_timeline": "bench.pred_timeline:suite",
     "short_programs": "bench.short_programs",
     "debugger_overhead": "bench.debugger_overhead:suite",
     "profiler_overhead": "bench.profiler_overhead:suite",

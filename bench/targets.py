@@ -144,6 +144,14 @@ def targets_table(n: dict) -> str:
         "≤ 5% slower (≥ 0.95×)",
         None if not w6 else ratio6 >= 0.95,
     )
+    tl = n.get("pred_timeline") or {}
+    lip = [(k, 1 / r["lip_over_pred_batch"]) for k, r in sorted(tl.items())]
+    add(
+        "LIP path",
+        "; ".join(f"{k.replace('_', ', ')} program(s): {v:.2f}×" for k, v in lip) or "—",
+        "≥ 0.95× `pred_batch` (one program per sequence, paired rounds)",
+        None if not lip else all(v >= 0.95 for _, v in lip),
+    )
     w7 = n.get("graph_of_thought")
     out.append(
         f"| W7 | {w7['ratio']:.2f}× | report the ratio | reported |"

@@ -81,6 +81,13 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert sp["rows"][0]["flop_ratio"] == sp["rows"][2]["flop_ratio"] == 1.0, sp
     short, ref = sp["rows"][1], sp["rows"][0]
     assert (short["flop_ratio"] < 1) == (short["positions_per_token"] > ref["positions_per_token"]), sp
+    tl = numbers["pred_timeline"]
+    assert set(tl) == {"fp32_1", "fp32_8", "q4_1"}, tl
+    for r in tl.values():  # each segment timed, the forward the largest, the step at least the forward
+        seg = r["segments_ms"]
+        assert all(v >= 0 for v in seg.values()) and max(seg, key=seg.get) == "fire", r
+        assert r["lip_step_ms"] >= seg["fire"] > 0 and r["pred_batch_step_ms"] > 0 and r["lip_over_pred_batch"] > 0
+    assert "One program's `pred`, where the wall time goes" in text
     w6 = numbers["debugger_overhead"]
     assert w6["wall_on"] > 0 and w6["wall_off"] > 0
     sb = numbers["sandbox_latency"]
@@ -88,7 +95,7 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     assert "Sandboxed LIP latency" in text
     # the targets table at the top judges every workload that ran (W5/W6 at toy size included)
     table = text.split("## Targets (this run)", 1)[1].split("\n\n", 2)[1]
-    for wid in ("W1", "W2", "W3", "W4", "W5", "Short programs", "W6", "W7", "C"):
+    for wid in ("W1", "W2", "W3", "W4", "W5", "Short programs", "W6", "LIP path", "W7", "C"):
         row = next(line for line in table.splitlines() if line.startswith(f"| {wid} |"))
         assert "not run" not in row, row
     assert "median of runs" in next(line for line in table.splitlines() if line.startswith("| C |"))
