@@ -102,8 +102,7 @@ class Executor:
         The common call (a list of ints, default positions, the last output, no sampler or
         mask) passes each check in a few operations; `as_int_list` and `_outputs` word the
         errors and take the other forms."""
-        with self.kvfs.lock:
-            start = self.kvfs._writable(c.kv, "pred").next_position
+        start = self.kvfs.next_write_position(c.kv, "pred")
         ids = c.token_ids
         if type(ids) is list and len(ids) == 1 and type(ids[0]) is int and 0 <= ids[0] < self.vocab:
             toks = [ids[0]]  # one in-vocabulary decode token, most calls: no need for the scans below

@@ -202,7 +202,8 @@ def test_an_unknown_runner_is_refused_before_loading():
 
 
 def test_cancel_reaches_greenlets_asleep_in_recv_and_join_at_once(geng):
-    from symphony_core.sched.process import KILL_CHECK_S, Cancelled
+    from symphony_core.sched.process import Cancelled
+    from symphony_core.sched.thread_state import KILL_CHECK_S
 
     def listens(sym):
         other = sym.spawn(lambda s: s.recv())

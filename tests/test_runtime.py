@@ -101,7 +101,7 @@ def test_cancel_wakes_a_thread_asleep_in_pred_at_once(engine):
     """A kill interrupts the sleep of a thread waiting for its batch; it does not wait for the
     thread's own look at the kill flag (KILL_CHECK_S). The batch scheduler is held at its gate,
     so the pred can never finish by itself."""
-    from symphony_core.sched.process import KILL_CHECK_S
+    from symphony_core.sched.thread_state import KILL_CHECK_S
 
     held, release = threading.Event(), threading.Event()
 
@@ -128,7 +128,7 @@ def test_cancel_wakes_a_thread_asleep_in_pred_at_once(engine):
 
 def test_cancel_wakes_threads_asleep_in_recv_at_once(engine):
     """Both threads of a process asleep in recv see a kill at once, not at their own next look."""
-    from symphony_core.sched.process import KILL_CHECK_S
+    from symphony_core.sched.thread_state import KILL_CHECK_S
 
     def listens(sym):
         other = sym.spawn(lambda s: s.recv())

@@ -17,7 +17,8 @@ from symphony_core.sandbox.pool import SandboxManager
 from symphony_core.sandbox.protocol import encode
 from symphony_core.sandbox.twin import _serve, woken_on_kill
 from symphony_core.sandbox.worker_link import N_SLOTS, Worker
-from symphony_core.sched.process import KILL_CHECK_S, Cancelled, Limits, Process
+from symphony_core.sched.process import Cancelled, Limits, Process
+from symphony_core.sched.thread_state import KILL_CHECK_S
 
 VOCAB = 8
 

@@ -315,6 +315,17 @@ class KVFS:
 
     # --- internals ------------------------------------------------------------------------
 
+    def next_write_position(self, kv: KV, call: str = "pred") -> int:
+        """The position the next token appended through `kv` takes; raises KVError (naming `call`)
+        when `kv` is not a usable writable handle."""
+        with self.lock:
+            return self._writable(kv, call).next_position
+
+    def pages_held(self, handles) -> int:
+        """Distinct pool pages the open handles among `handles` hold (a process's page quota)."""
+        with self.lock:
+            return len({p for h in handles if not h.closed for p in h.file.pages if p >= 0})
+
     def _new_handle(self, f: KVFile, mode: str) -> KV:
         self.files[f.fid] = f
         f.open_handles += 1

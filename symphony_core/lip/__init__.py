@@ -3,6 +3,7 @@ that runs LIP threads. Processes and threads themselves are the schedulers' (sch
 
 from ..events import Event, EventBus
 from ..sched.process import Cancelled, LimitExceeded, Limits, LIPError, LIPThread, Process
+from ..sched.thread_state import ThreadState
 from .kernel import Kernel
 from .syscalls import Sym, ThreadHandle
 
@@ -17,5 +18,6 @@ __all__ = [
     "Limits",
     "Process",
     "Sym",
+    "ThreadState",
     "ThreadHandle",
 ]

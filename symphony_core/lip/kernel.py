@@ -85,19 +85,14 @@ class Kernel:
         self.hook: DebugHook | None = None
 
     def syscall(self, th: LIPThread, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
-        proc = th.proc
-        with proc.lock:
-            if proc.kill_reason is not None:
-                raise proc.kill_reason
-            th.state, th.current_call = "in_syscall", call
+        th.enter_syscall(call)
         th.seq += 1
         try:
             if self.hook is None and not self.bus.active:
                 return impl()
-            return self._traced(th, proc, call, impl, args)
+            return self._traced(th, th.proc, call, impl, args)
         finally:
-            with proc.lock:
-                th.state, th.current_call = "running", None
+            th.leave_syscall()
 
     def _traced(self, th: LIPThread, proc, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
         """The observed path: enter/exit events (when someone subscribes) and the debugger's hook."""

@@ -173,8 +173,7 @@ class Runtime:
                 )
             )
         try:
-            with proc.lock:
-                th.state = "running"
+            th.start_running()
             if main:
                 for cb in list(self.on_process_start):
                     cb(proc)
@@ -183,11 +182,9 @@ class Runtime:
         except BaseException as e:  # a LIP's failure is its own; the engine goes on
             error = e
         finally:
-            with proc.lock:
-                th.state = "failed" if error is not None else "finished"
-                th.result, th.error = result, error
-                if hub is not None:  # a kill's exception sent while it ran and not landed: take it back (Hub.interrupt)
-                    SET_ASYNC_EXC(ctypes.c_ulong(hub.ident), None)
+            # A kill's exception sent while it ran and not landed: take it back (Hub.interrupt).
+            take_back = (lambda: SET_ASYNC_EXC(ctypes.c_ulong(hub.ident), None)) if hub is not None else None
+            th.finish(result, error, take_back)
             th.ended()
             if self.bus.active and not main:
                 self.bus.publish(

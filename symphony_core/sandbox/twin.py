@@ -24,7 +24,8 @@ import torch
 
 from ..errors import KVError, KVPermissionError, PredError, SymphonyError
 from ..model.sampling import Sampler
-from ..sched.process import KILL_CHECK_S, Cancelled, LimitExceeded, LIPError
+from ..sched.process import Cancelled, LimitExceeded, LIPError
+from ..sched.thread_state import KILL_CHECK_S
 from .job import SandboxJob
 from .pool import SandboxManager
 from .protocol import FrameTooLarge
@@ -350,13 +351,13 @@ def sandboxed_lip(sym, mgr: SandboxManager, job: SandboxJob) -> Any:
     """The in-engine process of a sandboxed program: start a worker, serve it, return its result."""
     proc = _proc(sym)
     th = sym._th
-    with proc.lock:  # waiting for a worker is not running LIP code: the batch policy should not wait for it
-        th.state, th.current_call = "in_syscall", "sandbox_start"
+    th.enter_syscall(
+        "sandbox_start"
+    )  # waiting for a worker is not running LIP code: the batch policy should not wait for it
     try:
         w = mgr.spawn(job, proc)
     finally:
-        with proc.lock:
-            th.state, th.current_call = "running", None
+        th.leave_syscall()
     w.proc = proc
     try:
         info = {

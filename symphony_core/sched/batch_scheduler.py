@@ -377,11 +377,8 @@ class BatchScheduler:
     def _mark_waiting_pages(p: PendingPred, waiting: bool) -> None:
         """The call waits for free pages (or no longer does); its thread's state says so too."""
         p.waiting_pages = waiting
-        th = p.thread
-        if th is not None:
-            with th.proc.lock:
-                if th.state in ("in_syscall", "waiting_pages"):
-                    th.state = "waiting_pages" if waiting else "in_syscall"
+        if p.thread is not None:
+            p.thread.set_waiting_pages(waiting)
 
     def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float) -> None:
         """Charge the scheduler thread's CPU time since the last batch, less the forward's, to

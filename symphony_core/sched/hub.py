@@ -136,19 +136,20 @@ class Hub:
 
     def interrupt(self, th: Any, exc_type: type[BaseException]) -> None:
         """Raise `exc_type` in `th` if it is the greenlet running now, in its own code (a program
-        stuck in a loop). It is sent under the process's lock while `th.state == "running"`, and
+        stuck in a loop). It is sent while the thread is running its own code (`LIPThread.while_running`), and
         entering a syscall or ending (lip/runtime.py) changes the state under that lock, so it lands
         in the program's code or at the entry of the call it makes next. Should it not have landed
         when the greenlet stops running, `_leave` or the thread's end takes it back: it never lands
         in another program or in the hub's loop."""
-        with th.proc.lock:
-            if th.state != "running" or th.done.is_set():
-                return
+
+        def send() -> None:
             with self._runner_lock:
                 r = self._runner
                 if r is not None and r.th is th:
                     SET_ASYNC_EXC(ctypes.c_ulong(self.ident), ctypes.py_object(exc_type))
                     self._async_sent = True
+
+        th.while_running(send)
 
     # --- on the hub thread, from a LIP greenlet ------------------------------------------------
     def on_hub(self) -> bool:

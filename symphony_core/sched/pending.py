@@ -12,7 +12,7 @@ from ..errors import SymphonyError
 from ..events import now
 from ..executor import PredCall
 from ..model.dist import Dist
-from .process import KILL_CHECK_S
+from .thread_state import KILL_CHECK_S
 
 if TYPE_CHECKING:
     from .hub import HubWait

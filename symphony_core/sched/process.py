@@ -15,6 +15,7 @@ from typing import Any
 from .. import threadsafe_ast
 from ..errors import SymphonyError
 from ..events import now
+from .thread_state import PRED_STATES, ThreadState, next_look
 
 # A scale-out replica (symphony_core/scaleout) starts its pids at its own base, so a pid names its replica.
 _pids = itertools.count(int(os.environ.get("SYMPHONY_PID_BASE", "0")) + 1)
@@ -75,18 +76,6 @@ class _Done:
 
 DONE = _Done()
 
-# How often a LIP thread asleep in a syscall (pred, recv, join) looks at its process's kill flag
-# by itself. Only a safety net: `Process.kill` wakes a thread asleep in pred or recv at once.
-# (Polling it often costs: a thousand sleeping LIPs looking twenty times a second took the GIL
-# from the forward pass every few microseconds.)
-KILL_CHECK_S = 1.0
-
-
-def _next_look(deadline: float | None) -> float:
-    """How long a wait may sleep before it looks at the kill flag again: KILL_CHECK_S, or less
-    where the caller's deadline comes first (never negative)."""
-    return KILL_CHECK_S if deadline is None else max(0.0, min(KILL_CHECK_S, deadline - now()))
-
 
 class _KillWake:
     """Put in a killed process's inbox: wakes a thread asleep in `recv` to see the kill."""
@@ -101,7 +90,7 @@ class LIPThread:
     tid: int
     name: str
     os_thread: threading.Thread | None = None
-    state: str = "new"  # new | running | in_syscall | waiting_pages | stopped | finished | failed
+    state: ThreadState = ThreadState.NEW
     current_call: str | None = None
     seq: int = 0  # syscalls made so far
     preds: int = 0
@@ -118,7 +107,7 @@ class LIPThread:
             self._join_on_hub(hub, timeout)
         else:
             deadline = None if timeout is None else now() + timeout
-            while not self.done.wait(_next_look(deadline)):
+            while not self.done.wait(next_look(deadline)):
                 self.proc.checkpoint()
                 if deadline is not None and now() >= deadline:
                     raise TimeoutError(f"thread {self.tid} of process {self.proc.pid} did not finish in {timeout}s")
@@ -151,6 +140,63 @@ class LIPThread:
                 hub.withdraw(w)
         if check_kill:
             self.proc.checkpoint()
+
+    # --- its state, changed under its process's lock ----------------------------------------------
+    def start_running(self) -> None:
+        with self.proc.lock:
+            self.state = ThreadState.RUNNING
+
+    def enter_syscall(self, call: str) -> None:
+        """The thread enters syscall `call`; a killed process's thread raises its kill reason instead."""
+        proc = self.proc
+        with proc.lock:
+            if proc.kill_reason is not None:
+                raise proc.kill_reason
+            self.state, self.current_call = ThreadState.IN_SYSCALL, call
+
+    def leave_syscall(self) -> None:
+        with self.proc.lock:
+            self.state, self.current_call = ThreadState.RUNNING, None
+
+    def set_waiting_pages(self, waiting: bool) -> None:
+        """Its `pred` waits for free pages (or no longer does); a thread in another state keeps it."""
+        with self.proc.lock:
+            if self.state in PRED_STATES:
+                self.state = ThreadState.WAITING_PAGES if waiting else ThreadState.IN_SYSCALL
+
+    def hold_stopped(self) -> ThreadState:
+        """A debugger holds the thread at a stop; returns the state to give back (`release_stopped`)."""
+        with self.proc.lock:
+            prev, self.state = self.state, ThreadState.STOPPED
+            return prev
+
+    def release_stopped(self, prev: ThreadState) -> None:
+        with self.proc.lock:
+            if self.state is ThreadState.STOPPED:
+                self.state = prev
+
+    def finish(self, result: Any, error: BaseException | None, then: Callable[[], None] | None = None) -> None:
+        """Its function returned `result` or raised `error`; `then` runs under the same lock (before `ended`)."""
+        with self.proc.lock:
+            self.state = ThreadState.FAILED if error is not None else ThreadState.FINISHED
+            self.result, self.error = result, error
+            if then is not None:
+                then()
+
+    def while_running(self, act: Callable[[], None]) -> bool:
+        """Run `act` under the process's lock if the thread is running its own code (not ended):
+        the state cannot change until `act` returns. Whether it ran."""
+        with self.proc.lock:
+            if self.state is not ThreadState.RUNNING or self.done.is_set():
+                return False
+            act()
+            return True
+
+    @property
+    def may_pred_soon(self) -> bool:
+        """Running its code, or inside `pred`: a call the batch policy may wait for."""
+        s = self.state
+        return s is ThreadState.RUNNING or (s in PRED_STATES and self.current_call == "pred")
 
     def ended(self) -> None:
         """The thread's function has returned or raised: mark it done and wake its joiners."""
@@ -310,7 +356,7 @@ class Process:
             self.kill_reason = reason
             threads = list(self.threads)
         for t in threads:
-            if t.state == "running":  # in LIP code, maybe a tight loop: interrupt it
+            if t.state is ThreadState.RUNNING:  # in LIP code, maybe a tight loop: interrupt it
                 t.raise_async(Cancelled)
             sig = t.waiting
             if sig is not None:  # asleep in pred: wake it to see the kill
@@ -367,7 +413,7 @@ class Process:
         while True:
             self.checkpoint()
             try:
-                item = self._inbox.get(timeout=_next_look(deadline))
+                item = self._inbox.get(timeout=next_look(deadline))
             except queue.Empty:
                 if deadline is not None and now() >= deadline:
                     raise TimeoutError(f"recv: no message within {timeout}s") from None
@@ -418,7 +464,7 @@ class Process:
             "status": self.status,
             "priority": self.priority,
             "threads": [
-                {"tid": t.tid, "name": t.name, "state": t.state, "call": t.current_call, "preds": t.preds}
+                {"tid": t.tid, "name": t.name, "state": t.state.value, "call": t.current_call, "preds": t.preds}
                 for t in self.threads
             ],
             "tokens": self.tokens_used,

@@ -26,7 +26,7 @@ from ..events import now
 from ..kvfs import KVFS
 from ..kvfs.swap import pages_to_swap_in, swap_in, swap_out
 from .pending import PendingPred
-from .process import LimitExceeded, Process
+from .process import LimitExceeded, Process, ThreadState
 
 DECAY = 0.98  # fair share: what each charge leaves of a user's earlier tokens
 
@@ -97,15 +97,9 @@ class ProcessScheduler:
     def runnable(self) -> int:
         """LIP threads that are running code or queued for `pred`: the batch policy's "how many
         calls may still join". Threads blocked in `recv`, `join` or a debugger stop do not count."""
-        n = 0
         with self.lock:
             procs = list(self.running.values())
-        for proc in procs:
-            for t in proc.threads:
-                s = t.state
-                if s == "running" or ((s == "in_syscall" or s == "waiting_pages") and t.current_call == "pred"):
-                    n += 1
-        return n
+        return sum(t.may_pred_soon for proc in procs for t in proc.threads)
 
     # --- batch order ---------------------------------------------------------------------------
     def rank(self, p: PendingPred) -> tuple:
@@ -142,12 +136,11 @@ class ProcessScheduler:
             )
         if lim.max_pages is not None:
             ps = self.kvfs.pool.page_size
-            with self.kvfs.lock:
-                held = {p for h in proc.handles if not h.closed for p in h.file.pages if p >= 0}
-            if len(held) + -(-n_tokens // ps) > lim.max_pages:
+            held = self.kvfs.pages_held(proc.handles)
+            if held + -(-n_tokens // ps) > lim.max_pages:
                 raise LimitExceeded(
                     f"process {proc.pid} ({proc.name}): page quota of {lim.max_pages} reached "
-                    f"({len(held)} pages held, pred needs up to {-(-n_tokens // ps)} more)"
+                    f"({held} pages held, pred needs up to {-(-n_tokens // ps)} more)"
                 )
 
     def _watch(self) -> None:
@@ -188,7 +181,10 @@ class ProcessScheduler:
             waiting_pids = {p.pid for p in waiting}
             queued_pids = {p.pid for p in queued}
             busy = any(
-                t.state == "running" for pr in self.running.values() if pr not in self.parked for t in pr.threads
+                t.state is ThreadState.RUNNING
+                for pr in self.running.values()
+                if pr not in self.parked
+                for t in pr.threads
             )
             if busy:
                 return []  # someone is still running code and may free pages: wait for them

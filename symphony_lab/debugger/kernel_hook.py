@@ -201,9 +201,7 @@ class KernelHook:
             result=result,
             overridden=overridden,
         )
-        with proc.lock:
-            prev_state = th.state
-            th.state = "stopped"  # not runnable: the batch policy must not wait for it
+        prev_state = th.hold_stopped()  # not runnable: the batch policy must not wait for it
         self.stop_table.hold(stop)
         self.runtime.batch.wake()
         ids = {"pid": proc.pid, "tid": th.tid}
@@ -225,9 +223,7 @@ class KernelHook:
                     break
         finally:
             self.stop_table.let_go(stop)
-            with proc.lock:
-                if th.state == "stopped":
-                    th.state = prev_state
+            th.release_stopped(prev_state)
             t = now()
             self._trace({"kind": "dbg_resume", "ts": t, **ids, "reason": stop.reason, "action": stop.action})
             waited = round(t - stop.ts, 6)
