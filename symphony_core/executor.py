@@ -231,8 +231,6 @@ class Executor:
 
     def _forward(self, calls: list[PredCall], idx: Sequence[int], results: list, argmax: bool) -> None:
         kvfs = self.kvfs
-        pool = kvfs.pool
-        ps, refcount, take_free = pool.page_size, pool.refcount, pool.take_free
         decodes = DecodeRows()
         # (result index, call, the file's length before) of every member with its slots reserved, in
         # the batch's row order: the decodes' columns first, then the other calls (`seqs`).
@@ -249,53 +247,23 @@ class Executor:
             decodes.slots.append,
             decodes.contexts.append,
         )
-        with kvfs.lock:  # one hold for the whole batch (it is re-entrant: reserve takes it too)
+        append_decode = kvfs.append_decode
+        with kvfs.reserving():  # one hold for the whole batch
             for i, c in zip(idx, calls):
                 kv = c.kv
                 f = kv.file
                 n = len(f.tokens)
-                # Most calls: one token appended after the last, into room left in an unshared last page
-                # or, when the last page is full, into a truly free page (eviction, copy-on-write and the
-                # prefix cache's kept pages take `kvfs.reserve`, below).
-                if c.decode and not kv.closed and not f.evicted:
-                    p = f.positions[-1] + 1 if n else 0
-                    off = n % ps
-                    if p >= max_pos:
-                        page = -1
-                    elif off:
-                        page = f.pages[-1]
-                        if refcount[page] != 1:
-                            page = -1
-                    else:
-                        page = take_free()
-                        if page >= 0:
-                            f.pages.append(page)
-                    if page >= 0:
-                        t = c.tokens[0]
-                        slot = page * ps + off
-                        f.tokens.append(t)
-                        f.positions.append(p)
-                        dec_tokens(t)
-                        dec_positions(p)
-                        dec_slots(slot)
-                        # Its context: the file's cached slot list grown by this one slot (as
-                        # `cached_context_slots` would, without its checks when the cache is current).
-                        # Other members' reservations never touch this file's pages (eviction spares
-                        # them), so it can be read right after its own reservation.
-                        cache = f.slot_cache
-                        if cache is not None and len(cache[1]) == n:
-                            if not off:
-                                cache[0].append(page)
-                            if cache[0] == f.pages:
-                                ctx = cache[1]
-                                ctx.append(slot)
-                            else:
-                                ctx = context_slots(f)
-                        else:
-                            ctx = context_slots(f)
-                        dec_contexts(ctx)
-                        dec_members.append((i, c, n))
-                        continue
+                # Most calls: one token appended after the last (KVFS's fast path); copy-on-write, eviction
+                # and the prefix cache's kept pages take `kvfs.reserve`, below. Other members' reservations
+                # never touch this file's pages (eviction spares them), so its context can be read now.
+                if c.decode and (d := append_decode(kv, c.tokens[0], max_pos)) is not None:
+                    p, slot, ctx = d
+                    dec_tokens(c.tokens[0])
+                    dec_positions(p)
+                    dec_slots(slot)
+                    dec_contexts(ctx)
+                    dec_members.append((i, c, n))
+                    continue
                 # A prompt written into an empty file at positions 0..: the prefix cache may hold its start.
                 prompt = n == 0 and c.positions is None and prefixes is not None and len(c.tokens) > 1
                 try:

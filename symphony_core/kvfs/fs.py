@@ -206,6 +206,51 @@ class KVFS:
             slots = [f.pages[i // ps] * ps + i % ps for i in range(old, old + len(tokens))]
             return Reservation(kv, old - reused, slots, reused)
 
+    def reserving(self) -> threading.RLock:
+        """Hold the file system still while a batch reserves its members' slots (`with kvfs.reserving():`);
+        the calls below take the same re-entrant lock, so one hold covers the batch."""
+        return self.lock
+
+    def append_decode(self, kv: KV, token: int, max_pos: int) -> tuple[int, int, array] | None:
+        """The decode fast path: one token appended after the last, into room left in an unshared
+        last page or, when the last page is full, into a truly free page. Returns (its position, its
+        slot, the file's context slots with it) or None where it needs `reserve` (a closed or evicted
+        file, copy-on-write, eviction, the prefix cache's kept pages, or a position past `max_pos`)."""
+        f = kv.file
+        if kv.closed or f.evicted:
+            return None
+        pool = self.pool
+        ps = pool.page_size
+        with self.lock:
+            n = len(f.tokens)
+            p = f.positions[-1] + 1 if n else 0
+            off = n % ps
+            if p >= max_pos:
+                return None
+            if off:
+                page = f.pages[-1]
+                if pool.refcount[page] != 1:
+                    return None
+            else:
+                page = pool.take_free()
+                if page < 0:
+                    return None
+                f.pages.append(page)
+            slot = page * ps + off
+            f.tokens.append(token)
+            f.positions.append(p)
+            # The file's cached slot list grown by this one slot (as `cached_context_slots` would,
+            # without its checks when the cache is current).
+            cache = f.slot_cache
+            if cache is not None and len(cache[1]) == n:
+                if not off:
+                    cache[0].append(page)
+                if cache[0] == f.pages:
+                    ctx = cache[1]
+                    ctx.append(slot)
+                    return p, slot, ctx
+            return p, slot, self.cached_context_slots(f)
+
     def _start_from_cache(self, f: KVFile, tokens: list[int], protect: frozenset[int] | set[int]) -> int:
         """Give the empty file `f` the cached pages of the longest cached start of `tokens` (shared
         full pages; a partly matching page's first slots copied into a page of its own), never all of
