@@ -182,3 +182,35 @@ def test_a_call_cut_by_the_token_limit_is_a_cut_call(fam):
         assert t.function.name in ("get_weather", "get_time")
     text, _, finish = streamed(client, **kw)
     assert not text and finish == ["length"]
+
+
+def test_responses_calls_and_their_output_go_through_the_template(fam):
+    """The Responses API on the same machinery: a forced call in the model's format is a `function_call` item;
+    its output, sent back by `call_id` (not a 9-character id: Mistral's template gets one mapped from it), is
+    rendered by the template as transformers renders the same conversation."""
+    family, client, tok = fam
+    flat = [{"type": "function", **t["function"]} for t in TOOLS]
+    forced = {"type": "function", "name": "get_weather"}
+    first = client.responses.create(
+        model="symphony", input=ASK, tools=flat, tool_choice=forced, max_output_tokens=60, temperature=0
+    )
+    (call,) = first.output
+    assert call.type == "function_call" and call.name == "get_weather" and set(json.loads(call.arguments)) == {"city"}
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees, sunny"}
+    nxt = client.responses.create(
+        model="symphony", previous_response_id=first.id, input=[result], tools=flat, max_output_tokens=4, temperature=0
+    )
+    call_id = call.call_id
+    if family == "mistral":  # the id the template got, as the chat route renders the same call_id
+        chat_form = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": call.arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": "18 degrees, sunny"}]  # fmt: skip
+        (call_id,) = set(re.findall(r'"(?:call_)?id": "(\w+)"', prompt_text(client, chat_form, TOOLS)))
+        assert len(call_id) == 9
+    hf = [
+        *ASK,
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": json.loads(call.arguments)}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "18 degrees, sunny"},
+    ]  # fmt: skip
+    assert nxt.usage.input_tokens == hf_prompt_tokens(tok, hf, TOOLS)

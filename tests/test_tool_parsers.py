@@ -79,6 +79,8 @@ def test_mistral(text, want):
             calls(PARIS, ("get_time", "{}", True)),
         ),
         ("[TOOL_CALLS]get_wea", calls()),  # the name still being written
+        ('[TOOL_CALLS] get_weather [ARGS] {"city": "Paris"}', calls(PARIS)),  # special tokens set off by spaces
+        ("[TOOL_CALLS] get_wea", calls()),
         ("[TOOL_CALLS]get_weather[AR", calls()),
         ('[TOOL_CALLS]get_weather[ARGS]{"city": "Pa', calls(("get_weather", '{"city": "Pa', False))),
         ("Plain words.", ParsedReply("Plain words.")),

@@ -76,7 +76,7 @@ def parse_mistral_args(text: str, may_be_text: bool = True, marker: str = TOOL_C
         pos += len(marker)
         sep = text.find(args, pos)
         if sep < 0:  # the name is still being written, or this is not a call
-            tail = text[pos:]
+            tail = text[pos:].lstrip()
             cut = next((k for k in range(1, len(args)) if tail.endswith(args[:k])), 0)
             if _NAME.fullmatch(tail[: len(tail) - cut]):
                 return ParsedReply(None, calls)
