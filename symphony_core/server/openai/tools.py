@@ -1,5 +1,5 @@
-"""Tool calls: `tools` / `tool_choice` parsing, the prompt that lists the tools, the grammar
-that makes a call's arguments valid under the tool's JSON schema, and reading a call back.
+"""Tool calls: `tools` / `tool_choice` parsing, the prompt that lists the tools (Symphony's own
+format), the JSON schema of one call, and a request's earlier calls checked (and written as text).
 
 In Symphony's own format a call is written `<tool_call>{"name": ..., "arguments": {...}}`
 (tool_parse.py reads it back, also while it grows; a model whose template has tools writes them
