@@ -185,19 +185,9 @@ TOOLS = [
 @pytest.mark.parametrize(
     "fam, fmt, reply, other",
     [
-        (
-            "llama",
-            LLAMA3_JSON,
-            '{"name":"get_weather","parameters":{"city":"Paris"}}',
-            '{"name":"nope","parameters":{}}',
-        ),
-        (
-            "mistral",
-            MISTRAL,
-            '[TOOL_CALLS][{"name":"get_weather","arguments":{"city":"Paris"}}]',
-            '[TOOL_CALLS][{"name":"nope","arguments":{}}]',
-        ),
-        ("mistral", MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city":"Paris"}', "[TOOL_CALLS]nope[ARGS]{}"),
+        ("llama", LLAMA3_JSON, W, '{"name": "nope", "parameters": {}}'),
+        ("mistral", MISTRAL, M + "}]", '[TOOL_CALLS] [{"name": "nope", "arguments": {}}]'),
+        ("mistral", MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', "[TOOL_CALLS]nope[ARGS]{}"),
     ],
 )
 def test_the_grammar_writes_calls_the_models_way(tokenizers, fam, fmt, reply, other):
@@ -224,4 +214,10 @@ def test_the_grammar_writes_calls_the_models_way(tokenizers, fam, fmt, reply, ot
     words = raw.encode("Sunny today", add_special_tokens=False).ids
     assert g.matcher().accepts(words) == len(words)
     if fmt is LLAMA3_JSON:
-        assert g.matcher().accepts(spell('<|python_tag|>{"name":"get_time","parameters":{}}')) > 1
+        tagged = spell('<|python_tag|>{"name": "get_time", "parameters": {}}')
+        assert g.matcher().accepts(tagged) == len(tagged)
+    if fmt is MISTRAL:  # Nemo's template writes no space before the list, and the grammar follows it
+        nemo = call_format(TEMPLATES["mistral"].replace('"[TOOL_CALLS] ["', '"[TOOL_CALLS]["'))
+        assert nemo.lead == "["
+        g = Grammar.lark(tools_lark(TOOLS, ToolChoice("required"), True, nemo, ids), tok)
+        assert g.matcher().accepts(spell(reply.replace("] [", "]["))) == len(spell(reply.replace("] [", "][")))

@@ -18,16 +18,23 @@ Any other template gets Symphony's own format (tools.py: a system prompt and `<t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...errors import PredError
 from ..validate import BadRequest
 from .tool_parse import OWN_FORMAT, CallFormat
 from .tool_parse_llama import PYTHON_TAG
 from .tool_parse_mistral import ARGS, TOOL_CALLS
 
-HERMES = CallFormat("tagged", open="<tool_call>", close="</tool_call>")
-LLAMA3_JSON = CallFormat("llama3_json", open=PYTHON_TAG, args_key="parameters", markers=(PYTHON_TAG,))
-MISTRAL = CallFormat("mistral", open=TOOL_CALLS, markers=(TOOL_CALLS,), id_length=9)
-MISTRAL_ARGS = CallFormat("mistral_args", open=TOOL_CALLS, close=ARGS, markers=(TOOL_CALLS, ARGS), id_length=9)
+_TOJSON = (", ", ": ")  # calls are generated with the spacing the template's `tojson` writes them in
+HERMES = CallFormat("tagged", open="<tool_call>", close="</tool_call>", separators=_TOJSON)
+LLAMA3_JSON = CallFormat(
+    "llama3_json", open=PYTHON_TAG, args_key="parameters", markers=(PYTHON_TAG,), separators=_TOJSON
+)
+MISTRAL = CallFormat("mistral", open=TOOL_CALLS, markers=(TOOL_CALLS,), id_length=9, lead=" [", separators=_TOJSON)
+MISTRAL_ARGS = CallFormat(
+    "mistral_args", open=TOOL_CALLS, close=ARGS, markers=(TOOL_CALLS, ARGS), id_length=9, separators=_TOJSON
+)
 
 
 def call_format(template_source: str | None) -> CallFormat:
@@ -38,7 +45,9 @@ def call_format(template_source: str | None) -> CallFormat:
     if HERMES.open in src and HERMES.close in src:
         return HERMES
     if TOOL_CALLS in src:
-        return MISTRAL_ARGS if ARGS in src else MISTRAL
+        if ARGS in src:
+            return MISTRAL_ARGS
+        return MISTRAL if f"{TOOL_CALLS} [" in src else replace(MISTRAL, lead="[")  # Nemo: no space
     if "<|start_header_id|>" in src and "ipython" in src and ('"parameters"' in src or PYTHON_TAG in src):
         return LLAMA3_JSON
     return OWN_FORMAT

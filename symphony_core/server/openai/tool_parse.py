@@ -34,6 +34,8 @@ class CallFormat:
     args_key: str = "arguments"  # the key a call object's arguments go under when generated
     markers: tuple[str, ...] = ()  # special tokens of the format, kept in the text the parser reads
     id_length: int = 0  # the template takes call ids of exactly this many letters and digits (0: any)
+    lead: str = ""  # what the template writes between `open` and a list of calls ("mistral": "[" or " [")
+    separators: tuple[str, str] = (",", ":")  # a generated call's JSON item and key separators
 
     def call_id(self, seed: str) -> str:
         """A call id this format's template accepts: `seed` itself, or one made from it (the same
