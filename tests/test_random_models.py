@@ -172,9 +172,9 @@ def test_tokenizer_and_chat_template(family, model_dirs):
     ids = at.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
     assert ids == raw.encode(expect, add_special_tokens=False).ids
     if family in TOOL_FAMILIES:
-        call = {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+        call = {"role": "assistant", "tool_calls": [{"id": "abcDEF123", "type": "function", "function": {
             "name": "get_weather", "arguments": {"city": "Paris"}}}]}  # fmt: skip
-        convo = [*msgs, call, {"role": "tool", "content": "21C sunny"}]
+        convo = [*msgs, call, {"role": "tool", "content": "21C sunny", "tool_call_id": "abcDEF123"}]
         out = at.apply_chat_template(convo, tools=TOOLS, tokenize=False, add_generation_prompt=True)
         assert '"get_weather"' in out and "Get the weather for a city" in out and "21C sunny" in out
         marker = {
@@ -187,6 +187,19 @@ def test_tokenizer_and_chat_template(family, model_dirs):
         if family.startswith("qwen"):
             assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in out
             assert "<tool_response>\n21C sunny\n</tool_response>" in out
+        if family == "llama":  # Llama 3.1's: the call as "parameters" JSON, the result as an ipython turn
+            assert '{"name": "get_weather", "parameters": {"city": "Paris"}}<|eot_id|>' in out
+            assert '<|start_header_id|>ipython<|end_header_id|>\n\n"21C sunny"<|eot_id|>' in out
+            with pytest.raises(Exception, match="single tool-calls"):
+                at.apply_chat_template([*msgs, {**call, "tool_calls": call["tool_calls"] * 2}], tools=TOOLS)
+        if family == "mistral":  # Mistral v0.3's: a JSON list after [TOOL_CALLS], 9-character ids
+            assert (
+                '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abcDEF123"}]</s>' in out
+            )
+            assert '[TOOL_RESULTS] {"content": 21C sunny, "call_id": "abcDEF123"}[/TOOL_RESULTS]' in out
+            bad = [{**call, "tool_calls": [{**call["tool_calls"][0], "id": "call_1"}]}]
+            with pytest.raises(Exception, match="length 9"):
+                at.apply_chat_template([*msgs, *bad], tools=TOOLS)
 
 
 def test_sharded_save_loads_the_same_weights(tmp_path, model_dirs):

@@ -1,9 +1,11 @@
 """Each family's special tokens and chat template, for the random test models (random_models.py).
 
 The templates are shortened versions of the real models' own: the same special tokens, turn layout and
-generation prompt, and for Qwen2.5, Qwen3, Llama 3.1 and Mistral v0.3 the same way of listing tools and
-writing a tool call; what is left out is the rarely used branches (images, multi-part content,
-reasoning-content bookkeeping). `Specials` says where the special tokens sit in the vocabulary, as in the
+generation prompt, and for Qwen2.5, Qwen3, Llama 3.1 and Mistral v0.3 the same way of listing tools,
+writing a tool call and feeding back its result (Llama 3.1's and Mistral v0.3's tool branches are the
+real ones, their checks included: one call per assistant turn for Llama, 9-character call ids for
+Mistral); what is left out is the rarely used branches (images, multi-part content, Llama's built-in
+tools, reasoning-content bookkeeping). `Specials` says where the special tokens sit in the vocabulary, as in the
 real tokenizer: Gemma, Mistral and Phi-3 put some first; Llama 3 and Qwen append theirs after the merges.
 """
 
@@ -206,8 +208,17 @@ QWEN3_TEMPLATE = (
 )
 
 LLAMA3_TEMPLATE = """{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
 {%- if not date_string is defined %}
     {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
 {%- endif %}
 {%- if messages[0]['role'] == 'system' %}
     {%- set system_message = messages[0]['content']|trim %}
@@ -221,11 +232,24 @@ LLAMA3_TEMPLATE = """{{- bos_token }}
 {%- endif %}
 {{- "Cutting Knowledge Date: December 2023\\n" }}
 {{- "Today Date: " + date_string + "\\n\\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\\n\\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\\n\\n" }}
+    {%- endfor %}
+{%- endif %}
 {{- system_message }}
 {{- "<|eot_id|>" }}
-{%- if tools is not none %}
-    {%- set first_user_message = messages[0]['content']|trim %}
-    {%- set messages = messages[1:] %}
+{%- if tools_in_user_message and not tools is none %}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+    {%- endif %}
     {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}
     {{- "Given the following functions, please respond with a JSON for a function call " }}
     {{- "with its proper arguments that best answers the given prompt.\\n\\n" }}
@@ -241,6 +265,9 @@ LLAMA3_TEMPLATE = """{{- bos_token }}
     {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
         {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}
     {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
         {%- set tool_call = message.tool_calls[0].function %}
         {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}
         {{- '{"name": "' + tool_call.name + '", ' }}
@@ -269,12 +296,46 @@ MISTRAL_TEMPLATE = """{%- if messages[0]["role"] == "system" %}
 {%- else %}
     {%- set loop_messages = messages %}
 {%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
 {%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
+{%- set ns = namespace() %}
+{%- set ns.index = 0 %}
+{%- for message in loop_messages %}
+    {%- if not (message.role == "tool" or message.role == "tool_results" or (message.tool_calls is defined and message.tool_calls is not none)) %}
+        {%- if (message["role"] == "user") != (ns.index % 2 == 0) %}
+            {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
+        {%- endif %}
+        {%- set ns.index = ns.index + 1 %}
+    {%- endif %}
+{%- endfor %}
 {{- bos_token }}
 {%- for message in loop_messages %}
     {%- if message["role"] == "user" %}
-        {%- if tools and (message == user_messages[-1]) %}
-            {{- "[AVAILABLE_TOOLS] " + tools | tojson + "[/AVAILABLE_TOOLS]" }}
+        {%- if tools is not none and (message == user_messages[-1]) %}
+            {{- "[AVAILABLE_TOOLS] [" }}
+            {%- for tool in tools %}
+                {%- set tool = tool.function %}
+                {{- '{"type": "function", "function": {' }}
+                {%- for key, val in tool.items() if key != "return" %}
+                    {%- if val is string %}
+                        {{- '"' + key + '": "' + val + '"' }}
+                    {%- else %}
+                        {{- '"' + key + '": ' + val|tojson }}
+                    {%- endif %}
+                    {%- if not loop.last %}
+                        {{- ", " }}
+                    {%- endif %}
+                {%- endfor %}
+                {{- "}}" }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- else %}
+                    {{- "]" }}
+                {%- endif %}
+            {%- endfor %}
+            {{- "[/AVAILABLE_TOOLS]" }}
         {%- endif %}
         {%- if loop.last and system_message is defined %}
             {{- "[INST] " + system_message + "\\n\\n" + message["content"] + "[/INST]" }}
@@ -284,14 +345,31 @@ MISTRAL_TEMPLATE = """{%- if messages[0]["role"] == "system" %}
     {%- elif message.tool_calls is defined and message.tool_calls is not none %}
         {{- "[TOOL_CALLS] [" }}
         {%- for tool_call in message.tool_calls %}
-            {{- {"name": tool_call.function.name, "arguments": tool_call.function.arguments} | tojson }}
-            {%- if not loop.last %}{{- ", " }}{%- endif %}
+            {%- set out = tool_call.function|tojson %}
+            {{- out[:-1] }}
+            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
+                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+            {%- endif %}
+            {{- ', "id": "' + tool_call.id + '"}' }}
+            {%- if not loop.last %}
+                {{- ", " }}
+            {%- else %}
+                {{- "]" + eos_token }}
+            {%- endif %}
         {%- endfor %}
-        {{- "]" + eos_token }}
     {%- elif message["role"] == "assistant" %}
         {{- " " + message["content"]|trim + eos_token}}
-    {%- elif message["role"] == "tool" %}
-        {{- '[TOOL_RESULTS] {"content": ' + message.content|tojson + "}[/TOOL_RESULTS]" }}
+    {%- elif message["role"] == "tool_results" or message["role"] == "tool" %}
+        {%- if message.content is defined and message.content.content is defined %}
+            {%- set content = message.content.content %}
+        {%- else %}
+            {%- set content = message.content %}
+        {%- endif %}
+        {{- '[TOOL_RESULTS] {"content": ' + content|string + ", " }}
+        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}
+            {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
+        {%- endif %}
+        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
     {%- else %}
         {{- raise_exception("Only user and assistant roles are supported, with the exception of an initial optional system message!") }}
     {%- endif %}

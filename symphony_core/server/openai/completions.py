@@ -20,18 +20,19 @@ from .messages import chat_messages, template_renders_names
 from .params import chat_params, check_model, completion_params, prompt_text
 from .protocol import ChatRequest, CompletionRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
-from .template_tools import call_format, render_with_tools
-from .tool_parse import OWN_FORMAT
+from .template_tools import call_format, chat_prompt
+from .tool_parse import OWN_FORMAT, CallFormat
 
 
-def _call_id(cid: str, choice: int, k: int) -> str:
-    return f"call_{cid}_{choice}_{k}"
+def _call_id(cid: str, choice: int, k: int, fmt: CallFormat) -> str:
+    """The call's id, as the model's template takes it back (Mistral's: 9 letters and digits)."""
+    return fmt.call_id(f"call_{cid}_{choice}_{k}")
 
 
-def _tool_calls(calls: list[ToolCallOut], cid: str, choice: int) -> list[dict]:
+def _tool_calls(calls: list[ToolCallOut], cid: str, choice: int, fmt: CallFormat) -> list[dict]:
     return [
         {
-            "id": _call_id(cid, choice, k),
+            "id": _call_id(cid, choice, k, fmt),
             "type": "function",
             "function": {"name": c["name"], "arguments": c["arguments"]},
         }
@@ -49,8 +50,9 @@ def _usage_headers(u: Usage) -> dict[str, str]:
 class _Stream:
     """Turns the LIP's messages into chat.completion.chunk / text_completion events."""
 
-    def __init__(self, chat: bool, cid: str, created: int, model: str, logprobs: bool) -> None:
+    def __init__(self, chat: bool, cid: str, created: int, model: str, logprobs: bool, fmt: CallFormat) -> None:
         self.chat, self.cid, self.created, self.model, self.logprobs = chat, cid, created, model, logprobs
+        self.fmt = fmt
         self.offsets: dict[int, int] = {}
 
     def chunk(self, choices: list[dict], **extra: Any) -> str:
@@ -78,7 +80,7 @@ class _Stream:
         """A piece of a tool call: its id, type and name first, then its arguments piece by piece."""
         tc: dict[str, Any] = {"index": m["index"], "function": {"arguments": m["arguments"]}}
         if m["name"] is not None:
-            tc.update(id=_call_id(self.cid, m["choice"], m["index"]), type="function")
+            tc.update(id=_call_id(self.cid, m["choice"], m["index"], self.fmt), type="function")
             tc["function"]["name"] = m["name"]
         return self.chunk(
             [{"index": m["choice"], "delta": {"tool_calls": [tc]}, "finish_reason": None, "logprobs": None}]
@@ -88,10 +90,10 @@ class _Stream:
         return self.text(m["choice"], "", m["logprobs"], m["finish_reason"])
 
 
-def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool) -> dict:
+def _chat_choice(c: ChoiceOut, cid: str, logprobs: bool, fmt: CallFormat) -> dict:
     msg: dict[str, Any] = {"role": "assistant", "content": c["text"]}
     if c["tool_calls"]:
-        msg["tool_calls"] = _tool_calls(c["tool_calls"], cid, c["index"])
+        msg["tool_calls"] = _tool_calls(c["tool_calls"], cid, c["index"], fmt)
     return {
         "index": c["index"],
         "message": msg,
@@ -123,11 +125,11 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
         params = chat_params(body, vocab)
         tok = state.engine.tokenizer
         names = template_renders_names(tok.template_source)
-        fmt = call_format(tok.template_source) if params.tool_choice.active else OWN_FORMAT
-        params.call_format = fmt
+        fmt = call_format(tok.template_source)
+        params.call_format = fmt if params.tool_choice.active else OWN_FORMAT
         own = fmt is not OWN_FORMAT
         msgs = chat_messages(body["messages"], params.tools, params.tool_choice, names, template_tools=own)
-        prompt = render_with_tools(tok, msgs, params.tools) if own else state.engine.chat_template(msgs, True)
+        prompt = chat_prompt(state.engine, msgs, params.tools if params.tool_choice.active else [], fmt)
     else:
         params = completion_params(body, vocab)
         prompt = prompt_text(body["prompt"])
@@ -145,7 +147,7 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
         if (refused := await early_failure(rec)) is not None:
             return refused
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        s = _Stream(chat, cid, created, model, params.logprobs)
+        s = _Stream(chat, cid, created, model, params.logprobs, params.call_format)
 
         async def events() -> AsyncIterator[str]:
             for i in range(params.n):
@@ -174,7 +176,7 @@ async def create(api: Api, request: Request, chat: bool) -> Response:
     if isinstance(res, Response):
         return res
     if chat:
-        choices = [_chat_choice(c, cid, params.logprobs) for c in res["choices"]]
+        choices = [_chat_choice(c, cid, params.logprobs, params.call_format) for c in res["choices"]]
     else:
         choices = [_completion_choice(c, params.logprobs, echo) for c in res["choices"]]
     return JSONResponse(

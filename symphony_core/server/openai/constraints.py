@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...lib.grammar import Grammar, GrammarError, load_tokenizer
 from ..validate import BadRequest
 from .params import GenerationParams
-from .tools import tools_lark
+from .tool_grammar import tools_lark
 
 
 def request_grammar(engine, p: GenerationParams, param: str = "response_format") -> Grammar | None:
@@ -17,7 +17,8 @@ def request_grammar(engine, p: GenerationParams, param: str = "response_format")
     tok = load_tokenizer(engine.model_dir / "tokenizer.json", engine.config.vocab_size, sorted(engine.eos_token_ids))
     try:
         if choice.active:
-            g = Grammar.lark(tools_lark(p.tools, choice, p.parallel_tool_calls, p.call_format), tok)
+            ids = {m: i for m in p.call_format.markers if (i := engine.tokenizer.fast.token_to_id(m)) is not None}
+            g = Grammar.lark(tools_lark(p.tools, choice, p.parallel_tool_calls, p.call_format, ids), tok)
         else:
             g = Grammar.json_schema(p.output.schema or {"type": "object"}, tok)
         g.matcher().mask()  # a schema that compiles but allows no first token (`{"$ref": "#"}`) fails here

@@ -276,9 +276,10 @@ def openai_generate(
     file holds an earlier turn's, and only what the prompt adds past their common start is fed."""
     if timer is not None:
         timer.started()
-    detok = (
-        None if codec is None else codec.detokenizer(params.skip_special_tokens, params.spaces_between_special_tokens)
-    )
+    detok = None
+    if codec is not None:  # a tool-call format's special-token markers stay in the text its parser reads
+        keep = codec.token_ids(params.call_format.markers) if params.tool_choice.active else frozenset()
+        detok = codec.detokenizer(params.skip_special_tokens, params.spaces_between_special_tokens, keep)
     charged = _Charged(sym, before_pred, detok)
     toks = sym.tokenize(prompt)
     n = params.n

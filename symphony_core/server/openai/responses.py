@@ -26,7 +26,7 @@ from .params import GenerationParams, check_model, responses_params
 from .protocol import ResponsesRequest, as_body, parse
 from .running import Api, data_line, early_failure, lip_messages, now_s, outcome, sse
 from .store import ResponseStore, StoredResponse
-from .template_tools import call_format, render_with_tools
+from .template_tools import call_format, chat_prompt
 from .tool_parse import OWN_FORMAT
 
 
@@ -155,11 +155,11 @@ async def create(api: Api, request: Request) -> Response:
             raise BadRequest(404, f"no stored response {pid!r}", type="not_found", param="previous_response_id")
     turn = responses_input(body["input"], None, prev.history if prev is not None else None)
     tok = state.engine.tokenizer
-    params.call_format = call_format(tok.template_source) if params.tool_choice.active else OWN_FORMAT
-    own = params.call_format is not OWN_FORMAT
+    fmt = call_format(tok.template_source)
+    params.call_format = fmt if params.tool_choice.active else OWN_FORMAT
     msgs = responses_input(body["input"], body.get("instructions"), prev.history if prev is not None else None)
-    msgs = chat_messages(msgs, params.tools, params.tool_choice, template_tools=own)
-    prompt = render_with_tools(tok, msgs, params.tools) if own else state.engine.chat_template(msgs, True)
+    msgs = chat_messages(msgs, params.tools, params.tool_choice, template_tools=fmt is not OWN_FORMAT)
+    prompt = chat_prompt(state.engine, msgs, params.tools if params.tool_choice.active else [], fmt)
     grammar = request_grammar(state.engine, params, "text.format")
     stream = bool(body.get("stream"))
     end_user = body.get("safety_identifier") or body.get("user")

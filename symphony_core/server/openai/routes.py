@@ -89,10 +89,11 @@ def openai_routes(state, authenticate: Callable[[Any, Request], Any], launch_bui
             tok = state.engine.tokenizer
             names = template_renders_names(tok.template_source)
             tools = parse_tools(body.get("tools"))
-            own = bool(tools) and call_format(tok.template_source) is not OWN_FORMAT
+            fmt = call_format(tok.template_source)
+            own = fmt is not OWN_FORMAT
             msgs = chat_messages(body["messages"], names=names, template_tools=own)
             if own:
-                text = render_with_tools(tok, msgs, tools)
+                text = render_with_tools(tok, msgs, tools, fmt, body.get("add_generation_prompt", True))
             else:
                 text = state.engine.chat_template(msgs, body.get("add_generation_prompt", True))
         else:

@@ -45,10 +45,18 @@ class TextCodec:
         self.byte_level = "ByteLevel" in kinds
         self.metaspace = "Metaspace" in kinds or "Replace" in kinds
 
-    def text(self, ids: Sequence[int], skip_special: bool = True, spaces_between: bool = True) -> str:
+    def text(
+        self,
+        ids: Sequence[int],
+        skip_special: bool = True,
+        spaces_between: bool = True,
+        keep: frozenset[int] = frozenset(),
+    ) -> str:
+        """`keep`: special tokens written out even when skipping them (a tool-call format's markers,
+        which its parser must see)."""
         ids = [int(i) for i in ids]
         if skip_special:
-            return self.fast.decode([i for i in ids if i not in self.special], skip_special_tokens=False)
+            return self.fast.decode([i for i in ids if i not in self.special or i in keep], skip_special_tokens=False)
         if not spaces_between or not any(i in self.added for i in ids):
             return self.fast.decode(ids, skip_special_tokens=False)
         parts: list[str] = []
@@ -65,8 +73,14 @@ class TextCodec:
             parts.append(self.fast.decode(run, skip_special_tokens=False))
         return " ".join(parts)
 
-    def detokenizer(self, skip_special: bool, spaces_between: bool) -> Callable[[Sequence[int]], str]:
-        return lambda ids: self.text(ids, skip_special, spaces_between)
+    def detokenizer(
+        self, skip_special: bool, spaces_between: bool, keep: frozenset[int] = frozenset()
+    ) -> Callable[[Sequence[int]], str]:
+        return lambda ids: self.text(ids, skip_special, spaces_between, keep)
+
+    def token_ids(self, tokens: Sequence[str]) -> frozenset[int]:
+        """The ids of those of `tokens` that are single tokens of the vocabulary."""
+        return frozenset(i for t in tokens if (i := self.fast.token_to_id(t)) is not None)
 
     def token_bytes(self, tok: int) -> bytes:
         """The exact bytes token `tok` stands for (its piece of the UTF-8 text)."""

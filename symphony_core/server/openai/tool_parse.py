@@ -2,57 +2,55 @@
 it is written and its arguments piece by piece (the way vLLM's tool parsers stream), and a reply
 cut short says which call was cut.
 
-A reply with tools is either text or one or more calls, each `OPEN {"name": ..., "arguments":
-{...}} CLOSE` (our own format: OPEN `<tool_call>`, no CLOSE; a Hermes-style template's:
-`<tool_call>` ... `</tool_call>`). The grammar (constraints.py) guarantees the shape, so the
-parser only has to find where each part ends.
+A reply with tools is either text or one or more calls, written the way `CallFormat` says:
+
+- "tagged": `OPEN {"name": ..., "arguments": {...}} CLOSE` per call; our own format (OPEN
+  `<tool_call>`, no CLOSE) and a Hermes / Qwen template's (`<tool_call>` ... `</tool_call>`);
+- "llama3_json": Llama 3.1+ JSON calls (tool_parse_llama.py);
+- "mistral" / "mistral_args": Mistral's `[TOOL_CALLS]` calls (tool_parse_mistral.py).
+
+The request's grammar (tool_grammar.py) keeps generation to that shape, so the parsers mostly
+find where each part ends; what they do with a malformed reply is said in each parser.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field
+import hashlib
+import string
+from dataclasses import dataclass
 
-_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*')
-_DECODER = json.JSONDecoder()
+from .tool_json import ParsedCall, ParsedReply, read_call
+from .tool_parse_llama import parse_llama
+from .tool_parse_mistral import parse_mistral, parse_mistral_args
 
-
-@dataclass
-class ParsedCall:
-    name: str
-    arguments: str  # the arguments' JSON text as written (all of it once `complete`)
-    complete: bool
-
-
-@dataclass
-class ParsedReply:
-    text: str | None  # the reply's text when it is text, else None
-    calls: list[ParsedCall] = field(default_factory=list)
+_ID_ALPHABET = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True)
 class CallFormat:
-    open: str = "<tool_call>"
-    close: str = ""
+    kind: str = "tagged"  # "tagged" | "llama3_json" | "mistral" | "mistral_args"
+    open: str = "<tool_call>"  # what starts a call (llama3_json: the optional <|python_tag|>)
+    close: str = ""  # what ends one ("tagged"), or separates its name and arguments ("mistral_args")
+    args_key: str = "arguments"  # the key a call object's arguments go under when generated
+    markers: tuple[str, ...] = ()  # special tokens of the format, kept in the text the parser reads
+    id_length: int = 0  # the template takes call ids of exactly this many letters and digits (0: any)
+    lead: str = ""  # what the template writes between `open` and a list of calls ("mistral": "[" or " [")
+    separators: tuple[str, str] = (",", ":")  # a generated call's JSON item and key separators
+
+    def call_id(self, seed: str) -> str:
+        """A call id this format's template accepts: `seed` itself, or one made from it (the same
+        seed always gives the same id, so a call and its result still match)."""
+        n = self.id_length
+        if not n or (len(seed) == n and seed.isascii() and seed.isalnum()):
+            return seed
+        digest = hashlib.sha256(seed.encode()).digest()
+        return "".join(_ID_ALPHABET[b % len(_ID_ALPHABET)] for b in digest[:n])
 
 
 OWN_FORMAT = CallFormat()
 
 
-def _value_end(s: str) -> int | None:
-    """Where the JSON value at the start of `s` ends, or None while it is incomplete."""
-    try:
-        v, end = _DECODER.raw_decode(s)
-    except ValueError:
-        return None
-    if end == len(s) and not isinstance(v, (dict, list, str)):
-        return None  # a number or literal may still grow
-    return end
-
-
-def parse_reply(text: str, fmt: CallFormat = OWN_FORMAT, may_be_text: bool = True) -> ParsedReply:
-    """What `text` (a whole reply, or the start of one) holds: text, or calls so far."""
+def _parse_tagged(text: str, fmt: CallFormat, may_be_text: bool) -> ParsedReply:
     if may_be_text and text and not fmt.open.startswith(text[: len(fmt.open)]):
         return ParsedReply(text=text)
     calls: list[ParsedCall] = []
@@ -62,33 +60,30 @@ def parse_reply(text: str, fmt: CallFormat = OWN_FORMAT, may_be_text: bool = Tru
         pos = len(text) - len(rest)
         if not rest.startswith(fmt.open):
             return ParsedReply(None, calls)  # nothing more yet (or a marker half written)
-        pos += len(fmt.open)
-        head = _HEAD.match(text, pos)
-        if head is None:
-            whole = _value_end(text[pos:].lstrip())
-            if whole is None:
-                return ParsedReply(None, calls)  # the name is still being written
-            obj = json.loads(text[pos:].lstrip()[:whole])  # name after arguments: read it whole
-            calls.append(ParsedCall(str(obj.get("name")), json.dumps(obj.get("arguments")), True))
-            pos = len(text) - len(text[pos:].lstrip()) + whole
-        else:
-            name = json.loads(head.group(1))
-            args_at = head.end()
-            end = _value_end(text[args_at:])
-            if end is None:
-                calls.append(ParsedCall(name, text[args_at:].rstrip(), False))
-                return ParsedReply(None, calls)
-            calls.append(ParsedCall(name, text[args_at : args_at + end], True))
-            tail = text[args_at + end :].lstrip()
-            if not tail.startswith("}"):
-                calls[-1].complete = False
-                return ParsedReply(None, calls)
-            pos = len(text) - len(tail) + 1
+        r = read_call(text, pos + len(fmt.open))
+        if r.bad:
+            return ParsedReply(text)
+        if r.call is not None:
+            calls.append(r.call)
+        if r.end is None:
+            return ParsedReply(None, calls)
+        pos = r.end
         if fmt.close:
             tail = text[pos:].lstrip()
             if not tail.startswith(fmt.close):
                 return ParsedReply(None, calls)
             pos = len(text) - len(tail) + len(fmt.close)
+
+
+def parse_reply(text: str, fmt: CallFormat = OWN_FORMAT, may_be_text: bool = True) -> ParsedReply:
+    """What `text` (a whole reply, or the start of one) holds: text, or calls so far."""
+    if fmt.kind == "llama3_json":
+        return parse_llama(text, may_be_text, fmt.open)
+    if fmt.kind == "mistral":
+        return parse_mistral(text, may_be_text, fmt.open)
+    if fmt.kind == "mistral_args":
+        return parse_mistral_args(text, may_be_text, fmt.open, fmt.close)
+    return _parse_tagged(text, fmt, may_be_text)
 
 
 class CallStream:

@@ -1,11 +1,11 @@
-"""Tool calls: `tools` / `tool_choice` parsing, the prompt that lists the tools, the grammar
-that makes a call's arguments valid under the tool's JSON schema, and reading a call back.
+"""Tool calls: `tools` / `tool_choice` parsing, the prompt that lists the tools (Symphony's own
+format), the JSON schema of one call, and a request's earlier calls checked (and written as text).
 
-A call is written `<tool_call>{"name": ..., "arguments": {...}}` (tool_parse.py reads it back,
-also while it grows). The grammar is Lark with an inline `%json` rule: `anyOf` one object per
-allowed tool, `name` a constant, `arguments` the tool's `parameters`. With `tool_choice`
-"required" the reply is calls (one without `parallel_tool_calls`), with a named function one call;
-with "auto" it is either free text (not starting with '<') or such calls.
+In Symphony's own format a call is written `<tool_call>{"name": ..., "arguments": {...}}`
+(tool_parse.py reads it back, also while it grows; a model whose template has tools writes them
+its own way, template_tools.py). `call_schema` is the JSON schema of one call: `anyOf` one object
+per allowed tool, `name` a constant, the arguments the tool's `parameters`; tool_grammar.py makes
+the request's grammar from it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..validate import BadRequest, check_fields
-from .tool_parse import OWN_FORMAT, CallFormat
 
 CALL_MARKER = "<tool_call>"
 _FUNCTION_FIELDS = {
@@ -120,9 +119,10 @@ def _rebase(node: Any, prefix: str) -> Any:
     return node
 
 
-def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
-    """The JSON schema of one call to any allowed tool. Each tool's parameters become `$defs`
-    entries of their own (their `$defs` beside them), so a `$ref` in them means what it meant."""
+def call_schema(tools: list[dict], choice: ToolChoice, args_key: str = "arguments") -> dict:
+    """The JSON schema of one call to any allowed tool (its arguments under `args_key`). Each
+    tool's parameters become `$defs` entries of their own, `tool<i>` (their `$defs` beside them),
+    so a `$ref` in them means what it meant."""
     allowed = [t for t in tools if choice.mode != "function" or t["name"] == choice.name]
     defs: dict[str, Any] = {}
     alts = []
@@ -136,8 +136,8 @@ def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
         alts.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": t["name"]}, "arguments": {"$ref": f"#/$defs/{prefix}"}},
-                "required": ["name", "arguments"],
+                "properties": {"name": {"const": t["name"]}, args_key: {"$ref": f"#/$defs/{prefix}"}},
+                "required": ["name", args_key],
                 "additionalProperties": False,
             }
         )
@@ -150,22 +150,6 @@ def call_schema(tools: list[dict], choice: ToolChoice) -> dict:
             at = str(defs[at]["$ref"]).removeprefix("#/$defs/")
     root = alts[0] if len(alts) == 1 else {"anyOf": alts}
     return {**root, "$defs": defs}
-
-
-def tools_lark(tools: list[dict], choice: ToolChoice, parallel: bool, fmt: CallFormat = OWN_FORMAT) -> str:
-    """Lark source of a reply under `choice`: calls (one, or one or more), or with "auto" also text;
-    each call written in `fmt` (ours, or the model template's: tool_parse.py)."""
-    compact = {"x-guidance": {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}}
-    schema = json.dumps({**call_schema(tools, choice), **compact})
-    start = "start: calls | text" if choice.mode == "auto" else "start: calls"
-    several = parallel and choice.mode != "function"  # a named function: one call
-    if fmt.close:  # one call per line: <tool_call>\n{...}\n</tool_call>
-        call = f'call: "{fmt.open}\\n" body "\\n{fmt.close}"'
-        calls = 'calls: call ("\\n" call)*' if several else "calls: call"
-    else:
-        call = f'call: "{fmt.open}" body'
-        calls = "calls: call+" if several else "calls: call"
-    return f"{start}\n{calls}\n{call}\nbody: %json {schema}\ntext: /[^<][\\s\\S]*/\n"
 
 
 def tools_prompt(tools: list[dict], choice: ToolChoice) -> str:
