@@ -95,9 +95,17 @@ class BatchScheduler:
 
     # --- LIP side ------------------------------------------------------------------------------
     def pred(self, p: PendingPred, th: LIPThread) -> Dist:
-        """On the LIP thread: queue `p` and sleep until its distribution is ready (or its process is
-        killed); returns it or raises its error (`PendingPred.wait`)."""
-        return p.wait(self, th)
+        """On the LIP thread (an OS thread or a greenlet): queue `p` and sleep until its distribution is
+        ready; returns it or raises its error, or the process's kill reason if it was killed first."""
+        p.arm(th)
+        if p.hub_wait is not None:
+            self.submit_from_hub(p)
+        else:
+            self.submit(p)
+        if not p.await_result(th):
+            self.wake()  # the loop drops the cancelled call
+            raise th.proc.kill_reason or SymphonyError("pred: woken without a result")
+        return p.outcome()
 
     def submit(self, p: PendingPred) -> None:
         with self._cv:

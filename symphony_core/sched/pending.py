@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import SymphonyError
 from ..events import now
 from ..executor import PredCall
 from ..model.dist import Dist
@@ -97,14 +96,6 @@ PROMPT_HEAD = 4
 PromptHead = tuple[str, tuple[int, ...]]  # (user, the prompt's first PROMPT_HEAD tokens)
 
 
-class CallQueue(Protocol):
-    """What a waiting call needs of the batch scheduler (sched/batch_scheduler.py)."""
-
-    def submit(self, p: PendingPred) -> None: ...
-    def submit_from_hub(self, p: PendingPred) -> None: ...
-    def wake(self) -> None: ...
-
-
 class PendingPred:
     """One prepared `pred` call waiting for (or part-way through) the batch scheduler."""
 
@@ -175,51 +166,46 @@ class PendingPred:
             (user, tuple(call.tokens[:PROMPT_HEAD])) if n > 1 and start_len == 0 and call.positions is None else None
         )
 
-    def wait(self, batch: CallQueue, th: LIPThread) -> Dist:
-        """On the calling LIP thread `th`: queue this call on `batch` and sleep until its
-        distribution is ready (or the process is killed); then return it, or raise its error."""
-        if self.hub_wait is not None:
-            return self._wait_on_hub(batch, self.hub_wait, th)
-        proc = th.proc
+    # --- the waiting side, driven by the batch scheduler (BatchScheduler.pred) ----------------------
+    def arm(self, th: LIPThread) -> None:
+        """On the calling LIP thread `th`, before the call is queued: from now on a kill of its process
+        wakes the wait (`Process.kill` interrupts `th.waiting`)."""
+        self.thread = th
+        th.waiting = self.hub_wait if self.hub_wait is not None else self.finished
+        if th.proc.kill_reason is not None:  # killed before the line above: Process.kill did not see it
+            th.waiting.interrupt()
+
+    def await_result(self, th: LIPThread) -> bool:
+        """Sleep until the scheduler has set the result (True) or the process was killed (False: the
+        call is marked cancelled, and the scheduler drops it at its next look). An OS thread sleeps
+        on its `Signal` and passes the batch's wake-up chain on; a greenlet parks on its hub."""
+        w = self.hub_wait
+        if w is not None:
+            w.hub.park(w)
+            th.waiting = None
+            if self.result is None:  # the wait was fired by a kill, not by the batch
+                self.cancelled = True
+                return False
+            return True
         fin = self.finished
         assert fin is not None  # a thread's call has its Signal
-        self.thread = th
-        th.waiting = fin  # before the kill check: a kill from now on interrupts the wait (Process.kill)
-        batch.submit(self)
-        if proc.kill_reason is not None:  # killed before the line above: Process.kill did not see `fin`
-            fin.interrupt()
+        proc = th.proc
         while not fin.wait(KILL_CHECK_S):
             if proc.kill_reason is not None:
                 th.waiting = None
                 self.cancelled = True
                 fin.abandon()
-                batch.wake()
-                raise proc.kill_reason
+                return False
         th.waiting = None
         fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
+        return True
+
+    def outcome(self) -> Dist:
+        """The result the scheduler set: the distribution, or its error raised."""
         result = self.result
         if isinstance(result, BaseException):
             raise result
         assert result is not None  # set before the thread is woken
-        return result
-
-    def _wait_on_hub(self, batch: CallQueue, w: HubWait, th: LIPThread) -> Dist:
-        """`wait` from a greenlet: queue, park on `w`, and be resumed with the rest of the batch."""
-        proc = th.proc
-        self.thread = th
-        th.waiting = w  # before the kill check: a kill from now on fires the wait (Process.kill)
-        batch.submit_from_hub(self)
-        if proc.kill_reason is not None:
-            w.interrupt()
-        w.hub.park(w)
-        th.waiting = None
-        result = self.result
-        if result is None:  # the wait was fired by a kill, not by the batch
-            self.cancelled = True
-            batch.wake()
-            raise proc.kill_reason or SymphonyError("pred: woken without a result")
-        if isinstance(result, BaseException):
-            raise result
         return result
 
     @property
