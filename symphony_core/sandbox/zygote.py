@@ -83,7 +83,9 @@ _ALLOWED = (
     "symphony_core.lib",
     "symphony_core.sandbox",
     "symphony_core.sandbox.worker",
+    "symphony_core.sandbox.remote_handles",
     "symphony_core.sandbox.protocol",
+    "symphony_core.syscall_surface",
     "symphony_core.programs",
 )
 
