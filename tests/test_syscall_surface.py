@@ -71,7 +71,14 @@ def test_the_check_sees_a_drift():
     assert "pred(" in found and "kv_fork(" in found  # a changed default, an added parameter
 
 
-def _check_walk(out: dict, user: str, engine) -> None:
+def dispatched() -> set[str]:
+    """The documented members that are system calls (a stop point for the debugger): all but the
+    read-only facts (a ThreadHandle's tid and done read the thread; its join is a syscall)."""
+    names = {n.split(".")[1] for n in documented_names()}
+    return names - {n for n, v in members(SymSurface).items() if isinstance(v, property)} - {"done"}
+
+
+def _check_walk(out: dict, user: str, engine, message="ping") -> None:
     assert set(out["covered"]) == documented_names()  # a new documented name must be walked here
     assert out["Sym.pid"] is True and out["Sym.tid"] == 1 and out["Sym.user"] == user
     assert out["Sym.vocab_size"] == engine.config.vocab_size and out["Sym.page_size"] == engine.kvfs.pool.page_size
@@ -82,7 +89,7 @@ def _check_walk(out: dict, user: str, engine) -> None:
     assert (
         out["Sym.kv_list"] is True
         and out["Sym.kv_remove"] == []
-        and out["Sym.recv"] == "ping"
+        and out["Sym.recv"] == message
         and out["ThreadHandle.join"][1] == 42
     )
     assert out["unknown"].startswith("sym has no 'no_such_call': its members are pid, tid")
@@ -131,12 +138,8 @@ def test_every_documented_name_under_the_debugger(engine, in_process):
         dbg.detach()
     _check_walk(out, "tester", engine)
     assert {k: v for k, v in out.items()} == in_process
-    dispatched = {n.split(".")[1] for n in documented_names()} - {
-        n for n, v in members(SymSurface).items() if isinstance(v, property)
-    }
-    dispatched -= {"tid", "done"}  # a ThreadHandle's tid and done read the thread; join is a syscall
-    assert {c for w, c in stopped if w == "before"} == dispatched
-    assert {c for w, c in stopped if w == "after"} == dispatched
+    assert {c for w, c in stopped if w == "before"} == dispatched()
+    assert {c for w, c in stopped if w == "after"} == dispatched()
 
 
 USERS = [{"name": "alice", "token": "tok-alice"}]
@@ -146,7 +149,7 @@ USERS = [{"name": "alice", "token": "tok-alice"}]
 def server():
     from tests.server_harness import Server
 
-    s = Server(USERS, ["--max-workers", "4", "--memory-mb", "1024"])
+    s = Server(USERS, ["--max-workers", "4", "--memory-mb", "1024", "--plugin", "debugger"])
     yield s
     assert s.stop() == 0, s.log()[-3000:]
 
@@ -162,6 +165,38 @@ def test_every_documented_name_sandboxed_on_a_server(engine, server, in_process)
         assert list(p.messages()) == [{"walked": out["covered"].index("Sym.send")}]
     _check_walk(out, "alice", engine)
     assert {k: v for k, v in out.items() if k != "Sym.user"} == {k: v for k, v in in_process.items() if k != "Sym.user"}
+
+
+@pytest.mark.slow
+def test_every_documented_name_sandboxed_under_the_servers_debugger(engine, server, in_process):
+    """The sandboxed program with the server's debugger stopping before and after each syscall."""
+    from symphony_lab.debugger import RemoteDebugger
+
+    dbg = RemoteDebugger(server.url.replace("http://", "ws://") + "/v1/debug", token="tok-alice", timeout=120)
+    try:
+        args = ["walk-remote-dbg.kv", False]
+        pid = dbg.run_program(open(WALK_FILE).read(), "walk", *args, stop_on_entry=True)["pid"]
+        assert dbg.wait_stopped(pid, timeout=120)["where"] == "entry"
+        dbg.set_breakpoint("*", pid=pid, when="before")
+        dbg.set_breakpoint("*", pid=pid, when="after")
+        dbg.continue_(pid)
+        stopped = []
+        while True:
+            s = dbg.wait_stopped(pid, timeout=120)
+            if s.get("exited"):
+                break
+            stopped.append((s["where"], s["call"]))
+            dbg.continue_(s["pid"], s["tid"])
+        done = dbg.wait_process(pid, timeout=120)
+    finally:
+        dbg.close()
+    assert done["status"] == "finished", done
+    out = done["result"]
+    _check_walk(out, "alice", engine, message="recv: no message within 0.05s")
+    same = {k: v for k, v in in_process.items() if k not in ("Sym.user", "Sym.recv")}
+    assert {k: v for k, v in out.items() if k not in ("Sym.user", "Sym.recv")} == same
+    assert {c for w, c in stopped if w == "before"} == dispatched()
+    assert {c for w, c in stopped if w == "after"} == dispatched() - {"recv"}  # it raised: no result to stop at
 
 
 def lib_grammar_example() -> tuple[str, dict, str]:
