@@ -149,7 +149,7 @@ USERS = [{"name": "alice", "token": "tok-alice"}]
 def server():
     from tests.server_harness import Server
 
-    s = Server(USERS, ["--max-workers", "4", "--memory-mb", "1024", "--plugin", "debugger"])
+    s = Server(USERS, ["--max-workers", "4", "--plugin", "debugger"])  # the default sandbox limits
     yield s
     assert s.stop() == 0, s.log()[-3000:]
 
@@ -214,14 +214,16 @@ def lib_grammar_example() -> tuple[str, dict, str]:
 @pytest.mark.slow
 def test_lib_grammar_example_runs_sandboxed_on_a_server(server):
     """The documented example, unchanged, on the server: its output is JSON valid under the schema."""
+    import jsonschema
+
     from symphony_core.client import Client
 
     program, schema, prompt = lib_grammar_example()
     assert "tokenizer_for(sym)" in program and "def extract" in program
     with Client(server.url, token="tok-alice") as c:
         out = c.launch(None, prompt, schema, source=program, entry="extract").result(300)
-    assert isinstance(out, dict) and set(out) == {"city"}, out  # required, no additional properties
-    assert isinstance(out["city"], str) and len(out["city"]) <= schema["properties"]["city"]["maxLength"]
+    jsonschema.validate(out, schema)  # the LIP's json.loads parsed it; the grammar kept it in the schema
+    assert set(out) == {"city"} and len(out["city"]) <= 20
 
 
 def test_a_sandbox_without_the_tokenizer_says_so():
