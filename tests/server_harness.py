@@ -17,8 +17,15 @@ LIPS = os.path.join(ROOT, "tests", "server_lips.py")
 
 
 def symphony_cmd() -> list[str]:
+    """The installed `symphony` script, unless its interpreter is gone (a venv installed from
+    another checkout): then the package's own module."""
     script = os.path.join(os.path.dirname(sys.executable), "symphony")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "symphony_core.cli"]
+    if os.path.exists(script):
+        with open(script, "rb") as f:
+            interp = f.readline()[2:].split(b" ")[0].strip().decode()
+        if os.path.exists(interp):
+            return [script]
+    return [sys.executable, "-m", "symphony_core.cli"]
 
 
 class Server:

@@ -146,12 +146,14 @@ def test_step_override_continue_kv_consistent(target, dbg, engine):
         if i == 3:
             assert top[0]["token"] != wid
             r = client.override(pid, 1, text=word)
-            assert r["applied"] and r["stop"]["result"]["chosen"] == {
+            chosen = r["stop"]["result"]["chosen"]
+            assert r["applied"] and {k: chosen[k] for k in ("token", "text", "by", "p_edited")} == {
                 "token": wid,
                 "text": word,
-                "p": 1.0,
                 "by": "override",
+                "p_edited": 1.0,  # the LIP's Dist
             }
+            assert 0 < chosen["p"] < top[0]["p"]  # the model's probability of the forced token
             s = r["stop"]
         steps.append(s)
     # the inspector at the 5th stop: stack with locals, input tokens, the KV file

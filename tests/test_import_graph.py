@@ -18,7 +18,8 @@ LAYERS: list[list[str]] = [
         "symphony_core.errors",
         "symphony_core.events",
         "symphony_core.threadsafe_ast",
-    ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads
+        "symphony_core.syscall_surface",
+    ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads; what `sym` offers
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
     [
         "symphony_core.pred_args",

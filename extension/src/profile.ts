@@ -24,6 +24,7 @@ export interface ProfileLine extends TimesBody {
   pid: number;
   tid: number;
   file: string;
+  name?: string; // how the file is shown: a notebook cell's `In[3]`, else its base name
   line: number;
   function: string;
   inclusive: number;
@@ -111,7 +112,7 @@ export function renderProfileTable(v: ProfileBody | null | undefined, tid: numbe
       }).join('');
       return (
         `<tr class="sl-prof-row" data-tid="${r.tid}" data-line="${r.line}" title="${escapeHtml(r.file)}: ${split} ms">` +
-        `<td><code>${escapeHtml(basename(r.file))}:${r.line}</code> ${escapeHtml(r.function)}` +
+        `<td><code>${escapeHtml(r.name ?? basename(r.file))}:${r.line}</code> ${escapeHtml(r.function)}` +
         (r.text ? `<div class="sl-prof-src"><code>${escapeHtml(r.text)}</code></div>` : '') +
         `</td><td>${r.pid}.${r.tid}</td><td class="sl-prof-total">${ms(r.total)}</td>` +
         cols.map(b => `<td class="sl-prof-b">${ms(r[b])}</td>`).join('') +

@@ -4,10 +4,10 @@ llguidance computes, at each step, which tokens of the model's vocabulary keep t
 inside the grammar; `generate(..., grammar=matcher)` passes that set to `pred(mask=)`, so the
 engine masks the logits inside the batch and the LIP only ever sees allowed tokens.
 
-The grammar library needs the model's tokenizer (token byte strings, EOS). A LIP reaches the
-model only through syscalls, so the tokenizer file is given by path (`Engine.model_dir /
-"tokenizer.json"`, or the model directory itself); building llguidance's tokenizer from it
-takes ~0.3 s and happens once per (file, vocabulary size, EOS set) in the engine's process —
+The grammar library needs the model's tokenizer (token byte strings, EOS): `sym.tokenizer_file`
+(readable in-process and, bound read-only, in a server's sandbox), or a path given explicitly
+(a `tokenizer.json`, or the model directory); building llguidance's tokenizer from it takes
+~0.3 s and happens once per (file, vocabulary size, EOS set) in the process the LIP runs in —
 every LIP after the first gets it from the cache.
 """
 

@@ -21,6 +21,7 @@ from ..model.sampling import Sampler
 from ..model.tokenizer import Tokenizer
 from ..sched.batch_scheduler import BatchScheduler
 from ..sched.process import LIPThread, Process
+from ..syscall_surface import no_such_member
 from .kernel import Kernel
 
 
@@ -48,15 +49,15 @@ def _kv_args(kv) -> dict:
 
 
 class ThreadHandle:
-    """What `sym.spawn` returns: `join()` waits for the thread and gives its return value.
-
-    Attributes:
-        tid: the new thread's id within the process (the main thread is 1).
-    """
+    """What `sym.spawn` returns: `join()` waits for the thread and gives its return value."""
 
     def __init__(self, sym: Sym, th: LIPThread) -> None:
         self._sym, self._th = sym, th
-        self.tid = th.tid
+
+    @property
+    def tid(self) -> int:
+        """The new thread's id within the process (the main thread is 1)."""
+        return self._th.tid
 
     def join(self, timeout: float | None = None) -> Any:
         """Wait for the thread to end and return what its function returned (pthread_join).
@@ -107,6 +108,11 @@ class Sym:
 
     def _call(self, name: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
         return self._k.syscall(self._th, name, impl, args)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise no_such_member(name)
 
     # --- identity ------------------------------------------------------------------------------
     @property

@@ -57,6 +57,14 @@ class SandboxManager:
         self.defaults = defaults or SandboxSpec()
         pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.defaults.ro_paths = runtime_paths(pkg_dir)
+        # `sym.tokenizer_file` in the sandbox: the model's tokenizer.json, bound read-only at its
+        # real path (a symlink's target, as in a Hugging Face cache). It tells a LIP nothing that
+        # `sym.detokenize` does not already.
+        model_dir = getattr(engine, "model_dir", None)  # none: sym.tokenizer_file says the sandbox lacks it
+        tok = os.path.realpath(os.path.join(model_dir, "tokenizer.json")) if model_dir is not None else ""
+        self.tokenizer_file = tok if tok and os.path.isfile(tok) else None
+        if self.tokenizer_file and not any(tok.startswith(p.rstrip("/") + "/") for p in self.defaults.ro_paths):
+            self.defaults.ro_paths.append(tok)
         self.vocab = engine.config.vocab_size
         self.confinement: dict | None = None
         self.started_total = 0

@@ -367,6 +367,8 @@ def sandboxed_lip(sym, mgr: SandboxManager, job: SandboxJob) -> Any:
             "name": job.name,
             "eos_token_ids": sorted(sym.eos_token_ids),
             "vocab_size": sym.vocab_size,
+            "page_size": sym.page_size,
+            "tokenizer_file": mgr.tokenizer_file,
         }
         w.send(
             {

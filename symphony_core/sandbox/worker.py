@@ -30,7 +30,9 @@ from .. import errors as _errors
 from ..model.dist import Dist
 from ..model.sampling import Sampler
 from ..sched import process as _process
+from ..syscall_surface import no_such_member
 from .protocol import FrameTooLarge, jsonable, recv_frame, send_frame
+from .remote_handles import RemoteKV, RemoteThreadHandle
 
 # Exceptions the engine may answer with, rebuilt here under their own class so that
 # `except KVNotFound:` in a LIP works the same in and out of the sandbox.
@@ -135,71 +137,6 @@ class Channel:
             self._slots.append(k)
 
 
-class RemoteKV:
-    """A KV handle whose file lives in the engine; `.len` is kept current by every call."""
-
-    __slots__ = ("_sym", "hid", "len", "path", "mode", "closed", "__weakref__")
-
-    def __init__(self, sym: RemoteSym, info: dict) -> None:
-        self._sym = sym
-        self.hid = int(info["h"])
-        self.closed = False
-        self._update(info)
-
-    def _update(self, info: dict) -> None:
-        self.len = int(info.get("len", 0))
-        self.path = info.get("path")
-        self.mode = info.get("mode", "w")
-
-    def _stat(self) -> dict:
-        return self._sym._call("kv_stat", {"h": self.hid})
-
-    @property
-    def tokens(self) -> list[int]:
-        return self._stat()["tokens"]
-
-    @property
-    def positions(self) -> list[int]:
-        return self._stat()["positions"]
-
-    @property
-    def pages(self) -> list[int]:
-        return self._stat()["pages"]
-
-    @property
-    def evicted(self) -> bool:
-        return self._stat()["evicted"]
-
-    @property
-    def readonly(self) -> bool:
-        return self.mode == "r"
-
-    def __len__(self) -> int:
-        return self.len
-
-    def describe(self) -> str:
-        return self.path or f"<anonymous file, handle {self.hid}>"
-
-    def __repr__(self) -> str:
-        return f"KV({self.describe()}, len={self.len}, {'closed' if self.closed else self.mode})"
-
-
-class RemoteThreadHandle:
-    def __init__(self, sym: RemoteSym, wtid: int, tid: int, thread: threading.Thread, box: dict) -> None:
-        self._sym, self._wtid, self.tid, self._thread, self._box = sym, wtid, tid, thread, box
-
-    def join(self, timeout: float | None = None) -> Any:
-        self._sym._call("join", {"t": self._wtid, "timeout": timeout})
-        self._thread.join(timeout)
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box.get("result")
-
-    @property
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-
 def _ids(x: Any, what: str) -> Any:
     if isinstance(x, torch.Tensor):
         return x.tolist()
@@ -247,7 +184,22 @@ class RemoteSym:
     user = property(lambda self: self._info["user"])
     eos_token_ids = property(lambda self: self._info["_eos"])
     vocab_size = property(lambda self: self._info["vocab_size"])
-    scratch_dir = property(lambda self: os.getcwd())
+    page_size = property(lambda self: self._info["page_size"])
+
+    @property
+    def tokenizer_file(self) -> str:
+        path = self._info.get("tokenizer_file")
+        if not path:  # the server bound none into this sandbox (sandbox/pool.py)
+            raise _errors.SymphonyError(
+                "sym.tokenizer_file: this sandbox was given no tokenizer file (the server found no "
+                "tokenizer.json to share read-only); pass the tokenizer another way"
+            )
+        return path
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise no_such_member(name)
 
     # --- the model -----------------------------------------------------------------------------
     def pred(self, kv: RemoteKV, token_ids, positions=None, *, outputs="last", sampler=None, mask=None) -> Dist:

@@ -83,7 +83,9 @@ _ALLOWED = (
     "symphony_core.lib",
     "symphony_core.sandbox",
     "symphony_core.sandbox.worker",
+    "symphony_core.sandbox.remote_handles",
     "symphony_core.sandbox.protocol",
+    "symphony_core.syscall_surface",
     "symphony_core.programs",
 )
 
@@ -143,7 +145,7 @@ def _install_worker_guards(spec: confine.SandboxSpec) -> None:
             if not any(full == v or full.startswith(v.rstrip("/") + "/") for v in visible):
                 raise PermissionError(
                     f"sandbox: cannot open {p!r}: a sandboxed LIP sees only its scratch "
-                    "directory /scratch and the read-only Python runtime"
+                    "directory /scratch, the read-only Python runtime and sym.tokenizer_file"
                 )
 
     sys.addaudithook(audit)

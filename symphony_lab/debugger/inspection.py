@@ -135,7 +135,9 @@ class Inspector:
         return {
             "pid": s.pid,
             "tid": s.tid,
-            **ins.dist_view(s.result, self.tokenizer, k or self.stop_table.topk, position, chosen=s.overridden),
+            **ins.dist_view(
+                s.result, self.tokenizer, k or self.stop_table.topk, position, chosen=s.overridden, original=s.original
+            ),
         }
 
     def verify_kv(self, fid: int, probe: int | None = None, atol: float = 1e-2) -> dict:

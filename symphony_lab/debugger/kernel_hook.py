@@ -135,16 +135,16 @@ class KernelHook:
             reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
-        overridden = None
+        overridden = original = None
         if ed is not None and ed[0] == seq and isinstance(result, Dist):
-            result = edit_dist(result, **ed[1])
+            original, result = result, edit_dist(result, **ed[1])
             overridden = ed[1].get("force")
         if ab is not None and ab[0] == seq:
             reasons.insert(0, "breakpoint")
             bp_ids = ab[1]
         if reasons:
             toks = self._input_tokens(call, ev) if call == "pred" else None
-            result = self._hold(th, ev, "after", reasons, bp_ids, result, toks, overridden)
+            result = self._hold(th, ev, "after", reasons, bp_ids, result, toks, overridden, original)
         if self.replayer.is_recording(pid):
             toks = self._input_tokens(call, ev) if call == "pred" else None
             self.replayer.keep(pid, tid, seq, call, ev.args, toks, result)
@@ -177,6 +177,7 @@ class KernelHook:
         result: Any,
         tokens: list[int] | None,
         overridden: int | None = None,
+        original: Any = None,
     ) -> Any:
         """Hold the calling LIP thread until a command resumes it; return the (maybe edited) result."""
         proc = th.proc
@@ -200,6 +201,7 @@ class KernelHook:
             depth=depth,
             result=result,
             overridden=overridden,
+            original=original,
         )
         prev_state = th.hold_stopped()  # not runnable: the batch policy must not wait for it
         self.stop_table.hold(stop)

@@ -33,6 +33,7 @@ class Stop:
     depth: int = 1  # frames of the LIP's own code on the stack (what step over / out compare)
     result: Any = None
     overridden: int | None = None  # the token forced by an override
+    original: Any = None  # the model's own result before the first override edited it
     edits: list[dict] = field(default_factory=list)
     action: str | None = None
     resumed: threading.Event = field(default_factory=threading.Event)
@@ -53,6 +54,8 @@ class Stop:
 
     def edited(self, result: Any, edit: dict) -> None:
         """An override replaced the result the thread is about to receive."""
+        if self.original is None:
+            self.original = self.result
         self.result = result
         if edit.get("force") is not None:
             self.overridden = edit["force"]
@@ -92,7 +95,7 @@ def stop_view(stop: Stop, tokenizer, topk: int, summarize_result: Callable[[str,
     if isinstance(stop.result, Dist):
         d["result"] = {
             "kind": "dist",
-            **ins.dist_view(stop.result, tokenizer, topk, chosen=stop.overridden),
+            **ins.dist_view(stop.result, tokenizer, topk, chosen=stop.overridden, original=stop.original),
         }
     elif stop.where == "after":
         d["result"] = ins.jsonable(summarize_result(stop.call or "", stop.result))

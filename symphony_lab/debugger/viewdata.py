@@ -192,7 +192,13 @@ def tokens_view(ids: list[int], tokenizer) -> dict:
 
 
 def dist_view(
-    d: Dist, tokenizer, k: int = 10, position: int = -1, chosen: int | None = None, fed: int | None = None
+    d: Dist,
+    tokenizer,
+    k: int = 10,
+    position: int = -1,
+    chosen: int | None = None,
+    fed: int | None = None,
+    original: Dist | None = None,
 ) -> dict:
     """Top-k of one position of a Dist with probabilities and text, what the model preferred and
     what the program took.
@@ -200,7 +206,8 @@ def dist_view(
     `preferred` is the argmax. `taken` is the token the program takes, when known: an override
     (`chosen`), the engine's sample (`Dist.token`, `pred(sampler=)`), or `fed` (the token the
     program fed to its next `pred`, known only later); else None. `chosen` is `taken` when
-    known, else the argmax (`by: "argmax"`, what a greedy LIP takes).
+    known, else the argmax (`by: "argmax"`). An override's `p` is the model's, from `original`
+    (the Dist before the edit, not the edited one's 1; that is `p_edited`).
     """
     row = d if d.logits.dim() == 1 else d[position]
     top = row.topk(k)
@@ -213,6 +220,9 @@ def dist_view(
     taken = None
     if chosen is not None:
         taken = tok_view(chosen, "override")
+        if original is not None:
+            orow = original if original.logits.dim() == 1 else original[position]
+            taken.update(p=float(orow.probs[chosen]), p_edited=taken["p"])
     else:
         tok = row.token if row.token is not None and not isinstance(row.token, list) else None
         if tok is not None:

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import source_name
+
 Frame = tuple[str, int, str]  # file, line, function
 Stack = tuple[Frame, ...]  # outermost first
 
@@ -75,11 +77,17 @@ class LineRow:
     times: Times = field(default_factory=Times)  # the line itself (innermost program frame)
     inclusive: float = 0.0  # seconds with the line anywhere on the stack (a call line carries its callee)
 
+    @property
+    def name(self) -> str:
+        """The file as shown: a notebook cell's `In[3]`, else the base name."""
+        return source_name(self.file)
+
     def to_dict(self) -> dict:
         return {
             "pid": self.pid,
             "tid": self.tid,
             "file": self.file,
+            "name": self.name,
             "line": self.line,
             "function": self.function,
             "inclusive": self.inclusive,
@@ -136,10 +144,10 @@ class Profile:
     batches: list[tuple[float, float, int, int]] = field(default_factory=list)  # (t_start, t_end, tokens, size)
 
     def line(self, file: str, line: int, tid: int | None = None) -> LineRow:
-        """One line's row summed over threads (or for one thread); the file may be a basename."""
+        """One line's row summed over threads (or for one thread); the file may be a basename or a cell's `In[3]`."""
         out = LineRow(-1, -1 if tid is None else tid, file, line, "")
         for r in self.lines:
-            if r.line == line and (r.file == file or os.path.basename(r.file) == file) and tid in (None, r.tid):
+            if r.line == line and file in (r.file, os.path.basename(r.file), r.name) and tid in (None, r.tid):
                 out.times.merge(r.times)
                 out.inclusive += r.inclusive
                 out.function, out.file = r.function, r.file
@@ -164,7 +172,7 @@ class Profile:
         out = [hdr, "-" * len(hdr)]
         for r in sorted(self.lines, key=lambda r: -r.times.total)[:top]:
             t = r.times
-            where = f"{os.path.basename(r.file)}:{r.line} {r.function}"[:33]
+            where = f"{r.name}:{r.line} {r.function}"[:33]
             out.append(
                 f"{where:<34}{r.tid:>4}{t.total * 1e3:>10.1f}{t.queue * 1e3:>8.1f}{t.forward * 1e3:>8.1f}"
                 f"{t.own * 1e3:>8.1f}{t.blocking * 1e3:>8.1f}{t.kernel * 1e3:>8.1f}{t.preds:>7}{t.tokens:>6}"
@@ -198,7 +206,7 @@ class Profile:
                 for b, c in colours.items()
             )
             out.append(
-                f"<tr><td><code>{html.escape(os.path.basename(r.file))}:{r.line}</code> "
+                f"<tr><td><code>{html.escape(r.name)}:{r.line}</code> "
                 f"{html.escape(r.function)}</td><td>{r.pid}.{r.tid}</td><td>{t.total * 1e3:.1f}</td>"
                 f"<td>{t.preds}</td><td>{t.tokens}</td><td>{bar}</td></tr>"
             )
@@ -222,7 +230,7 @@ class Profile:
                 if sec / total < min_share:
                     continue
                 bar = "█" * max(1, round(width * sec / total))
-                lines.append(f"{'  ' * depth}{os.path.basename(fr[0])}:{fr[1]} {fr[2]}  {sec * 1e3:.1f} ms {bar}")
+                lines.append(f"{'  ' * depth}{source_name(fr[0])}:{fr[1]} {fr[2]}  {sec * 1e3:.1f} ms {bar}")
                 walk(kids, depth + 1)
 
         walk(tree, 0)
@@ -304,7 +312,7 @@ class Profile:
 
 def _where(stack: Stack) -> str:
     fr = program_frame(stack)
-    return f"{os.path.basename(fr[0])}:{fr[1]}" if fr else "(thread)"
+    return f"{source_name(fr[0])}:{fr[1]}" if fr else "(thread)"
 
 
 def build_profile(col: Any, end_ts: float) -> Profile:

@@ -35,6 +35,13 @@ describe('the profiler line table and the what-if view', () => {
     expect(renderProfileTable(null)).toContain('not profiled');
   });
 
+  it("names a notebook cell's line by the cell, as the kernel sends it (`name`)", () => {
+    const cell = { ...body, lines: [{ ...body.lines[1], file: '/tmp/ipykernel_71/2901.py', name: 'In[3]' }] };
+    const html = renderProfileTable(cell);
+    expect(html).toContain('<code>In[3]:7</code> gen');
+    expect(html).not.toContain('2901.py:7');
+  });
+
   it('puts both continuations side by side and marks where they diverge', () => {
     const html = renderWhatIf({
       pid: 4, tid: 1, position: 6, token: 1, original_token: 1, diverge_at: 1, reproduces_recording: true,
