@@ -32,6 +32,7 @@ from ..events import Event, EventBus, now
 from ..executor import Executor
 from ..kvfs import Reservation
 from ..model.dist import Dist
+from .batch_choice import choose_ranked
 from .batch_log import BatchLog, BatchRecord
 from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
 from .hub import Hub
@@ -245,35 +246,10 @@ class BatchScheduler:
             # nobody's rank matters. Two calls on one file need two batches, as below.
             if runs_whole(ready, budget, self.shared_chunk):
                 return ready, True
-        rank = self.procs.rank
-        # Decodes first (they are latency-bound and cost one token each), then by rank; one sort
-        # on the pair is the same order as the stable sort by rank followed by decode-first.
-        ready.sort(key=lambda p: (len(p.call.tokens) - p.done_tokens > 1, rank(p)))
-        chosen: list[PendingPred] = []
-        files: set[int] = set()
-        max_batch = self.max_batch
-        # With the prefix cache, of several prompts that start alike and have not run yet, only the first
-        # runs now: the others wait for the next batch, where they find its K/V in the cache instead of
-        # computing them again beside it (SGLang's cache-aware scheduling; the budget goes to other calls).
-        cache_aware = self.kvfs.prefix_cache is not None
-        heads: set[PromptHead] = set()
-        for p in ready:
-            if len(chosen) >= max_batch or budget <= 0:
-                break
-            if p.fid in files:
-                continue
-            head = p.prompt_head
-            if cache_aware and head is not None and head not in self._ran_heads:
-                if head in heads:
-                    continue
-                heads.add(head)
-            files.add(p.fid)
-            chosen.append(p)
-            budget -= min(len(p.call.tokens) - p.done_tokens, budget)
-        if len(self._ran_heads) > RAN_HEADS_KEPT:
-            self._ran_heads.clear()
-        self._ran_heads |= heads
-        return chosen, False
+        ran = self._ran_heads if self.kvfs.prefix_cache is not None else None
+        if ran is not None and len(ran) > RAN_HEADS_KEPT:
+            ran.clear()
+        return choose_ranked(ready, budget, self.max_batch, self.procs.rank, ran), False
 
     def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:
         """Run `chosen` as one forward pass and complete what finished. `whole`: every call runs
