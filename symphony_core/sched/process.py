@@ -84,6 +84,10 @@ class _KillWake:
 _KILL_WAKE = _KillWake()
 
 
+# Every syscall enters and leaves: the members as plain globals (an enum member's lookup costs more).
+_IN_SYSCALL, _RUNNING, _WAITING_PAGES = ThreadState.IN_SYSCALL, ThreadState.RUNNING, ThreadState.WAITING_PAGES
+
+
 @dataclass(eq=False)
 class LIPThread:
     proc: Process
@@ -152,11 +156,11 @@ class LIPThread:
         with proc.lock:
             if proc.kill_reason is not None:
                 raise proc.kill_reason
-            self.state, self.current_call = ThreadState.IN_SYSCALL, call
+            self.state, self.current_call = _IN_SYSCALL, call
 
     def leave_syscall(self) -> None:
         with self.proc.lock:
-            self.state, self.current_call = ThreadState.RUNNING, None
+            self.state, self.current_call = _RUNNING, None
 
     def set_waiting_pages(self, waiting: bool) -> None:
         """Its `pred` waits for free pages (or no longer does); a thread in another state keeps it."""
@@ -196,7 +200,7 @@ class LIPThread:
     def may_pred_soon(self) -> bool:
         """Running its code, or inside `pred`: a call the batch policy may wait for."""
         s = self.state
-        return s is ThreadState.RUNNING or (s in PRED_STATES and self.current_call == "pred")
+        return s is _RUNNING or ((s is _IN_SYSCALL or s is _WAITING_PAGES) and self.current_call == "pred")
 
     def ended(self) -> None:
         """The thread's function has returned or raised: mark it done and wake its joiners."""

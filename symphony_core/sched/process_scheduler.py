@@ -99,7 +99,12 @@ class ProcessScheduler:
         calls may still join". Threads blocked in `recv`, `join` or a debugger stop do not count."""
         with self.lock:
             procs = list(self.running.values())
-        return sum(t.may_pred_soon for proc in procs for t in proc.threads)
+        n = 0
+        for proc in procs:
+            for t in proc.threads:
+                if t.may_pred_soon:
+                    n += 1
+        return n
 
     # --- batch order ---------------------------------------------------------------------------
     def rank(self, p: PendingPred) -> tuple:
