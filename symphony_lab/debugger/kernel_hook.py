@@ -106,7 +106,13 @@ class KernelHook:
                 body = {"pid": pid, "tid": tid, "stop_id": fed[0], "seq": fed[1], "token": t}
                 self._emit("taken", {**body, "text": self.tokenizer.token_text(t), "by": "fed"})
         if self.stepping.active():
-            reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
+            step_reasons, wakes = self.stepping.before(th, call, ev.args, sys._getframe(1))
+            reasons.extend(step_reasons)
+            for joined, step in wakes:  # the thread a step blocks on is held: the step lands there
+                for s in self.stop_table.matching(pid, joined):
+                    self.stop_table.retag(s, step)
+                    self.stepping.landed(pid)
+                    self._emit("stopped", self.stop_table.info(s))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
         bp_ids, after_ids = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
@@ -132,7 +138,7 @@ class KernelHook:
         with self._lock:
             ab = self._after_bp.pop(th, None)
         if self.stepping.active():
-            reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
+            reasons.extend(self.stepping.after(th, call, ev.args, sys._getframe(1)))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
         overridden = None
@@ -200,11 +206,13 @@ class KernelHook:
             depth=depth,
             result=result,
             overridden=overridden,
+            step=self.stepping.take_landing(proc.pid, th.tid) if "step" in reasons else None,
         )
         with proc.lock:
             prev_state = th.state
             th.state = "stopped"  # not runnable: the batch policy must not wait for it
         self.stop_table.hold(stop)
+        self.stepping.landed(proc.pid)
         self.runtime.batch.wake()
         ids = {"pid": proc.pid, "tid": th.tid}
         why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
@@ -233,7 +241,7 @@ class KernelHook:
             waited = round(t - stop.ts, 6)
             self._emit("continued", {**ids, "stop_id": stop.id, "action": stop.action, "stopped_for": waited})
         if stop.action in PLAN_OF_ACTION:
-            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth)
+            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth, stop.next_step)
         if where == "after" and ev.call == "pred" and isinstance(stop.result, Dist) and stop.action != "detach":
             info = self.stop_table.info(stop)
             if (info.get("result") or {}).get("taken") is None:  # known once the program feeds its pick

@@ -35,6 +35,8 @@ class Stop:
     overridden: int | None = None  # the token forced by an override
     edits: list[dict] = field(default_factory=list)
     action: str | None = None
+    step: int | None = None  # the step this stop ends (None: it stopped for another reason)
+    next_step: int = 0  # the step a step command resumes it as
     resumed: threading.Event = field(default_factory=threading.Event)
     _info: dict | None = None
 
@@ -82,6 +84,7 @@ def stop_view(stop: Stop, tokenizer, topk: int, summarize_result: Callable[[str,
         "breakpoints": stop.breakpoints,
         "ts": stop.ts,
         "preds": stop.thread.preds,
+        "step": stop.step,
         "kv_file": stop.kv_file,
         "input": None,
         "result": None,
