@@ -57,7 +57,7 @@ class KernelHook:
         self.prev: Any = None  # the hook this one chains to (set when installed)
         self._lock = threading.Lock()
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
-        self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
+        self._after_bp: dict[Any, tuple[int, list[int], str]] = {}  # LIPThread -> (seq, breakpoint ids, reason)
 
     def clear(self) -> None:
         with self._lock:
@@ -115,13 +115,13 @@ class KernelHook:
                     self._emit("stopped", self.stop_table.info(s))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
-        bp_ids, after_ids = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
+        bp_ids, after_ids, why = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
         with self._lock:
             self._after_bp.pop(th, None)
             if after_ids:
-                self._after_bp[th] = (seq, after_ids)
+                self._after_bp[th] = (seq, after_ids, why)
         if bp_ids:
-            reasons.insert(0, "breakpoint")
+            reasons.insert(0, why)
         if reasons:
             self._hold(th, ev, "before", reasons, bp_ids, None, tokens() if call == "pred" else None)
 
@@ -146,7 +146,7 @@ class KernelHook:
             result = edit_dist(result, **ed[1])
             overridden = ed[1].get("force")
         if ab is not None and ab[0] == seq:
-            reasons.insert(0, "breakpoint")
+            reasons.insert(0, ab[2])
             bp_ids = ab[1]
         if reasons:
             toks = self._input_tokens(call, ev) if call == "pred" else None

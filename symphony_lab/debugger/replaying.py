@@ -218,8 +218,12 @@ class Replayer:
 
         `source`: a pid whose run was recorded, a `Recording`, or a path saved by
         `save_recording`. `stop_at=k` stops thread `tid` right after its k-th `pred` returns
-        (0: on entry). Past the end of the recording (or after a divergence) the run goes live.
+        (0: on entry; the stop's reason is "replay"). Past the end of the recording (or after a
+        divergence) the run goes live.
         """
+        return self._replay(source, stop_at, tid, stop_on_entry, verify, record, "replay")
+
+    def _replay(self, source, stop_at, tid, stop_on_entry, verify, record, why: str) -> dict:
         if isinstance(source, Recording):
             rec = source
         elif isinstance(source, str):
@@ -240,7 +244,7 @@ class Replayer:
                 proc.send(m)
             if stop_at:
                 self.breakpoints.set_breakpoint(
-                    "pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True
+                    "pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True, reason=why
                 )
             if record:
                 self._new_recording(proc, complete=True)
@@ -262,8 +266,16 @@ class Replayer:
 
     def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
         """Go back `steps` preds: replay the recorded run into a new process that stops right after
-        thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
+        thread `tid`'s earlier pred (reason "step_back"); the current process is cancelled. Needs
+        a recording.
+
+        Raises:
+            DebuggerError: `nothing to step back: thread <tid> of process <pid> has returned no
+                pred yet` (the process is left as it is); `cannot step back <n> pred(s) …`.
+        """
         s = self.stop_table.find(pid, tid)
+        if s.thread.preds == 0:
+            raise DebuggerError(f"nothing to step back: thread {tid} of process {pid} has returned no pred yet")
         rec = self.get_recording(pid)
         rs = self._replays.get(pid)
         if rs is not None:  # a replay: what it has run so far, then the rest of its source
@@ -275,7 +287,7 @@ class Replayer:
         proc = self.process(pid)
         proc.cancel("replaced by a step back")
         proc.wait(10)
-        r = self.replay(rec, stop_at=target, tid=tid)
+        r = self._replay(rec, target, tid, None, True, True, "step_back")
         return {**r, "from_pid": pid, "target_pred": target}
 
 

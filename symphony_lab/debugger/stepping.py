@@ -220,4 +220,16 @@ class Stepping:
                 self._lost.add(proc.pid)
 
 
-__all__ = ["PLAN_OF_ACTION", "StepPlan", "Stepping"]
+def lands_on(stop: dict, answer: dict, stepped_tid: int | None = None) -> bool:
+    """Whether `stop` (the protocol's view) is where the step that answered `answer` (its `after`
+    and `step`) landed: the stop carries that step, or is newer and ended no other step. A front-end
+    that steps on past a stop by itself (the TUI past a line breakpoint's other syscalls) passes
+    `stepped_tid`: that thread's newer stops count too. `wait_stopped(after=, step=)` in one call."""
+    own = stop.get("step")
+    if own == answer.get("step"):
+        return True
+    newer = stop.get("stop_id", 0) > answer.get("after", 0)
+    return newer and (own is None or own == answer.get("step") or stop.get("tid") == stepped_tid)
+
+
+__all__ = ["PLAN_OF_ACTION", "StepPlan", "Stepping", "lands_on"]

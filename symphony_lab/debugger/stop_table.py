@@ -73,7 +73,7 @@ class StopTable:
     def retag(self, stop: Stop, step: int) -> None:
         """A step lands on `stop`, already held (the thread a stepping thread joins)."""
         with self._cv:
-            stop.step, stop._info = step, None
+            stop.lands(step)
             self._cv.notify_all()
 
     def resume_all(self, action: str) -> list[list[int]]:

@@ -53,6 +53,11 @@ class Stop:
         f = self.args.get("file")
         return f if isinstance(f, int) else None
 
+    def lands(self, step: int) -> None:
+        """Step `step` lands on this stop, already held (the thread a stepping thread joins)."""
+        self.step = step
+        self._info = None
+
     def edited(self, result: Any, edit: dict) -> None:
         """An override replaced the result the thread is about to receive."""
         self.result = result
