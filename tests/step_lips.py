@@ -36,3 +36,18 @@ def helper_first(sym) -> list[int]:
 
 def single(sym, n: int = 3) -> list[int]:
     return worker(sym, "Once upon a time", n)
+
+
+def open_or_create(sym, path: str) -> bool:
+    """Opens a named file, creating (and feeding) it when it is not there: whether it was."""
+    from symphony_core import KVError
+
+    try:
+        kv = sym.kv_open(path, "r")
+        there = True
+    except KVError:
+        kv = sym.kv_create(path)
+        sym.pred(kv, sym.tokenize("Hi"))
+        there = False
+    sym.kv_close(kv)
+    return there

@@ -236,10 +236,12 @@ class Debugger:
         return {"resumed": self._resume([s], action), "after": after, "step": s.next_step}
 
     def continue_(self, pid: int | None = None, tid: int | None = None) -> dict:
-        """Resume the stopped thread(s): one thread, every stopped thread of a process, or all."""
+        """Resume the stopped thread(s): one thread, every stopped thread of a process, or all (a
+        whole process: the steps still on their way in it end too)."""
         stops = self.stop_table.matching(pid, tid)
         if tid is None:
             self.stop_table.forget_pauses(pid)
+            self.stepping.clear(pid)  # steps still on their way (spawned threads followed) end too
         return {"resumed": self._resume(stops, "continue")}
 
     def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:

@@ -131,8 +131,12 @@ class KernelHook:
         if not self._busy():
             return result
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
-        result = self.replayer.substitute(pid, tid, seq, call, result)
         reasons: list[str] = []
+        diverged = self.replayer.outcome(pid, tid, seq, call)
+        if diverged is not None:
+            self._emit("replay_diverged", {"pid": pid, **diverged})
+            reasons.append("diverged")
+        result = self.replayer.substitute(pid, tid, seq, call, result)
         bp_ids: list[int] = []
         ed = self.overrides.take_pending(th)
         with self._lock:
@@ -153,8 +157,27 @@ class KernelHook:
             result = self._hold(th, ev, "after", reasons, bp_ids, result, toks, overridden)
         if self.replayer.is_recording(pid):
             toks = self._input_tokens(call, ev) if call == "pred" else None
-            self.replayer.keep(pid, tid, seq, call, ev.args, toks, result)
+            kv = ins.syscall_locals(sys._getframe(), call).get("kv") if call == "pred" else None
+
+            def context() -> list[int] | None:  # the file before this pred: its tokens less the ones fed
+                return kv.tokens[: kv.len - len(toks or [])] if isinstance(kv, KV) else None
+
+            self.replayer.keep(pid, tid, seq, call, ev.args, toks, result, context)
         return result
+
+    def after_error(self, th, ev: Event, error: BaseException) -> None:
+        """A call raised: recorded as such; in a replay, a divergence if the recorded one returned."""
+        on_error = getattr(self.prev, "after_error", None)
+        if on_error is not None:
+            on_error(th, ev, error)
+        pid = th.proc.pid
+        if th.proc.kill_reason is not None:  # cancelled (a step back, a restart): no outcome of the call's own
+            return
+        if self.replayer.is_recording(pid):
+            self.replayer.keep_error(pid, th.tid, ev.seq, ev.call or "", ev.args, error)
+        diverged = self.replayer.outcome(pid, th.tid, ev.seq, ev.call or "", error)
+        if diverged is not None:
+            self._emit("replay_diverged", {"pid": pid, **diverged})
 
     def _input_tokens(self, call: str, ev: Event) -> list[int] | None:
         """A pred's input tokens in full; for a call on a KV file (kv_fork, kv_close, ...) the

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..profiler import Profile, ProfileCollector
-from ..whatif import WhatIf, thread_tokens, what_if
+from ..whatif import WhatIf, thread_context, thread_tokens, what_if
 from .kernel import current_definition
 
 if TYPE_CHECKING:
@@ -288,7 +288,8 @@ class LabRun:
         if self.pid is None:
             raise RuntimeError("this run has not launched")
         rec = self.lab.debugger.get_recording(self.pid)
-        return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
+        toks, ctx = thread_tokens(rec, tid), thread_context(rec, tid)
+        return what_if(self.lab.engine, toks, position, token, max_tokens, sampler, source, context=ctx)
 
 
 def with_source_texts(body: dict) -> dict:

@@ -3,8 +3,7 @@
 The app talks to one `Session` (session.py) — the debugger of an embedded engine, or a
 server — and never to the engine itself. It polls the session for a state snapshot a few
 times a second (and after every command) and redraws the five panes from it: program,
-tokens, KV, scheduler, processes. Commands run on a worker thread so the screen never
-freezes while the model works.
+tokens, KV, scheduler, processes. Commands run on a worker thread (the screen never freezes).
 """
 
 from __future__ import annotations
