@@ -1,9 +1,11 @@
 """The thread-stepping matrix (tests/step_matrix.py) through every front-end: the Python API, the
-protocol over WebSocket, the notebook widget's comm, and the TUI (Textual pilot) — the same
-expectations table for each. Issue 50: a step never runs the process to its end while a stop
+protocol over WebSocket (in this process, and to a real `symphony serve --plugin debugger`), the
+notebook widget's comm, and the TUI (Textual pilot) — the same expectations table for each. Issue 50: a step never runs the process to its end while a stop
 point remains, and the TUI keeps focus on the thread it stepped."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -22,8 +24,8 @@ def dbg(engine):
     engine.kvfs.check()
 
 
-def _walk_api(client, case: Case) -> list:
-    pid = client.launch(case.fn, stop_on_entry=True)["pid"]
+def _walk_api(client, case: Case, launch=None) -> list:
+    pid = launch(case) if launch is not None else client.launch(case.fn, stop_on_entry=True)["pid"]
     for bp in case.breakpoints:
         client.set_breakpoint(pid=pid, **bp)
     first = client.wait_stopped(pid, timeout=60)
@@ -51,6 +53,34 @@ def test_protocol_over_websocket(dbg, case):
     finally:
         remote.close()
         server.close()
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A real `symphony serve --plugin debugger` (programs in-process, sent as source) and a
+    client attached to its debug route."""
+    from symphony_lab.debugger import connect
+    from tests.server_harness import Server
+
+    server = Server([], extra=["--plugin", "debugger", "--no-sandbox"])
+    remote = connect(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)
+    yield remote
+    remote.close()
+    assert server.stop() == 0, server.log()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_protocol_over_a_server(served, case):
+    import tests.step_lips as lips
+
+    with open(lips.__file__) as f:
+        source = f.read()
+
+    def launch(c: Case) -> int:
+        return served.run_program(source, c.lip, stop_on_entry=True)["pid"]
+
+    assert _walk_api(served, case, launch) == case.landings
 
 
 def test_every_pred_of_the_issue_program_is_a_stop(dbg):
@@ -155,3 +185,44 @@ def test_tui_pilot(engine, case):
     finally:
         session.close()
     assert seen == case.landings
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.breakpoints], ids=[c.name for c in CASES if not c.breakpoints]
+)
+def test_dap_adapter(engine, case):
+    """The DAP adapter (`stepIn`): each step's landing is the `stopped` event without
+    `preserveFocusHint`; a thread held meanwhile (a spawned thread at its first pred) is reported
+    with the hint, so the editor's focus stays where the step landed. (The breakpoint case needs
+    a per-thread syscall breakpoint, which DAP's function breakpoints do not carry.)"""
+    from tests.test_dap import dap
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_lips.py")
+    with dap(engine) as c:
+        c.request("launch", {"program": f"{path}:{case.lip}", "stopOnEntry": True})
+        c.event("initialized")
+        c.request("configurationDone")
+        ev = c.event("stopped", reason="entry")["body"]
+        seen = [(ev["threadId"], None, "entry", "entry")]
+        while len(seen) < 30:
+            c.request("stepIn", {"threadId": seen[-1][0]})
+            ev = wait_landing(c)
+            if ev is None:
+                seen.append(EXITED)
+                break
+            where, call = ev["description"].split(" ", 1)
+            seen.append((ev["threadId"], call, where, ev["reason"]))
+        assert seen == case.landings
+
+
+def wait_landing(c) -> dict | None:
+    """The next `stopped` event that is a step's landing (no preserveFocusHint), or None once the
+    program has exited."""
+
+    def landing_or_exit(m: dict) -> bool:
+        if m.get("type") != "event":
+            return False
+        return m["event"] == "exited" or (m["event"] == "stopped" and not m["body"].get("preserveFocusHint"))
+
+    m = c._wait(landing_or_exit, 120, "the step's landing")
+    return None if m["event"] == "exited" else m["body"]
