@@ -133,9 +133,8 @@ class KernelHook:
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
         reasons: list[str] = []
         diverged = self.replayer.outcome(pid, tid, seq, call)
-        if diverged is not None:
+        if diverged is not None:  # said, not stopped at: the call's inputs matched, the thread goes on live
             self._emit("replay_diverged", {"pid": pid, **diverged})
-            reasons.append("diverged")
         result = self.replayer.substitute(pid, tid, seq, call, result)
         bp_ids: list[int] = []
         ed = self.overrides.take_pending(th)

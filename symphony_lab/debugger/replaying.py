@@ -56,14 +56,15 @@ class ReplayState:
     def outcome(self, tid: int, seq: int, call: str, error: BaseException | None) -> dict | None:
         """After call `seq` of thread `tid` returned (`error` None) or raised: the divergence when
         the recorded call did the other (a named file there now that was not, say); the thread
-        goes on live from here."""
+        goes on live from here. Its inputs matched, so the thread is not stopped: the
+        `replay_diverged` event and `replay_status` say it."""
         e = self.rec.get(tid, seq)
         if tid in self.live_threads or e is None or e.call != call or (e.kind == "error") == (error is not None):
             return None
         if error is None:
-            why = f"{call} returned where the recorded run's raised {e.value}"
+            why = f"{call} succeeded where the recorded call raised {e.value}"
         else:
-            why = f"{call} raised {type(error).__name__}: {error} where the recorded run's returned"
+            why = f"{call} raised {type(error).__name__}: {error} where the recorded call succeeded"
         self.live_threads.add(tid)
         d = {"tid": tid, "seq": seq, "call": call, "why": why}
         self.diverged.append(d)
