@@ -192,7 +192,9 @@ class SessionState:
         inp = info.get("input") or {}
         for i, piece in zip(inp.get("ids", []), inp.get("pieces", [])):
             self.texts.setdefault(i, piece)
-        res = info.get("result") or {}
+        res = info.get("result")
+        if not isinstance(res, dict):  # a syscall's own result (a join's return value, …): no tokens to name
+            return
         for row in res.get("topk", []) or []:
             self.texts.setdefault(row["token"], row.get("text", ""))
 

@@ -5,7 +5,10 @@ Both continuations run as one LIP on the engine, each in a KV fork of the same p
 prefix's pages are shared by the two forks (only the tails are new). The prefix comes from a
 live KV file when one is given (`source`: a named file, opened read-only, forked and truncated
 at the position — nothing is recomputed), or else is computed once from the recorded tokens.
-With the original token and greedy decoding the "original" branch reproduces the recorded run.
+The prefix is the thread's whole context — what its file held before the thread's own tokens (a
+forked system prompt, a beam's history: `thread_context`, kept by the recording) and then its own
+tokens — so with the original token and greedy decoding the "original" branch reproduces the
+recorded run.
 """
 
 from __future__ import annotations
@@ -99,6 +102,16 @@ def thread_tokens(recording: Any, tid: int = 1) -> list[int]:
     return out
 
 
+def thread_context(recording: Any, tid: int = 1) -> list[int]:
+    """What the file of thread `tid`'s first pred held before it: the prefix the thread's own
+    tokens follow (a forked system prompt, a beam's history, an opened named file), as the
+    recording kept it. Empty for a thread that fed a new file itself, or an older recording."""
+    preds = recording.preds(tid)
+    if not preds:
+        raise ValueError(f"thread {tid} made no pred in this recording")
+    return [int(t) for t in (preds[0].context or [])]
+
+
 def _info(kv) -> dict:
     return {"fid": kv.file.fid, "parent": kv.file.parent, "len": kv.len}
 
@@ -165,10 +178,13 @@ def what_if(
     sampler: Sampler | None = None,
     source: str | None = None,
     timeout: float = 600,
+    context: Sequence[int] = (),
 ) -> WhatIf:
     """Run the alternative continuation at `position` of `tokens` (a thread's token stream) with
     `token` (an id, or a text of exactly one token) beside the original's, in KV forks of the
-    shared prefix. `sampler` decodes the alternative with another sampler (the original stays greedy)."""
+    shared prefix: `context` (what the thread's file held before its own tokens, `thread_context`)
+    then `tokens[:position]`. `sampler` decodes the alternative with another sampler (the original
+    stays greedy)."""
     tokens = [int(t) for t in tokens]
     if not isinstance(position, int) or not 1 <= position < len(tokens):
         raise ValueError(
@@ -183,7 +199,14 @@ def what_if(
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     r = engine.launch(
-        explore, tokens[:position], tokens[position], int(token), max_tokens, sampler, source, name=WHATIF_PROCESS
+        explore,
+        [int(t) for t in context] + tokens[:position],
+        tokens[position],
+        int(token),
+        max_tokens,
+        sampler,
+        source,
+        name=WHATIF_PROCESS,
     ).result(timeout=timeout)
     o, a = r["tokens"]["original"], r["tokens"]["alternative"]
     diverge = next((i for i, (x, y) in enumerate(zip(o, a)) if x != y), None)

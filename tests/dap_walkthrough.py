@@ -70,7 +70,7 @@ def run_walkthrough(c: DapClient, launch: dict, *, override_by: str) -> dict:
     tid, seen = 1, []
     for i in range(3):
         c.request("stepIn", {"threadId": tid})
-        ev = c.event("stopped", reason="step")
+        ev = c.event("stopped", reason="step", preserveFocusHint=None)  # the landing, not another thread held
         tid = ev["body"]["threadId"]
         frames = c.request("stackTrace", {"threadId": tid})["body"]["stackFrames"]
         seen.append((tid, frames))

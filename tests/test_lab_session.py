@@ -127,15 +127,18 @@ def widget_stops(engine) -> tuple[list[tuple], list[tuple], dict]:
 def test_the_same_stops_through_the_python_api_the_tui_and_the_widget_model(engine):
     api = python_api_stops(engine)
     # entry; main's prefill; into thread 2 (a follow: not a breakpoint); its next pred; thread 2
-    # ends, so the step goes on in main, which spawns thread 3: into it; its next pred; the end.
+    # ends, so the step lands where main's join returns (issue 50: the process's next stop point);
+    # main spawns thread 3: into it; its next pred; its end: main's join again; the end.
     tids = [k[0] for k in api]
-    assert tids == [1, 1, 2, 2, 3, 3], api
+    assert tids == [1, 1, 2, 2, 1, 3, 3, 1], api
     assert [k[3] for k in api] == [
         ("entry",),
         ("step",),
         ("step", "follow"),
         ("step",),
+        ("step",),
         ("step", "follow"),
+        ("step",),
         ("step",),
     ], api
     assert all(k[6] is not None for k in api if k[0] > 1), "a pred(sampler=) stop says the token the engine took"

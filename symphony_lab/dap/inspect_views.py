@@ -94,7 +94,7 @@ def syscall_label(stop: dict) -> str:
     if not parts:
         parts = [f"{k}={v}" for k, v in args.items() if isinstance(v, (int, str)) and len(str(v)) <= 24][:3]
     label = f"{call}({', '.join(parts)})"
-    res = stop.get("result") or {}
+    res = stop.get("result") if isinstance(stop.get("result"), dict) else {}  # a join returns a value
     if stop.get("where") == "after" and res.get("kind") == "dist" and res.get("chosen"):
         label += f" → {token_repr(res['chosen'].get('text') or '')}"
     elif stop.get("where") == "after":

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..debugger.stepping import lands_on
 from .backend import Backend, BackendError, make_backend
 from .breakpoints import Breakpoints
 from .capabilities import CAPABILITIES
@@ -62,6 +63,7 @@ class DapSession:
         self._backing_from: set[int] = set()  # processes a step back replaced (their exit is not the end)
         self._replay_pid: int | None = None
         self._requested: set[int] = set()  # tids the editor resumed itself (no `continued` event for them)
+        self._stepping: tuple[int, dict] | None = None  # the step in flight: (tid, its answer: after, step)
         self._ended = False
         self._status: str | None = None  # the program's, once it ended
         self._done = False
@@ -238,7 +240,7 @@ class DapSession:
 
     def _step(self, args: dict, command: str) -> None:
         tid = self._stopped_tid(args)
-        self.request(command, pid=self.pid, tid=tid)
+        self._stepping = (tid, self.request(command, pid=self.pid, tid=tid))
         self._resumed([tid])
 
     def on_next(self, args: dict) -> None:
@@ -377,8 +379,8 @@ class DapSession:
                 self._quietly("continue", pid=self.pid, tid=tid)
                 return
         self.stops[tid] = b
-        res = b.get("result") or {}
-        if res.get("kind") == "dist":
+        res = b.get("result")
+        if isinstance(res, dict) and res.get("kind") == "dist":  # a join's result is the thread's value
             self.last_dist[tid] = (res, int(b.get("preds") or 0))
         self.handles.reset()
         self.stop_requests.forget()
@@ -395,6 +397,11 @@ class DapSession:
         }
         if hit:
             body["hitBreakpointIds"] = hit
+        step = self._stepping
+        if step is not None and not lands_on(b, step[1], step[0]):
+            body["preserveFocusHint"] = True  # another thread held meanwhile, not where the step landed
+        elif step is not None:
+            self._stepping = None
         if "diverged" in reasons:
             body["text"] = "the replay diverged from the recording: the thread runs live from here"
         self.channel.event("stopped", body)

@@ -157,7 +157,7 @@ class StopRequests:
 
         def model() -> list:
             now = self.s.stops.get(tid, stop)  # an override since replaced it
-            res = now.get("result") or {}
+            res = now.get("result") if isinstance(now.get("result"), dict) else {}
             if res.get("kind") == "dist":
                 orig = self._original.get(now.get("stop_id"))  # type: ignore[arg-type]
                 extra = None if orig is None else (orig, h.variables(lambda: topk_variables(orig)))
@@ -196,7 +196,11 @@ class StopRequests:
         r = self.s.request("override", pid=self.s.pid, tid=tid, **token)
         if r.get("applied"):
             before = self.s.stops.get(tid) or {}
-            if (before.get("result") or {}).get("kind") == "dist" and before.get("stop_id") not in self._original:
+            if (
+                isinstance(before.get("result"), dict)
+                and before["result"].get("kind") == "dist"
+                and before.get("stop_id") not in self._original
+            ):
                 self._original[before["stop_id"]] = before["result"]  # the model's own, kept through overrides
             stop = r["stop"]
             self.s.stops[tid] = stop
@@ -215,7 +219,7 @@ class StopRequests:
             )
         tid = scope[1]
         stop = self._stop(tid)
-        topk = (stop.get("result") or {}).get("topk")
+        topk = stop["result"].get("topk") if isinstance(stop.get("result"), dict) else None
         value = args.get("value")
         if not isinstance(value, str):
             raise RequestError("setVariable needs a value")

@@ -38,6 +38,7 @@ class Breakpoint:
     when: str = "before"  # stop before the call runs, or after it returns (showing its result)
     enabled: bool = True
     temporary: bool = False  # removed after its first stop (replay's "run to step k")
+    reason: str = "breakpoint"  # the stop's reason ("step_back", "replay": a replay's target)
     id: int = field(default_factory=lambda: next(_ids))
     hits: int = 0
 
@@ -193,20 +194,23 @@ class BreakpointTable:
 
     def hit(
         self, pid: int, tid: int, call: str, args: dict, tokens: Callable, detokenize: Callable
-    ) -> tuple[list[int], list[int]]:
+    ) -> tuple[list[int], list[int], str]:
         """Count a hit on every breakpoint this call matches; the ids that stop it before the
-        call and after it (a temporary one that stops is gone)."""
+        call and after it (a temporary one that stops is gone), and the stop's reason:
+        "breakpoint", or a replay target's own ("step_back", "replay") when only it stops."""
         before: list[int] = []
         after: list[int] = []
+        why: set[str] = set()
         with self._lock:
             for bp in list(self._bps.values()):
                 if bp.matches(pid, tid, call, args, tokens, detokenize):
                     bp.hits += 1
                     if bp.hit_ok():
                         (before if bp.when == "before" else after).append(bp.id)
+                        why.add(bp.reason)
                         if bp.temporary:
                             self._bps.pop(bp.id, None)
-        return before, after
+        return before, after, why.pop() if len(why) == 1 else "breakpoint"
 
     def rebind(self, old_pid: int, new_pid: int) -> None:
         """Breakpoints bound to process `old_pid` move to `new_pid` (a restart), hit counts reset."""

@@ -103,9 +103,9 @@ class Debugger:
             return self._attached
 
         summarize = rt.kernel.summarize_result
-        self.stop_table = StopTable(self.tokenizer, topk, summarize)
         self.bp_table = BreakpointTable()
-        self.stepping = Stepping()
+        self.stop_table = StopTable(self.tokenizer, topk, summarize)
+        self.stepping = Stepping(self.stop_table.is_stopped)
         self.launcher = Launcher(rt)
         trace: deque = deque(maxlen=trace_events)  # the bus events and stops since attach, for `trace()`
         known_files: dict[int, dict] = {}
@@ -114,7 +114,7 @@ class Debugger:
         self.overrides = Overrides(self.stop_table, emit)
         self.batch_steps = SchedulerStepMode(rt, emit, attached)
         self.views = Views(rt, self.tokenizer, known_files, trace, emit, attached)
-        self.inspector = Inspector(engine, self.stop_table, known_files)
+        self.inspector = Inspector(engine, self.stop_table, known_files, self.stepping.lost)
         self.profiling = Profiling(self)
         self.whatif = WhatIfExplorer(self)
         self.replayer = Replayer(
@@ -228,17 +228,31 @@ class Debugger:
             self.stepping.cancel(s.pid, s.tid)  # before the thread runs and begins its new plan
         return self.stop_table.resume(stops, action)
 
+    def _step(self, pid: int | None, tid: int | None, action: str) -> dict:
+        """Resume the stopped thread as a new step; `after` and `step` tell `wait_stopped` which
+        stop the step lands on."""
+        s = self.stop_table.find(pid, tid)
+        after, s.next_step = self.stop_table.last_id, self.stepping.new_step()
+        return {"resumed": self._resume([s], action), "after": after, "step": s.next_step}
+
     def continue_(self, pid: int | None = None, tid: int | None = None) -> dict:
-        """Resume the stopped thread(s): one thread, every stopped thread of a process, or all."""
+        """Resume the stopped thread(s): one thread, every stopped thread of a process, or all (a
+        whole process: the steps still on their way in it end too)."""
         stops = self.stop_table.matching(pid, tid)
         if tid is None:
             self.stop_table.forget_pauses(pid)
+            self.stepping.clear(pid)  # steps still on their way (spawned threads followed) end too
         return {"resumed": self._resume(stops, "continue")}
 
     def step(self, pid: int | None = None, tid: int | None = None, granularity: str = "pred") -> dict:
         """Step into: run the stopped thread until its next `pred` returns — or, when it spawns
         threads first, until the first pred one of them returns (granularity "pred"); or to its
-        next stop point of any kind ("syscall"). See stepping.py.
+        next stop point of any kind ("syscall"). When the thread ends or blocks in `join` first,
+        the step lands at the process's next stop point. See stepping.py for the thread rules.
+
+        Returns `{"resumed", "granularity", "after", "step"}`: `wait_stopped(pid, after=after,
+        step=step)` answers the stop the step landed on (the stepped thread's, or another thread's
+        that stopped first for another reason, such as a breakpoint).
 
         Raises:
             DebuggerError: `step granularity must be 'pred' or 'syscall', got <x>`; `no stopped
@@ -247,21 +261,17 @@ class Debugger:
         """
         if granularity not in ("pred", "syscall"):
             raise DebuggerError(f"step granularity must be 'pred' or 'syscall', got {granularity!r}")
-        s = self.stop_table.find(pid, tid)
-        return {
-            "resumed": self._resume([s], "step" if granularity == "pred" else "step_syscall"),
-            "granularity": granularity,
-        }
+        return {**self._step(pid, tid, "step" if granularity == "pred" else "step_syscall"), "granularity": granularity}
 
     def step_over(self, pid: int | None = None, tid: int | None = None) -> dict:
         """Run the stopped thread until its next `pred` returns in this function or a caller
         (preds in called functions and spawned threads run through)."""
-        return {"resumed": self._resume([self.stop_table.find(pid, tid)], "step_over")}
+        return self._step(pid, tid, "step_over")
 
     def step_out(self, pid: int | None = None, tid: int | None = None) -> dict:
         """Run the stopped thread until its first stop point outside the function it is stopped
         in (a spawned thread that ends: its process's main thread at its next stop point)."""
-        return {"resumed": self._resume([self.stop_table.find(pid, tid)], "step_out")}
+        return self._step(pid, tid, "step_out")
 
     def pause(self, pid: int | None = None) -> dict:
         """Stop every running thread of process `pid` (or of every process) at its next syscall

@@ -9,6 +9,8 @@ the stop table (it only reads stops) and the KV files the views have seen (`know
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from symphony_core.kvfs import KV
@@ -23,8 +25,11 @@ from .stops import Stop
 class Inspector:
     """The inspection commands of `Debugger`."""
 
-    def __init__(self, engine, stop_table: StopTable, known_files: dict[int, dict]) -> None:
+    def __init__(
+        self, engine, stop_table: StopTable, known_files: dict[int, dict], step_lost: Callable[[int], bool]
+    ) -> None:
         self.engine = engine
+        self.step_lost = step_lost
         self.runtime = engine.runtime
         self.tokenizer = engine.tokenizer
         self.stop_table = stop_table
@@ -37,9 +42,21 @@ class Inspector:
             raise DebuggerError(f"no process {pid}")
         return proc
 
-    def wait_stopped(self, pid: int | None = None, tid: int | None = None, timeout: float = 30.0) -> dict:
+    def wait_stopped(
+        self,
+        pid: int | None = None,
+        tid: int | None = None,
+        timeout: float = 30.0,
+        after: int | None = None,
+        step: int | None = None,
+    ) -> dict:
         """Block until a thread (matching pid/tid) is stopped; returns its stop, or
         `{"exited": ...}` when the process ends without stopping. Raises TimeoutError.
+
+        With `after` and `step` (as a step answered), only a stop newer than the step that ends
+        it, or that stopped for another reason than a step, counts: where the step landed, in
+        whichever thread (docs/architecture.md, "Stepping and
+        threads"). A step that found no thread left to carry it answers the oldest stop still held.
 
         Raises:
             TimeoutError: `no stop of process <pid> within <timeout>s`.
@@ -49,7 +66,10 @@ class Inspector:
             proc = self.runtime.processes.get(p)
             return {"exited": True, "pid": p, "status": proc.status} if proc is not None and proc.done else None
 
-        found = self.stop_table.wait(pid, tid, timeout, ended)
+        def lost(p: int) -> bool:
+            return self.step_lost(p)
+
+        found = self.stop_table.wait(pid, tid, timeout, ended, after=after, step=step, lost=lost)
         return self.stop_table.info(found) if isinstance(found, Stop) else found
 
     def wait_process(self, pid: int, timeout: float = 60.0) -> dict:

@@ -57,7 +57,7 @@ class KernelHook:
         self.prev: Any = None  # the hook this one chains to (set when installed)
         self._lock = threading.Lock()
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
-        self._after_bp: dict[Any, tuple[int, list[int]]] = {}  # LIPThread -> (seq, breakpoint ids)
+        self._after_bp: dict[Any, tuple[int, list[int], str]] = {}  # LIPThread -> (seq, breakpoint ids, reason)
 
     def clear(self) -> None:
         with self._lock:
@@ -106,16 +106,22 @@ class KernelHook:
                 body = {"pid": pid, "tid": tid, "stop_id": fed[0], "seq": fed[1], "token": t}
                 self._emit("taken", {**body, "text": self.tokenizer.token_text(t), "by": "fed"})
         if self.stepping.active():
-            reasons.extend(self.stepping.before(th, call, sys._getframe(1)))
+            step_reasons, wakes = self.stepping.before(th, call, ev.args, sys._getframe(1))
+            reasons.extend(step_reasons)
+            for joined, step in wakes:  # the thread a step blocks on is held: the step lands there
+                for s in self.stop_table.matching(pid, joined):
+                    self.stop_table.retag(s, step)
+                    self.stepping.landed(pid)
+                    self._emit("stopped", self.stop_table.info(s))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
-        bp_ids, after_ids = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
+        bp_ids, after_ids, why = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
         with self._lock:
             self._after_bp.pop(th, None)
             if after_ids:
-                self._after_bp[th] = (seq, after_ids)
+                self._after_bp[th] = (seq, after_ids, why)
         if bp_ids:
-            reasons.insert(0, "breakpoint")
+            reasons.insert(0, why)
         if reasons:
             self._hold(th, ev, "before", reasons, bp_ids, None, tokens() if call == "pred" else None)
 
@@ -125,14 +131,17 @@ class KernelHook:
         if not self._busy():
             return result
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
-        result = self.replayer.substitute(pid, tid, seq, call, result)
         reasons: list[str] = []
+        diverged = self.replayer.outcome(pid, tid, seq, call)
+        if diverged is not None:  # said, not stopped at: the call's inputs matched, the thread goes on live
+            self._emit("replay_diverged", {"pid": pid, **diverged})
+        result = self.replayer.substitute(pid, tid, seq, call, result)
         bp_ids: list[int] = []
         ed = self.overrides.take_pending(th)
         with self._lock:
             ab = self._after_bp.pop(th, None)
         if self.stepping.active():
-            reasons.extend(self.stepping.after(th, call, sys._getframe(1)))
+            reasons.extend(self.stepping.after(th, call, ev.args, sys._getframe(1)))
         if self.stop_table.take_pause(th):
             reasons.append("pause")
         overridden = original = None
@@ -140,15 +149,34 @@ class KernelHook:
             original, result = result, edit_dist(result, **ed[1])
             overridden = ed[1].get("force")
         if ab is not None and ab[0] == seq:
-            reasons.insert(0, "breakpoint")
+            reasons.insert(0, ab[2])
             bp_ids = ab[1]
         if reasons:
             toks = self._input_tokens(call, ev) if call == "pred" else None
             result = self._hold(th, ev, "after", reasons, bp_ids, result, toks, overridden, original)
         if self.replayer.is_recording(pid):
             toks = self._input_tokens(call, ev) if call == "pred" else None
-            self.replayer.keep(pid, tid, seq, call, ev.args, toks, result)
+            kv = ins.syscall_locals(sys._getframe(), call).get("kv") if call == "pred" else None
+
+            def context() -> list[int] | None:  # the file before this pred: its tokens less the ones fed
+                return kv.tokens[: kv.len - len(toks or [])] if isinstance(kv, KV) else None
+
+            self.replayer.keep(pid, tid, seq, call, ev.args, toks, result, context)
         return result
+
+    def after_error(self, th, ev: Event, error: BaseException) -> None:
+        """A call raised: recorded as such; in a replay, a divergence if the recorded one returned."""
+        on_error = getattr(self.prev, "after_error", None)
+        if on_error is not None:
+            on_error(th, ev, error)
+        pid = th.proc.pid
+        if th.proc.kill_reason is not None:  # cancelled (a step back, a restart): no outcome of the call's own
+            return
+        if self.replayer.is_recording(pid):
+            self.replayer.keep_error(pid, th.tid, ev.seq, ev.call or "", ev.args, error)
+        diverged = self.replayer.outcome(pid, th.tid, ev.seq, ev.call or "", error)
+        if diverged is not None:
+            self._emit("replay_diverged", {"pid": pid, **diverged})
 
     def _input_tokens(self, call: str, ev: Event) -> list[int] | None:
         """A pred's input tokens in full; for a call on a KV file (kv_fork, kv_close, ...) the
@@ -202,9 +230,11 @@ class KernelHook:
             result=result,
             overridden=overridden,
             original=original,
+            step=self.stepping.take_landing(proc.pid, th.tid) if "step" in reasons else None,
         )
         prev_state = th.hold_stopped()  # not runnable: the batch policy must not wait for it
         self.stop_table.hold(stop)
+        self.stepping.landed(proc.pid)
         self.runtime.batch.wake()
         ids = {"pid": proc.pid, "tid": th.tid}
         why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
@@ -231,7 +261,7 @@ class KernelHook:
             waited = round(t - stop.ts, 6)
             self._emit("continued", {**ids, "stop_id": stop.id, "action": stop.action, "stopped_for": waited})
         if stop.action in PLAN_OF_ACTION:
-            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth)
+            self.stepping.begin(proc.pid, th.tid, stop.action, stop.depth, stop.next_step)
         if where == "after" and ev.call == "pred" and isinstance(stop.result, Dist) and stop.action != "detach":
             info = self.stop_table.info(stop)
             if (info.get("result") or {}).get("taken") is None:  # known once the program feeds its pick

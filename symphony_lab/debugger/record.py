@@ -56,6 +56,7 @@ class Entry:
     logits: torch.Tensor | None = None
     token: Any = None
     value: Any = None
+    context: list[int] | None = None  # a thread's first pred on a file: the file's tokens before it (a fork's prefix)
 
     def result(self, like: Any = None) -> Any:
         """The recorded result, as a fresh object the LIP may keep (on the live result's device)."""
@@ -138,6 +139,10 @@ class Recording:
 
     def get(self, tid: int, seq: int) -> Entry | None:
         return self.entries.get((tid, seq))
+
+    def has_context(self, tid: int, fid: Any) -> bool:
+        """Whether thread `tid` already has a pred on file `fid` that kept the file's context."""
+        return any(e.context is not None and e.args.get("file") == fid for e in self.preds(tid))
 
     def preds(self, tid: int = 1) -> list[Entry]:
         return [self.entries[k] for k in self.order if k[0] == tid and self.entries[k].call == "pred"]

@@ -23,7 +23,7 @@ from symphony_core.model.dist import Dist
 from .breakpoints import BreakpointTable
 from .errors import DebuggerError
 from .launching import Launcher
-from .record import SUBSTITUTED, Recording, entry_from, same_inputs
+from .record import SUBSTITUTED, Entry, Recording, entry_from, same_inputs, stable_args
 from .stop_table import StopTable
 
 
@@ -52,6 +52,23 @@ class ReplayState:
         self.live_threads.add(tid)
         self.diverged.append({"tid": tid, "seq": seq, "call": call, "why": diff})
         return {"tid": tid, "seq": seq, "call": call, "why": diff}
+
+    def outcome(self, tid: int, seq: int, call: str, error: BaseException | None) -> dict | None:
+        """After call `seq` of thread `tid` returned (`error` None) or raised: the divergence when
+        the recorded call did the other (a named file there now that was not, say); the thread
+        goes on live from here. Its inputs matched, so the thread is not stopped: the
+        `replay_diverged` event and `replay_status` say it."""
+        e = self.rec.get(tid, seq)
+        if tid in self.live_threads or e is None or e.call != call or (e.kind == "error") == (error is not None):
+            return None
+        if error is None:
+            why = f"{call} succeeded where the recorded call raised {e.value}"
+        else:
+            why = f"{call} raised {type(error).__name__}: {error} where the recorded call succeeded"
+        self.live_threads.add(tid)
+        d = {"tid": tid, "seq": seq, "call": call, "why": why}
+        self.diverged.append(d)
+        return d
 
     def substitute(self, tid: int, seq: int, call: str, result: Any) -> Any:
         """After call `seq` of thread `tid`: the recorded result in place of the live one (whose
@@ -122,15 +139,42 @@ class Replayer:
         rs = self._replays.get(pid)
         return rs.check(tid, seq, call, args, tokens) if rs is not None else None
 
+    def outcome(self, pid: int, tid: int, seq: int, call: str, error: BaseException | None = None) -> dict | None:
+        """After a call of a replay process: its divergence if it returned where the recording's
+        raised, or the other way round."""
+        rs = self._replays.get(pid)
+        return rs.outcome(tid, seq, call, error) if rs is not None else None
+
+    def keep_error(self, pid: int, tid: int, seq: int, call: str, args: dict, error: BaseException) -> None:
+        """Record a call that raised, when process `pid` is recorded (a replay then knows it)."""
+        rec = self._recordings.get(pid)
+        if rec is not None and pid in self._recording_pids:
+            rec.add(Entry(tid, seq, call, stable_args(args), kind="error", value=f"{type(error).__name__}: {error}"))
+
     def substitute(self, pid: int, tid: int, seq: int, call: str, result: Any) -> Any:
         rs = self._replays.get(pid)
         return rs.substitute(tid, seq, call, result) if rs is not None else result
 
-    def keep(self, pid: int, tid: int, seq: int, call: str, args: dict, tokens: list[int] | None, result: Any) -> None:
-        """Record a call's result, when process `pid` is recorded."""
+    def keep(
+        self,
+        pid: int,
+        tid: int,
+        seq: int,
+        call: str,
+        args: dict,
+        tokens: list[int] | None,
+        result: Any,
+        context: Callable[[], list[int] | None] | None = None,
+    ) -> None:
+        """Record a call's result, when process `pid` is recorded. `context()`: a pred's file's
+        tokens before it, kept on the thread's first pred on that file (what a what-if and a
+        step back need of a file the thread forked or opened)."""
         rec = self._recordings.get(pid)
         if rec is not None and pid in self._recording_pids:
-            rec.add(entry_from(tid, seq, call, args, tokens, result, self._summarize))
+            e = entry_from(tid, seq, call, args, tokens, result, self._summarize)
+            if call == "pred" and context is not None and not rec.has_context(tid, e.args.get("file")):
+                e.context = context()
+            rec.add(e)
 
     def process_started(self, proc, record: bool = False) -> None:
         """A process starts: record it if asked (or if every process is recorded)."""
@@ -218,8 +262,12 @@ class Replayer:
 
         `source`: a pid whose run was recorded, a `Recording`, or a path saved by
         `save_recording`. `stop_at=k` stops thread `tid` right after its k-th `pred` returns
-        (0: on entry). Past the end of the recording (or after a divergence) the run goes live.
+        (0: on entry; the stop's reason is "replay"). Past the end of the recording (or after a
+        divergence) the run goes live.
         """
+        return self._replay(source, stop_at, tid, stop_on_entry, verify, record, "replay")
+
+    def _replay(self, source, stop_at, tid, stop_on_entry, verify, record, why: str) -> dict:
         if isinstance(source, Recording):
             rec = source
         elif isinstance(source, str):
@@ -240,7 +288,7 @@ class Replayer:
                 proc.send(m)
             if stop_at:
                 self.breakpoints.set_breakpoint(
-                    "pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True
+                    "pred", pid=proc.pid, tid=tid, hit_count=stop_at, when="after", temporary=True, reason=why
                 )
             if record:
                 self._new_recording(proc, complete=True)
@@ -262,8 +310,16 @@ class Replayer:
 
     def step_back(self, pid: int, tid: int = 1, steps: int = 1) -> dict:
         """Go back `steps` preds: replay the recorded run into a new process that stops right after
-        thread `tid`'s earlier pred; the current process is cancelled. Needs a recording."""
+        thread `tid`'s earlier pred (reason "step_back"); the current process is cancelled. Needs
+        a recording.
+
+        Raises:
+            DebuggerError: `nothing to step back: thread <tid> of process <pid> has returned no
+                pred yet` (the process is left as it is); `cannot step back <n> pred(s) …`.
+        """
         s = self.stop_table.find(pid, tid)
+        if s.thread.preds == 0:
+            raise DebuggerError(f"nothing to step back: thread {tid} of process {pid} has returned no pred yet")
         rec = self.get_recording(pid)
         rs = self._replays.get(pid)
         if rs is not None:  # a replay: what it has run so far, then the rest of its source
@@ -272,10 +328,14 @@ class Replayer:
         target = done - steps if (s.where == "after" and s.call == "pred") else done - steps + 1
         if target < 0 or steps < 1:
             raise DebuggerError(f"cannot step back {steps} pred(s) from pred {done} of {pid}.{tid}")
+        if (
+            s.where == "after" and self.get_recording(pid).get(tid, s.seq) is None
+        ):  # held, not kept yet: its override too
+            rec.add(entry_from(tid, s.seq, s.call or "", s.args, s.tokens, s.result, self._summarize))
         proc = self.process(pid)
         proc.cancel("replaced by a step back")
         proc.wait(10)
-        r = self.replay(rec, stop_at=target, tid=tid)
+        r = self._replay(rec, target, tid, None, True, True, "step_back")
         return {**r, "from_pid": pid, "target_pred": target}
 
 

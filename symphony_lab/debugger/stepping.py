@@ -1,23 +1,33 @@
-"""What a step means, decided once for every front-end (Python API, TUI, widgets, sidebar, remote).
+"""What a step means, decided once for every front-end (Python API, TUI, widgets, DAP, remote).
 
-A step resumes one stopped thread with a plan; the kernel hook asks `Stepping` at each stop
-point (before and after every syscall) whether that plan is done:
+A step resumes one stopped thread with a plan (the other threads stay as they are: held ones stay
+held, running ones keep running, as in a non-stop debugger). The kernel hook asks `Stepping` at
+each stop point (before and after every syscall) whether a plan is done:
 
-- **into** (`step`, the default): stop after the next `pred` the thread returns — or, if the
-  thread spawns threads first (and then typically waits for them in `join`), after the first
-  `pred` any of those threads returns. A program that decodes in parallel is stepped into,
-  never run to its end.
+- **into** (`step`): stop after the next `pred` the thread returns. When it spawns threads on the
+  way, every thread it spawns stops after its own first `pred` (the first of them to get there is
+  where the step lands; the others are held there too, so no thread's preds run unseen).
 - **over** (`step_over`): stop after the next `pred` the thread returns in the function it is
-  stopped in or a caller of it; preds inside called functions (e.g. `lib.generate`) and in
-  spawned threads run through.
-- **out** (`step_out`): stop at the thread's first stop point outside the function it is
-  stopped in. When a spawned thread ends on the way, its process's main thread stops at its
-  next stop point (typically when its `join` returns).
-
-A spawned thread that ends during a step into or over hands the step on to its process's main
-thread (which usually waits for it in `join`): stepping on from a thread's last `pred` goes on
-to the program's next `pred`, or into the next threads it spawns, instead of running to the end.
+  stopped in or a caller of it; preds in called functions and in spawned threads run through.
+- **out** (`step_out`): stop at the thread's first stop point outside the function it is stopped
+  in. When a spawned thread ends on the way, the main thread stops at its next stop point.
 - **syscall** (`step(granularity="syscall")`): the next stop point of any kind.
+
+The thread rules (docs/architecture.md, "Stepping and threads"):
+
+- **The stepped thread ends**: the step goes on to the next stop point of the *process*: every
+  other thread that runs (is not held by the debugger) gets a *next* plan — stop after its next
+  `pred`, or when its `join` returns — and the first of them to get there ends the step. A thread
+  joining the one that ended stops when that `join` returns. With no thread left to carry it the
+  step is *lost*: `wait_stopped(after=...)` then answers the oldest stop still held.
+- **The stepped thread blocks in `join`** (step into): it cannot return a pred until the thread
+  it joins ends, so the step stops at the next `pred` of any thread of the process (or when the
+  `join` returns, whichever comes first). When the debugger holds the joined thread (a spawned
+  thread held at its first pred, say), the step lands on that held stop at once: it is the
+  process's next stop point, and stepping it goes on where the program's work is.
+- **Another thread stops first** (a breakpoint, a pause): that stop is where the step landed; it
+  reports its own thread and reason. The stepped thread keeps its plan and stops at its own
+  target later (non-stop), but the *next* plans handed out for the step end there.
 
 Depths count the frames of the LIP's own code (`viewdata.lip_depth`); a stop on entry is at
 depth 1 (the LIP function itself is about to run).
@@ -26,7 +36,8 @@ depth 1 (the LIP function itself is about to run).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import FrameType
 
 from . import viewdata as ins
@@ -37,34 +48,56 @@ PLAN_OF_ACTION = {"step": "into", "step_over": "over", "step_out": "out", "step_
 
 @dataclass
 class StepPlan:
-    kind: str  # "into" | "over" | "out" | "syscall"
+    kind: str  # "into" | "over" | "out" | "syscall" | "next" (a step handed on from another thread)
     depth: int  # the LIP frame depth at the stop the step began from
+    step: int = 0  # the step (its id from `new_step`) this plan carries
+    follow: bool = False  # a spawned thread's step into, given by a follow
 
 
 @dataclass
 class Follow:
-    """A stepping-into thread spawned threads: the first pred of any thread of the process
-    numbered `from_tid` or above ends the step."""
+    """A thread stepping into spawned threads: each thread of the process numbered `from_tid` or
+    above gets a step into at its first stop point (once)."""
 
     spawner: tuple[int, int]
     from_tid: int
+    step: int
+    given: set[int] = field(default_factory=set)
 
 
 class Stepping:
-    """Step plans per (pid, tid) and the follows into spawned threads; thread-safe."""
+    """Step plans per (pid, tid), the follows into spawned threads and the lost steps; thread-safe.
 
-    def __init__(self) -> None:
+    `held(pid, tid)` says whether the debugger holds that thread at a stop (a held thread cannot
+    carry a step handed on to it)."""
+
+    def __init__(self, held: Callable[[int, int], bool]) -> None:
+        self._held = held
         self._lock = threading.Lock()
         self._plans: dict[tuple[int, int], StepPlan] = {}
         self._follows: dict[int, Follow] = {}  # pid -> its follow
+        self._lost: set[int] = set()  # pids whose last step found no thread to carry it
+        self._steps = 0
+        self.landing: dict[tuple[int, int], int] = {}  # thread -> the step its stop about to be held ends
 
     def active(self) -> bool:
         return bool(self._plans or self._follows)
 
-    def begin(self, pid: int, tid: int, action: str, depth: int) -> None:
-        """A stop resumed with `action` (step, step_over, step_out, step_syscall)."""
+    def lost(self, pid: int) -> bool:
+        """Whether the last step in `pid` ended with no thread left to stop (see the module doc)."""
+        return pid in self._lost
+
+    def new_step(self) -> int:
+        """A new step's id: the stop it lands on carries it (`Stop.step`)."""
         with self._lock:
-            self._plans[(pid, tid)] = StepPlan(PLAN_OF_ACTION[action], depth)
+            self._steps += 1
+            return self._steps
+
+    def begin(self, pid: int, tid: int, action: str, depth: int, step: int) -> None:
+        """A stop resumed with `action` (step, step_over, step_out, step_syscall) as step `step`."""
+        with self._lock:
+            self._plans[(pid, tid)] = StepPlan(PLAN_OF_ACTION[action], depth, step)
+            self._lost.discard(pid)
 
     def cancel(self, pid: int, tid: int) -> None:
         """The thread was resumed some other way (continue, a new step): its old plan ends."""
@@ -79,65 +112,124 @@ class Stepping:
             if pid is None:
                 self._plans.clear()
                 self._follows.clear()
+                self._lost.clear()
             else:
                 self._plans = {k: v for k, v in self._plans.items() if k[0] != pid}
                 self._follows.pop(pid, None)
+                self._lost.discard(pid)
 
-    def _done(self, key: tuple[int, int]) -> None:
-        self._plans.pop(key, None)
-        f = self._follows.get(key[0])
-        if f is not None and f.spawner == key:
-            del self._follows[key[0]]
+    def take_landing(self, pid: int, tid: int) -> int | None:
+        """The step that the stop being held in (pid, tid) ends, if a step's plan ended there."""
+        with self._lock:
+            return self.landing.pop((pid, tid), None)
 
-    def before(self, th, call: str, frame: FrameType | None) -> list[str]:
-        """At the stop point before `call`: the stop reasons (["step"]) if a plan ends here."""
+    def landed(self, pid: int) -> None:
+        """A thread of `pid` stopped (for any reason): the steps handed on in it have landed."""
+        with self._lock:
+            self._plans = {k: p for k, p in self._plans.items() if k[0] != pid or p.kind != "next"}
+
+    def _plan(self, th) -> StepPlan | None:
+        """The thread's plan; a newly spawned thread being followed gets its step into here."""
+        pid, tid = key = (th.proc.pid, th.tid)
+        f = self._follows.get(pid)
+        if f is not None and tid >= f.from_tid and tid not in f.given:
+            f.given.add(tid)
+            self._plans[key] = StepPlan("into", 0, f.step, follow=True)
+        return self._plans.get(key)
+
+    def _running_others(self, proc, but: set[int]) -> list:
+        return [
+            t
+            for t in list(proc.threads)
+            if t.tid not in but and not t.done.is_set() and not self._held(proc.pid, t.tid)
+        ]
+
+    def before(self, th, call: str, args: dict, frame: FrameType | None) -> tuple[list[str], list[tuple[int, int]]]:
+        """At the stop point before `call`: the stop reasons (["step"]) if a plan ends here, and the
+        held threads a step lands on, each with its step (the thread a stepping thread is about to
+        join). The step a stop ends is `landing[(pid, tid)]` until it is held."""
         key = (th.proc.pid, th.tid)
         with self._lock:
-            plan = self._plans.get(key)
+            plan = self._plan(th)
             if plan is None:
-                return []
+                return [], []
             if plan.kind == "syscall" or (plan.kind == "out" and ins.lip_depth(frame) < plan.depth):
                 self._done(key)
-                return ["step"]
-            if call == "spawn" and plan.kind == "into" and key[0] not in self._follows:
+                return ["step"], []
+            if call == "spawn" and plan.kind in ("into", "next") and key[0] not in self._follows:
                 next_tid = max((t.tid for t in list(th.proc.threads)), default=1) + 1
-                self._follows[key[0]] = Follow(key, next_tid)
-            return []
+                self._follows[key[0]] = Follow(key, next_tid, plan.step)
+            if call == "join" and plan.kind in ("into", "next"):
+                plan.kind = "next"  # stop when the join returns, unless another thread preds first
+                for t in self._running_others(th.proc, {th.tid}):
+                    self._plans.setdefault((key[0], t.tid), StepPlan("next", 0, plan.step))
+                joined = args.get("tid")
+                if isinstance(joined, int) and self._held(key[0], joined):
+                    return [], [(joined, plan.step)]
+            return [], []
 
-    def after(self, th, call: str, frame: FrameType | None) -> list[str]:
+    def after(self, th, call: str, args: dict, frame: FrameType | None) -> list[str]:
         """At the stop point after `call` returned: the stop reasons if a step ends here
         (["step", "follow"] for the first pred of a followed spawned thread)."""
         pid, tid = key = (th.proc.pid, th.tid)
         with self._lock:
-            plan = self._plans.get(key)
+            plan = self._plan(th)
             if plan is not None:
                 k = plan.kind
                 if (
                     k == "syscall"
-                    or (k == "into" and call == "pred")
+                    or (k in ("into", "next") and call == "pred")
+                    or (k == "next" and call == "join")
                     or (k == "over" and call == "pred" and ins.lip_depth(frame) <= plan.depth)
                     or (k == "out" and ins.lip_depth(frame) < plan.depth)
                 ):
                     self._done(key)
-                    return ["step"]
-            f = self._follows.get(pid)
-            if f is not None and call == "pred" and tid >= f.from_tid:
-                del self._follows[pid]
-                self._plans.pop(f.spawner, None)  # the step that spawned has landed here
-                return ["step", "follow"]
+                    return ["step", "follow"] if plan.follow else ["step"]
+            joined = args.get("tid") if call == "join" else None
+            ended = any(t.tid == joined and t.done.is_set() for t in list(th.proc.threads))
+            gone = self._plans.pop((pid, joined), None) if ended else None
+            if gone is not None:  # the joined thread ended stepping (its exit not handled yet): land here
+                self._plans[key] = gone
+                self._done(key)
+                return ["step"]
         return []
 
+    def _done(self, key: tuple[int, int]) -> None:
+        plan = self._plans.pop(key, None)
+        if plan is not None:
+            self.landing[key] = plan.step
+        self._plans = {k: p for k, p in self._plans.items() if k[0] != key[0] or p.kind != "next"}
+
     def thread_exited(self, proc, tid: int) -> None:
-        """A thread ended: its plan goes; a step out of a spawned thread lands in the main thread."""
+        """A thread ended: a step it carried goes on to the next stop point of the process."""
         with self._lock:
             plan = self._plans.pop((proc.pid, tid), None)
             f = self._follows.get(proc.pid)
             if f is not None and f.spawner == (proc.pid, tid):
                 del self._follows[proc.pid]
-            if plan is not None and tid != 1:
-                main = proc.threads[0] if proc.threads else None
-                if main is not None and not main.done.is_set() and (proc.pid, main.tid) not in self._plans:
-                    self._plans[(proc.pid, main.tid)] = StepPlan("syscall" if plan.kind == "out" else "into", 0)
+            self.landing.pop((proc.pid, tid), None)
+            if plan is None or tid == 1:
+                return
+            others = self._running_others(proc, {tid})
+            if plan.kind == "out":  # step out of a spawned thread: the main thread's next stop point
+                others = [t for t in others if t.tid == 1]
+            for t in others:
+                kind = "syscall" if plan.kind == "out" else "next"
+                self._plans.setdefault((proc.pid, t.tid), StepPlan(kind, 0, plan.step))
+            if not others:
+                self._lost.add(proc.pid)
 
 
-__all__ = ["PLAN_OF_ACTION", "StepPlan", "Stepping"]
+def lands_on(stop: dict, answer: dict, stepped_tid: int | None = None) -> bool:
+    """Whether `stop` (the protocol's view) is where the step that answered `answer` (its `after`
+    and `step`) landed: the stop carries that step, or is newer and ended no other step. A front-end
+    that steps on past a stop by itself (the TUI past a line breakpoint's other syscalls) passes
+    `stepped_tid`: that thread's newer stops count too. `wait_stopped(after=, step=)` in one call."""
+    own = stop.get("step")
+    if own == answer.get("step"):
+        return True
+    newer = stop.get("stop_id", 0) > answer.get("after", 0)
+    return newer and (own is None or own == answer.get("step") or stop.get("tid") == stepped_tid)
+
+
+__all__ = ["PLAN_OF_ACTION", "StepPlan", "Stepping", "lands_on"]

@@ -27,6 +27,7 @@ class StopTable:
         self._summarize = summarize_result
         self._cv = threading.Condition(threading.RLock())
         self._ids = itertools.count(1)
+        self._last_id = 0
         self._stops: dict[tuple[int, int], Stop] = {}
         self._pause_req: set = set()  # LIPThreads to stop at their next stop point
 
@@ -34,7 +35,15 @@ class StopTable:
         return stop_view(stop, self.tokenizer, self.topk, self._summarize)
 
     def next_id(self) -> int:
-        return next(self._ids)
+        with self._cv:
+            self._last_id = next(self._ids)
+            return self._last_id
+
+    @property
+    def last_id(self) -> int:
+        """The newest stop's id (0 before the first): a step's `after`."""
+        with self._cv:
+            return self._last_id
 
     # ---------------------------------------------------------------- holding and resuming
     def hold(self, stop: Stop) -> None:
@@ -60,6 +69,12 @@ class StopTable:
                 s.resumed.set()
             self._cv.notify_all()
         return [[s.pid, s.tid] for s in stops]
+
+    def retag(self, stop: Stop, step: int) -> None:
+        """A step lands on `stop`, already held (the thread a stepping thread joins)."""
+        with self._cv:
+            stop.lands(step)
+            self._cv.notify_all()
 
     def resume_all(self, action: str) -> list[list[int]]:
         """Resume every stop and forget every pause request (at detach)."""
@@ -100,15 +115,33 @@ class StopTable:
         return (pid, tid) in self._stops
 
     def wait(
-        self, pid: int | None, tid: int | None, timeout: float, ended: Callable[[int], dict | None]
+        self,
+        pid: int | None,
+        tid: int | None,
+        timeout: float,
+        ended: Callable[[int], dict | None],
+        after: int | None = None,
+        step: int | None = None,
+        lost: Callable[[int], bool] | None = None,
     ) -> Stop | dict:
-        """The oldest stop matching `pid` / `tid` once there is one, or `ended(pid)` once that says the
-        process is over; TimeoutError after `timeout` s."""
+        """The oldest stop matching `pid` / `tid` (newer than stop `after`, if given, and ending
+        step `step` or no step, if given) once there is one, or `ended(pid)` once that says the process is over; with `after`, when `lost(pid)` says
+        the step had nowhere to land, the oldest stop of `pid` still held. TimeoutError after
+        `timeout` s."""
         deadline = time.monotonic() + timeout
         with self._cv:
             while True:
                 found = self.matching(pid, tid)
-                if found:
+                newer = [
+                    s
+                    for s in found
+                    if (after is None or s.id > after)
+                    and (step is None or s.step in (None, step))
+                    or (step is not None and s.step == step)
+                ]
+                if newer:
+                    return newer[0]
+                if found and pid is not None and lost is not None and lost(pid):
                     return found[0]
                 gone = ended(pid) if pid is not None else None
                 if gone is not None:

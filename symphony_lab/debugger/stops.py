@@ -36,6 +36,8 @@ class Stop:
     original: Any = None  # the model's own result before the first override edited it
     edits: list[dict] = field(default_factory=list)
     action: str | None = None
+    step: int | None = None  # the step this stop ends (None: it stopped for another reason)
+    next_step: int = 0  # the step a step command resumes it as
     resumed: threading.Event = field(default_factory=threading.Event)
     _info: dict | None = None
 
@@ -51,6 +53,11 @@ class Stop:
     def kv_file(self) -> int | None:
         f = self.args.get("file")
         return f if isinstance(f, int) else None
+
+    def lands(self, step: int) -> None:
+        """Step `step` lands on this stop, already held (the thread a stepping thread joins)."""
+        self.step = step
+        self._info = None
 
     def edited(self, result: Any, edit: dict) -> None:
         """An override replaced the result the thread is about to receive."""
@@ -85,6 +92,7 @@ def stop_view(stop: Stop, tokenizer, topk: int, summarize_result: Callable[[str,
         "breakpoints": stop.breakpoints,
         "ts": stop.ts,
         "preds": stop.thread.preds,
+        "step": stop.step,
         "kv_file": stop.kv_file,
         "input": None,
         "result": None,

@@ -17,7 +17,7 @@ from typing import Any
 
 from symphony_core.model.sampling import Sampler
 
-from ..whatif import WHATIF_PROCESS, thread_tokens, what_if
+from ..whatif import WHATIF_PROCESS, thread_context, thread_tokens, what_if
 from .errors import DebuggerError
 from .protocol_bodies import SamplerSettings, WhatIfBody
 
@@ -150,7 +150,9 @@ class WhatIfExplorer:
         samp = _sampler(sampler)
         with _what_if_never_stops(self.dbg):
             try:
-                w = what_if(self.dbg.engine, tokens, position, alt, max_tokens, samp, source, timeout=timeout)
+                w = what_if(
+                    self.dbg.engine, tokens, position, alt, max_tokens, samp, source, timeout, thread_context(rec, tid)
+                )
             except ValueError as e:  # a text of several tokens, a source that does not hold the prefix
                 raise DebuggerError(str(e)) from None
         tt = self.dbg.tokenizer.token_text

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..profiler import Profile, ProfileCollector
-from ..whatif import WhatIf, thread_tokens, what_if
+from ..whatif import WhatIf, thread_context, thread_tokens, what_if
 from .kernel import current_definition
 
 if TYPE_CHECKING:
@@ -189,25 +189,27 @@ class LabRun:
             raise DebuggerError(resp.get("message", f"{command} failed"))
         return resp["body"]
 
-    def wait_stopped(self, timeout: float = 60.0, tid: int | None = None) -> dict:
-        return self._cmd("wait_stopped", timeout=timeout, **({"tid": tid} if tid else {}))
+    def wait_stopped(self, timeout: float = 60.0, tid: int | None = None, landing: dict | None = None) -> dict:
+        """The oldest stop (of thread `tid`); with `landing` (a step's answer), where that step landed."""
+        where = {k: landing[k] for k in ("after", "step") if k in landing} if landing else {}
+        return self._cmd("wait_stopped", timeout=timeout, **({"tid": tid} if tid else {}), **where)
 
     def step(self, tid: int | None = None, wait: bool = True, timeout: float = 60.0) -> dict:
         """Step into (the debugger's `step`): run the stopped thread until its next `pred`
-        returns, or the first pred of a thread it spawns; with `wait`, return that stop (in
-        whichever thread of the run it happened)."""
-        self._cmd("step", **({"tid": tid} if tid else {}))
-        return self.wait_stopped(timeout) if wait else {}
+        returns, or the first pred of a thread it spawns; with `wait`, return the stop it
+        landed on (in whichever thread: docs/architecture.md, "Stepping and threads")."""
+        r = self._cmd("step", **({"tid": tid} if tid else {}))
+        return self.wait_stopped(timeout, landing=r) if wait else {}
 
     def step_over(self, tid: int | None = None, wait: bool = True, timeout: float = 60.0) -> dict:
         """The debugger's `step_over`; with `wait`, return the next stop of the run."""
-        self._cmd("step_over", **({"tid": tid} if tid else {}))
-        return self.wait_stopped(timeout) if wait else {}
+        r = self._cmd("step_over", **({"tid": tid} if tid else {}))
+        return self.wait_stopped(timeout, landing=r) if wait else {}
 
     def step_out(self, tid: int | None = None, wait: bool = True, timeout: float = 60.0) -> dict:
         """The debugger's `step_out`; with `wait`, return the next stop of the run (or its exit)."""
-        self._cmd("step_out", **({"tid": tid} if tid else {}))
-        return self.wait_stopped(timeout) if wait else {}
+        r = self._cmd("step_out", **({"tid": tid} if tid else {}))
+        return self.wait_stopped(timeout, landing=r) if wait else {}
 
     def continue_(self, tid: int | None = None) -> dict:
         return self._cmd("continue", **({"tid": tid} if tid else {}))
@@ -288,7 +290,8 @@ class LabRun:
         if self.pid is None:
             raise RuntimeError("this run has not launched")
         rec = self.lab.debugger.get_recording(self.pid)
-        return what_if(self.lab.engine, thread_tokens(rec, tid), position, token, max_tokens, sampler, source)
+        toks, ctx = thread_tokens(rec, tid), thread_context(rec, tid)
+        return what_if(self.lab.engine, toks, position, token, max_tokens, sampler, source, context=ctx)
 
 
 def with_source_texts(body: dict) -> dict:

@@ -3,8 +3,7 @@
 The app talks to one `Session` (session.py) — the debugger of an embedded engine, or a
 server — and never to the engine itself. It polls the session for a state snapshot a few
 times a second (and after every command) and redraws the five panes from it: program,
-tokens, KV, scheduler, processes. Commands run on a worker thread so the screen never
-freezes while the model works.
+tokens, KV, scheduler, processes. Commands run on a worker thread (the screen never freezes).
 """
 
 from __future__ import annotations
@@ -167,8 +166,10 @@ class SymphonyLab(App):
     def _state_done(self, st: dict | None) -> None:
         self._refreshing = False
         if st is not None:
+            landed = self.commands.check_landed(st)
+            self.focus_pt = (landed and self.commands.landed_on) or self.focus_pt  # the step's own landing
             self.apply_state(st)
-            if self.commands.check_landed(self.state):
+            if landed:
                 self._set_busy(None)
             self._run_queued()
         if self._refresh_again:
@@ -198,11 +199,11 @@ class SymphonyLab(App):
         pid, tid = self.focus_pt
         stops = self.state.get("stops", [])
         if pid in pids and (tid is None or any(t["tid"] == tid for t in pids[pid].get("threads", []))):
-            # Follow a new stop in the focused process (step lands on a thread of it).
-            if not any(s["pid"] == pid and s["tid"] == tid for s in stops):
+            # A step on its way keeps the focus (it lands where check_landed says); else follow the newest stop.
+            if not self.commands.landing and not any(s["pid"] == pid and s["tid"] == tid for s in stops):
                 mine = [s for s in stops if s["pid"] == pid]
                 if mine:
-                    self.focus_pt = (pid, mine[-1]["tid"])
+                    self.focus_pt = (pid, max(mine, key=lambda s: s["stop_id"])["tid"])
             return
         if stops:
             self.focus_pt = (stops[-1]["pid"], stops[-1]["tid"])
@@ -294,8 +295,7 @@ class SymphonyLab(App):
 
     @work(thread=True, exclusive=False, group="cmd")
     def run_command(self, label: str, fn, *args, lands: bool = False) -> None:
-        """Run a session verb on a worker thread. `lands`: the verb resumes a thread (a step):
-        the app stays busy until its stop shows (or the process ends)."""
+        """Run a session verb on a worker thread. `lands`: a step: busy until it lands (or the process ends)."""
         self.call_from_thread(self._set_busy, label)
         landing = False
         try:
@@ -304,6 +304,8 @@ class SymphonyLab(App):
             self.call_from_thread(self.notice, f"{label}: {err}" if err else None)
             if isinstance(r, dict) and r.get("focus"):
                 self.call_from_thread(self._set_focus, tuple(r["focus"]))
+            elif lands and isinstance(r, dict):  # a step's answer: where it lands (args: pid, tid, command)
+                self.call_from_thread(self.commands.step_answered, args[1], r)
             landing = lands and not err
         except Exception as e:  # the session said no: show it, keep going
             self.call_from_thread(self.notice, f"{label}: {type(e).__name__}: {e}")
@@ -315,8 +317,7 @@ class SymphonyLab(App):
             self.call_from_thread(self.refresh_state)
 
     def _set_focus(self, pt: tuple) -> None:
-        self.focus_pt = (pt[0], pt[1])
-        self._want_focus = self.focus_pt
+        self.focus_pt = self._want_focus = (pt[0], pt[1])
 
     @quiet_when_gone
     def _set_busy(self, label: str | None) -> None:

@@ -8,6 +8,8 @@ when it began: the step is over when a new one shows, or the process ends). The 
 
 from __future__ import annotations
 
+from ..debugger.stepping import lands_on
+
 # actions that queue (the app has a `_do_<action>` method for each)
 QUEUED_ACTIONS = ("step", "step_over", "step_out", "continue", "pause", "step_back", "step_batch", "relaunch")
 NEEDS_STOP = (
@@ -23,6 +25,8 @@ class CommandQueue:
         self.pending: list[str] = []
         self.started = False  # the session's start (loading the model, connecting) is over
         self._landing: tuple[int | None, set] | None = None  # a step in flight: (pid, stop ids then held)
+        self._answer: tuple[int, dict] | None = None  # the step's answer (its `after` and `step`), stepped tid
+        self.landed_on: tuple[int, int] | None = None  # the thread the last step landed on, for the focus
 
     @property
     def landing(self) -> bool:
@@ -41,9 +45,14 @@ class CommandQueue:
 
     def step_began(self, pid: int | None, state: dict) -> None:
         self._landing = (pid, {s["stop_id"] for s in state.get("stops", [])})
+        self._answer = self.landed_on = None
+
+    def step_answered(self, tid: int, answer: dict) -> None:
+        """The step command's answer: which stop it lands on is then known exactly."""
+        self._answer = (tid, answer)
 
     def step_failed(self) -> None:
-        self._landing = None
+        self._landing = self._answer = None
 
     def check_landed(self, state: dict) -> bool:
         """After a snapshot: True if the step in flight has just landed (a new stop, or its
@@ -53,8 +62,16 @@ class CommandQueue:
         pid, before = self._landing
         stops = [s for s in state.get("stops", []) if pid is None or s["pid"] == pid]
         proc = next((p for p in state.get("processes", []) if p["pid"] == pid), None)
-        if any(s["stop_id"] not in before for s in stops) or proc is None or proc.get("done"):
-            self._landing = None
+        if self._answer is None and not (proc is None or proc.get("done")):
+            return False  # the step's answer (where it will land) is not back yet
+        if self._answer is not None and "step" in self._answer[1]:
+            tid, answer = self._answer
+            landed = sorted((s for s in stops if lands_on(s, answer, tid)), key=lambda s: s["stop_id"])
+        else:  # a debugger that does not say which step a stop ends: any new stop
+            landed = [s for s in stops if s["stop_id"] not in before]
+        if landed or proc is None or proc.get("done"):
+            self.landed_on = (landed[0]["pid"], landed[0]["tid"]) if landed else None
+            self._landing = self._answer = None
             return True
         return False
 

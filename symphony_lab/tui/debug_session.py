@@ -322,7 +322,7 @@ class DebuggerSession(Session):
         for s in stops:
             self.model.remember_texts(s)
             rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
-            res = s.get("result") or {}
+            res = s.get("result") if isinstance(s.get("result"), dict) else {}
             if (
                 rec is not None
                 and rec.dist is None

@@ -1,0 +1,228 @@
+"""The thread-stepping matrix (tests/step_matrix.py) through every front-end: the Python API, the
+protocol over WebSocket (in this process, and to a real `symphony serve --plugin debugger`), the
+notebook widget's comm, and the TUI (Textual pilot) — the same expectations table for each. Issue 50: a step never runs the process to its end while a stop
+point remains, and the TUI keeps focus on the thread it stepped."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from symphony_lab.debugger import Debugger, DebugServer, RemoteDebugger
+from symphony_lab.debugger.stepping import lands_on
+from tests.step_matrix import CASES, EXITED, Case, landing, walk
+
+IDS = [c.name for c in CASES]
+
+
+@pytest.fixture(scope="module")
+def dbg(engine):
+    d = Debugger(engine)
+    yield d
+    d.detach()
+    engine.kvfs.check()
+
+
+def _walk_api(client, case: Case, launch=None) -> list:
+    pid = launch(case) if launch is not None else client.launch(case.fn, stop_on_entry=True)["pid"]
+    for bp in case.breakpoints:
+        client.set_breakpoint(pid=pid, **bp)
+    first = client.wait_stopped(pid, timeout=60)
+
+    def step_from(stop: dict) -> dict:
+        r = client.step(pid, stop["tid"])
+        return client.wait_stopped(pid, timeout=60, after=r["after"], step=r["step"])
+
+    seen = walk(case, first, step_from)
+    client.clear_breakpoints()
+    return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_python_api(dbg, case):
+    assert _walk_api(dbg, case) == case.landings
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_protocol_over_websocket(dbg, case):
+    server = DebugServer(dbg, allow_launch=True)
+    remote = RemoteDebugger(server.url)
+    try:
+        assert _walk_api(remote, case) == case.landings
+    finally:
+        remote.close()
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A real `symphony serve --plugin debugger` (programs in-process, sent as source) and a
+    client attached to its debug route."""
+    from symphony_lab.debugger import connect
+    from tests.server_harness import Server
+
+    server = Server([], extra=["--plugin", "debugger", "--no-sandbox"])
+    remote = connect(server.url.replace("http://", "ws://") + "/v1/debug", timeout=120)
+    yield remote
+    remote.close()
+    assert server.stop() == 0, server.log()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_protocol_over_a_server(served, case):
+    import tests.step_lips as lips
+
+    with open(lips.__file__) as f:
+        source = f.read()
+
+    def launch(c: Case) -> int:
+        return served.run_program(source, c.lip, stop_on_entry=True)["pid"]
+
+    assert _walk_api(served, case, launch) == case.landings
+
+
+def test_every_pred_of_the_issue_program_is_a_stop(dbg):
+    """Issue 50's program: from the entry stop, all 9 preds stop (as `stopped` events) and the
+    process never finishes while one remains."""
+    q, unsub = dbg.event_queue(["stopped"])
+    try:
+        assert _walk_api(dbg, CASES[0]) == CASES[0].landings
+    finally:
+        unsub()
+    preds: dict[int, int] = {}
+    while not q.empty():
+        b = q.get_nowait()["body"]
+        if (b["call"], b["where"]) == ("pred", "after"):
+            preds[b["tid"]] = max(preds.get(b["tid"], 0), b["preds"])
+    assert preds == {1: 1, 2: 4, 3: 4}
+
+
+@pytest.fixture(scope="module")
+def lab(engine):
+    from symphony_lab.lab import Lab
+
+    lab = Lab(engine=engine)
+    lab.wait(300)
+    yield lab
+    lab.shutdown()
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_widget_model(lab, case):
+    """The widget's comm: `step` requests from the browser end, landings read from its live view."""
+    import importlib
+
+    from tests.test_widgets import CommSpy, wait_for
+
+    fn = getattr(importlib.import_module("tests.step_lips"), case.lip)
+    run = lab.run(fn, stop_on_entry=True, display=False, breakpoints=[dict(bp) for bp in case.breakpoints])
+    w, pid = run.widget, run.wait_launched()
+    spy = CommSpy(w)
+    wait_for(lambda: w.view.get("status") == "stopped", what="the entry stop")
+
+    def step_from(stop: dict) -> dict:
+        resp = spy.request("step", pid=pid, tid=stop["tid"])
+        assert resp["success"], resp
+        r = resp["body"]
+
+        def landed():
+            v = w.view
+            if v.get("status") == "finished":
+                return {"exited": True}
+            mine = [s for s in v.get("stops") or [] if lands_on(s, r)]
+            return min(mine, key=lambda s: s["stop_id"]) if mine else None
+
+        return wait_for(landed, timeout=60, what="the step's landing in the widget")
+
+    assert walk(case, w.view["stops"][0], step_from) == case.landings
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_tui_pilot(engine, case):
+    """The TUI: `s` on the focused thread; the focus follows the step's landing (and stays on the
+    stepped thread when it is the one that lands), never another thread stopped meanwhile."""
+    import asyncio
+
+    from symphony_lab.tui.app import SymphonyLab
+    from symphony_lab.tui.embedded import EmbeddedSession
+    from tests.tui_pilot import wait_until
+
+    session = EmbeddedSession(case.fn, (), {}, engine=engine)
+    app = SymphonyLab(session)
+
+    async def drive() -> list:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_until(pilot, lambda: app.focused_stop() is not None, "the stop on entry")
+            pid = app.focus_pt[0]
+            for bp in case.breakpoints:
+                session.request("set_breakpoint", pid=pid, **bp)
+
+            def now():
+                proc = app.focused_proc() or {}
+                if proc.get("status") in ("finished", "failed"):
+                    return {"exited": True}
+                s = app.focused_stop()
+                return s if s is not None and app.busy is None else None
+
+            async def land(previous: int | None) -> dict:
+                await wait_until(
+                    pilot, lambda: (s := now()) is not None and s.get("stop_id") != previous, "the landing", 60
+                )
+                return now()
+
+            stop = await land(None)
+            seen = [landing(stop)]
+            while seen[-1] != EXITED and len(seen) < 30:
+                await pilot.press("s")
+                stop = await land(stop["stop_id"])
+                seen.append(landing(stop))
+            return seen
+
+    try:
+        seen = asyncio.run(drive())
+    finally:
+        session.close()
+    assert seen == case.landings
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.breakpoints], ids=[c.name for c in CASES if not c.breakpoints]
+)
+def test_dap_adapter(engine, case):
+    """The DAP adapter (`stepIn`): each step's landing is the `stopped` event without
+    `preserveFocusHint`; a thread held meanwhile (a spawned thread at its first pred) is reported
+    with the hint, so the editor's focus stays where the step landed. (The breakpoint case needs
+    a per-thread syscall breakpoint, which DAP's function breakpoints do not carry.)"""
+    from tests.test_dap import dap
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_lips.py")
+    with dap(engine) as c:
+        c.request("launch", {"program": f"{path}:{case.lip}", "stopOnEntry": True})
+        c.event("initialized")
+        c.request("configurationDone")
+        ev = c.event("stopped", reason="entry")["body"]
+        seen = [(ev["threadId"], None, "entry", "entry")]
+        while len(seen) < 30:
+            c.request("stepIn", {"threadId": seen[-1][0]})
+            ev = wait_landing(c)
+            if ev is None:
+                seen.append(EXITED)
+                break
+            where, call = ev["description"].split(" ", 1)
+            seen.append((ev["threadId"], call, where, ev["reason"]))
+        assert seen == case.landings
+
+
+def wait_landing(c) -> dict | None:
+    """The next `stopped` event that is a step's landing (no preserveFocusHint), or None once the
+    program has exited."""
+
+    def landing_or_exit(m: dict) -> bool:
+        if m.get("type") != "event":
+            return False
+        return m["event"] == "exited" or (m["event"] == "stopped" and not m["body"].get("preserveFocusHint"))
+
+    m = c._wait(landing_or_exit, 120, "the step's landing")
+    return None if m["event"] == "exited" else m["body"]
