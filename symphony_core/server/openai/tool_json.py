@@ -147,4 +147,30 @@ def read_call(text: str, pos: int) -> Read:
     return Read(bad=True) if call is None else Read(call, start + end)
 
 
-__all__ = ["ARG_KEYS", "ParsedCall", "ParsedReply", "Read", "json_prefix", "read_call", "value_end"]
+def read_call_list(text: str, pos: int, sep: str | None, close: str | None = None) -> ParsedReply:
+    """The call objects of `text` from `pos` on, separated by `sep` (None: one object alone) and ended
+    by `close` (None: by the end of the text). A call that cannot be read, or anything else after a
+    call, makes the whole reply text; a list cut short gives the calls so far."""
+    calls: list[ParsedCall] = []
+    while True:
+        r = read_call(text, pos)
+        if r.bad:
+            return ParsedReply(text)
+        if r.call is not None:
+            calls.append(r.call)
+        if r.end is None:
+            return ParsedReply(None, calls)  # cut short (or still growing)
+        rest = text[r.end :].lstrip()
+        if not rest:
+            return ParsedReply(None, calls)
+        if sep is not None and rest.startswith(sep):
+            pos = len(text) - len(rest) + len(sep)
+            if not text[pos:].strip():
+                return ParsedReply(None, calls)  # the next call has not started
+            continue
+        if close is not None and rest.startswith(close) and not rest[len(close) :].strip():
+            return ParsedReply(None, calls)
+        return ParsedReply(text)
+
+
+__all__ = ["ARG_KEYS", "ParsedCall", "ParsedReply", "Read", "json_prefix", "read_call", "read_call_list", "value_end"]

@@ -7,7 +7,7 @@ text (as vLLM's parser falls back to content), and so does a call object that ca
 
 from __future__ import annotations
 
-from .tool_json import ParsedCall, ParsedReply, read_call
+from .tool_json import ParsedReply, read_call_list
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -20,23 +20,7 @@ def parse_llama(text: str, may_be_text: bool = True, tag: str = PYTHON_TAG) -> P
     if may_be_text and not starts_call:
         return ParsedReply(text)
     pos = len(tag) if text.startswith(tag) else 0
-    calls: list[ParsedCall] = []
-    while True:
-        r = read_call(text, pos)
-        if r.bad:
-            return ParsedReply(text)
-        if r.call is not None:
-            calls.append(r.call)
-        if r.end is None:
-            return ParsedReply(None, calls)  # cut short (or still growing)
-        rest = text[r.end :].lstrip()
-        if not rest:
-            return ParsedReply(None, calls)
-        if not rest.startswith(";"):
-            return ParsedReply(text)
-        pos = len(text) - len(rest) + 1
-        if not text[pos:].strip():
-            return ParsedReply(None, calls)  # the next call has not started
+    return read_call_list(text, pos, ";")
 
 
 __all__ = ["PYTHON_TAG", "parse_llama"]

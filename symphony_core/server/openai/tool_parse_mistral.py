@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .tool_json import ParsedCall, ParsedReply, json_prefix, read_call, value_end
+from .tool_json import ParsedCall, ParsedReply, json_prefix, read_call_list, value_end
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -41,27 +41,9 @@ def parse_mistral(text: str, may_be_text: bool = True, marker: str = TOOL_CALLS)
     lone = rest.startswith("{")
     if not lone and not rest.startswith("["):
         return ParsedReply(text)
-    pos = at if lone else at + 1
-    calls: list[ParsedCall] = []
-    while True:
-        r = read_call(text, pos)
-        if r.bad:
-            return ParsedReply(text)
-        if r.call is not None:
-            calls.append(r.call)
-        if r.end is None:
-            return ParsedReply(None, calls)
-        rest = text[r.end :].lstrip()
-        if not rest or (lone and not rest.strip()):
-            return ParsedReply(None, calls)
-        if not lone and rest.startswith(","):
-            pos = len(text) - len(rest) + 1
-            if not text[pos:].strip():
-                return ParsedReply(None, calls)
-            continue
-        if not lone and rest.startswith("]") and not rest[1:].strip():
-            return ParsedReply(None, calls)
-        return ParsedReply(text)
+    if lone:
+        return read_call_list(text, at, None)
+    return read_call_list(text, at + 1, ",", "]")
 
 
 def parse_mistral_args(text: str, may_be_text: bool = True, marker: str = TOOL_CALLS, args: str = ARGS) -> ParsedReply:
