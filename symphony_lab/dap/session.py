@@ -64,6 +64,7 @@ class DapSession:
         self._replay_pid: int | None = None
         self._requested: set[int] = set()  # tids the editor resumed itself (no `continued` event for them)
         self._stepping: tuple[int, dict] | None = None  # the step in flight: (tid, its answer: after, step)
+        self._landed_steps: set[int] = set()  # steps whose landing was shown
         self._ended = False
         self._status: str | None = None  # the program's, once it ended
         self._done = False
@@ -382,8 +383,9 @@ class DapSession:
         res = b.get("result")
         if isinstance(res, dict) and res.get("kind") == "dist":  # a join's result is the thread's value
             self.last_dist[tid] = (res, int(b.get("preds") or 0))
-        self.handles.reset()
-        self.stop_requests.forget()
+        # Another thread's stop resumes nothing: the handles given out for the threads already stopped stay
+        # valid (DAP's references live while execution is suspended); only this thread's stack is new.
+        self.stop_requests.forget(tid)
         functions = {bp.id for bp in self.bps.functions}
         if hit:
             reason = "function breakpoint" if set(hit) <= functions else "breakpoint"
@@ -397,11 +399,17 @@ class DapSession:
         }
         if hit:
             body["hitBreakpointIds"] = hit
-        step = self._stepping
+        step, own = self._stepping, b.get("step")
         if step is not None and not lands_on(b, step[1], step[0]):
             body["preserveFocusHint"] = True  # another thread held meanwhile, not where the step landed
         elif step is not None:
             self._stepping = None
+            if own is not None:
+                self._landed_steps.add(own)
+        elif own is not None and own in self._landed_steps:
+            # A step into spawned threads stops each at its first pred: the first to stop was the
+            # landing; its siblings stop later under the same step and must not take the focus.
+            body["preserveFocusHint"] = True
         if "diverged" in reasons:
             body["text"] = "the replay diverged from the recording: the thread runs live from here"
         self.channel.event("stopped", body)

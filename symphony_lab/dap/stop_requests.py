@@ -35,8 +35,12 @@ class StopRequests:
         self._original: dict[int, dict] = {}  # stop id -> its pred's distribution before any override
         self.console = Console(session.request, self._override)
 
-    def forget(self) -> None:
-        self._stacks.clear()
+    def forget(self, tid: int | None = None) -> None:
+        """Drop the cached stack of `tid` (None: of every thread)."""
+        if tid is None:
+            self._stacks.clear()
+        else:
+            self._stacks.pop(tid, None)
 
     def _stop(self, tid: Any) -> dict:
         from .session import RequestError
