@@ -7,7 +7,7 @@ by wrapping the functions each point is in (nothing in the engine is changed for
   fire      the executor is asked to run the batch it is in (`Executor.run` entered)
   fwd_end   the forward pass and the batch's argmax are done (`Executor.run` returned)
   set       its thread's signal is set (`Signal.set`)
-  resume    the LIP thread runs again (`PendingPred.wait` returned)
+  resume    the LIP thread runs again (`PendingPred.await_result` returned)
   next      the program submits its next pred (the LIP's own Python, `argmax`, the syscall layer)
 
 The same greedy loop through `Engine.pred_batch` on the calling thread (the engine-only
@@ -106,8 +106,8 @@ class Timeline:
             return wrapped
 
         def wait(orig):
-            def wrapped(p, batch, th):
-                out = orig(p, batch, th)
+            def wrapped(p, th):
+                out = orig(p, th)
                 row = tl._last.get(threading.get_ident())
                 if row is not None:
                     row["resume"] = clock()
@@ -118,7 +118,7 @@ class Timeline:
         self._wrap(BatchScheduler, "submit", submit)
         self._wrap(Executor, "run", run)
         self._wrap(Signal, "set", sig_set)
-        self._wrap(PendingPred, "wait", wait)
+        self._wrap(PendingPred, "await_result", wait)
         return self
 
     def __exit__(self, *exc) -> None:
