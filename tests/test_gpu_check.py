@@ -74,7 +74,8 @@ def test_correctness_sections_on_the_cpu(tmp_path):
 
 
 def test_speed_table():
-    """The table the speed section prints: each batch's figures and its ratio to transformers' best mode."""
+    """The table the speed section prints: each batch's figures and its ratio to transformers' best mode,
+    marked where transformers' compiled mode was not run; the probe of a decode after transformers' runs."""
     result = {
         "decode": [
             {"batch": 1, "symphony": 200.0, "hf_dynamic": 50.0, "hf_static": 80.0, "hf_static+compile": 160.0},
@@ -86,10 +87,12 @@ def test_speed_table():
         "weight_bytes": 2.5e9,
         "copy_bandwidth_GBps": 2500.0,
         "batch1_fraction_of_hbm_floor": 0.2,
+        "decode_after_hf_compile": "AcceleratorError: CUDA error: an illegal memory access\nSearch for ...",
     }
     lines = markdown(result)
     assert lines[2] == "| 1 | 200 | 50 | 80 | 160 | 1.25x |"
-    assert lines[3] == "| 64 | 6,400 | 3,200 | error | - | 2.00x |"
+    assert lines[3] == "| 64 | 6,400 | 3,200 | error | - | 2.00x (eager transformers) |"
+    assert lines[-2].endswith("AcceleratorError: CUDA error: an illegal memory access.")  # its first line only
     assert "20% of the HBM floor" in lines[-1]
 
 
