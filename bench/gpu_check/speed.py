@@ -222,7 +222,7 @@ def markdown(result: dict) -> list[str]:
         )
     if "decode_after_hf_compile" in result:
         lines.append(
-            f"Symphony's decode at batch 8 after transformers' torch.compile'd runs: {result['decode_after_hf_compile']}."
+            f"Symphony's decode at batch 8 after transformers' torch.compile'd runs: {result['decode_after_hf_compile'].splitlines()[0]}."
         )
     if "batch1_fraction_of_hbm_floor" in result:
         lines.append(
