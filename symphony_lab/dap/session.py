@@ -65,6 +65,7 @@ class DapSession:
         self._requested: set[int] = set()  # tids the editor resumed itself (no `continued` event for them)
         self._stepping: tuple[int, dict] | None = None  # the step in flight: (tid, its answer: after, step)
         self._landed_steps: set[int] = set()  # steps whose landing was shown
+        self._step_asked = 0  # step requests sent and not yet answered
         self._ended = False
         self._status: str | None = None  # the program's, once it ended
         self._done = False
@@ -241,7 +242,11 @@ class DapSession:
 
     def _step(self, args: dict, command: str) -> None:
         tid = self._stopped_tid(args)
-        self._stepping = (tid, self.request(command, pid=self.pid, tid=tid))
+        self._step_asked += 1  # its landing may come before the answer (a held thread it lands on at once)
+        try:
+            self._stepping = (tid, self.request(command, pid=self.pid, tid=tid))
+        finally:
+            self._step_asked -= 1
         self._resumed([tid])
 
     def on_next(self, args: dict) -> None:
@@ -406,7 +411,7 @@ class DapSession:
             self._stepping = None
             if own is not None:
                 self._landed_steps.add(own)
-        elif own is not None and own in self._landed_steps:
+        elif own is not None and own in self._landed_steps and not self._step_asked:
             # A step into spawned threads stops each at its first pred: the first to stop was the
             # landing; its siblings stop later under the same step and must not take the focus.
             body["preserveFocusHint"] = True
