@@ -23,11 +23,12 @@ import torch
 
 from . import llama_cpp_peer
 from .common import publish
-from .decode import TEXT, make_prompts, matmul_params, run_ours
+from .decode import TEXT, greedy_program, make_prompts, matmul_params, run_lips, run_ours
 from .machine import describe, read_bandwidth, wait_until_idle
 from .targets import floor_line
 
 OURS = ("fp32", "q8", "q4")
+LIPS = ("fp32", "q4")  # also run through programs, one per sequence: the path users run
 PEERS = ("Q4_1", "F32", "Q8_0")
 
 
@@ -44,6 +45,12 @@ def _ours_prefill(eng, prompt: list[int]) -> float:
         return time.perf_counter() - t0
     finally:
         eng.kv_close(kv)
+
+
+def _lip_prefill(eng, prompt: list[int]) -> float:
+    t0 = time.perf_counter()
+    stamps, _ = eng.run(greedy_program, prompt, 1).result(timeout=600)
+    return stamps[0] - t0
 
 
 def random_model_files(spec: str) -> dict[str, Path]:
@@ -114,14 +121,18 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
             peers[ft] = llama_cpp_peer.Peer(path, threads, n_seq=seqs, n_ctx=seqs * (hi + new) + prefill_n)
         except Exception as e:  # noqa: BLE001
             print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
-    names = [f"ours {f}" for f in OURS] + [f"llama.cpp {p}" for p in peers]
+    names = [f"ours {f}" for f in OURS] + [f"ours {f} LIPs" for f in LIPS] + [f"llama.cpp {p}" for p in peers]
 
     def run_decode(name, prompts):
+        if name.endswith("LIPs"):
+            return run_lips(engines[name.split()[1]], prompts, new)
         if name.startswith("ours"):
             return run_ours(engines[name.split()[1]], prompts, new)
         return peers[name.split()[1]].decode(prompts, new)
 
     def run_prefill(name, prompt):
+        if name.endswith("LIPs"):
+            return _lip_prefill(engines[name.split()[1]], prompt)
         if name.startswith("ours"):
             return _ours_prefill(engines[name.split()[1]], prompt)
         return peers[name.split()[1]].prefill(prompt)
@@ -220,6 +231,39 @@ def verdicts(rows: list[dict], batches: list[int]) -> list[tuple[str, str, str, 
                 x >= 1.2,
             )
         )
+    return out + lip_verdicts(by, batches)
+
+
+def lip_verdicts(by: dict[str, dict], batches: list[int]) -> list[tuple[str, str, str, bool | None]]:
+    """The program path's targets: each format's LIPs against its own `pred_batch`, and against llama.cpp."""
+    out = []
+    for f in LIPS:
+        lip, ref = by.get(f"ours {f} LIPs"), by.get(f"ours {f}")
+        if lip and ref:
+            xs = [lip[f"decode_{b}"] / ref[f"decode_{b}"] for b in batches]
+            shown = " / ".join(f"{x:.2f}×" for x in xs)
+            out.append(
+                (f"LIPs ÷ pred_batch, {f}", f"{shown} at {'/'.join(map(str, batches))} seq", "≥ 0.95×", min(xs) >= 0.95)
+            )
+    for f, peer in (("fp32", "F32"), ("q4", "Q4_1")):
+        lip, p = by.get(f"ours {f} LIPs"), by.get(f"llama.cpp {peer}")
+        if lip and p and 1 in batches:
+            x = lip["decode_1"] / p["decode_1"]
+            out.append((f"through LIPs, {f} single stream", f"{x:.2f}× llama.cpp {peer}", "≥ 1.2×", x >= 1.2))
+    peers = [r for n, r in by.items() if n.startswith("llama.cpp")]
+    lips = [r for n, r in by.items() if n.endswith("LIPs")]
+    for b in (8, 32):
+        if peers and lips and b in batches:
+            best = max(lips, key=lambda r: r[f"decode_{b}"])
+            worst = min(best[f"decode_{b}"] / p[f"decode_{b}"] for p in peers)
+            out.append(
+                (
+                    f"through LIPs, {b} sequences",
+                    f"{worst:.2f}× the fastest llama.cpp ({best['engine']})",
+                    "≥ 1.3× every variant",
+                    worst >= 1.3,
+                )
+            )
     return out
 
 
@@ -230,7 +274,9 @@ def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
         "",
-        f"Model: {model or 'SmolLM2-135M-Instruct (the shipped Q4_1 GGUF)'}; through `Engine.pred_batch` (the engine-only path)",
+        f"Model: {model or 'SmolLM2-135M-Instruct (the shipped Q4_1 GGUF)'}. Rows `ours FORMAT` go through "
+        "`Engine.pred_batch` (the engine-only path); rows `ours FORMAT LIPs` run the same greedy loop as one program "
+        "per sequence (`bench.decode.greedy_program`, the path users run)",
         "",
         f"Machine: {describe()}; llama.cpp through llama-cpp-python's low-level API, every sequence in one batch",
         "",
