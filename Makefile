@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup demo test test-fast lint bench clean docs docs-serve gpu-check gpu-wheels
+.PHONY: setup demo test test-fast lint bench llama-server clean docs docs-serve gpu-check gpu-wheels
 
 setup: $(STAMP)
 
@@ -55,10 +55,16 @@ lint: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" --timeout=900
 
-# the [bench] extra brings the llama.cpp peer (llama-cpp-python compiles llama.cpp: 10-25 min the first time)
+# the [bench] extra brings the llama.cpp peer (llama-cpp-python compiles llama.cpp: 10-25 min the first time),
+# and llama-server is built from the same llama.cpp source (another 10-20 min, once) for bench.server_peer
 bench: setup
 	SKIP_JUPYTER_BUILDER=1 $(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(MAKE) llama-server
 	$(BIN)/python -m bench
+
+llama-server: $(BIN)/llama-server
+$(BIN)/llama-server:
+	bash bench/build_llama_server.sh $(BIN)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache site

@@ -40,6 +40,7 @@ WORKLOADS = {
     "debugger_overhead": "bench.debugger_overhead:suite",
     "profiler_overhead": "bench.profiler_overhead:suite",
     "sandbox_latency": "bench.sandbox_latency",
+    "server_peer": "bench.server_peer",
 }
 
 

@@ -113,6 +113,7 @@ class Reply:
     sent: float
     chunks: list[float] = field(default_factory=list)
     tokens: int = 0
+    prompt_tokens: int = 0
 
 
 def one_request(client, model: str, prompt: str, max_tokens: int) -> Reply:
@@ -130,7 +131,7 @@ def one_request(client, model: str, prompt: str, max_tokens: int) -> Reply:
         if chunk.choices and chunk.choices[0].delta.content:
             r.chunks.append(time.perf_counter())
         if chunk.usage is not None:
-            r.tokens = chunk.usage.completion_tokens
+            r.tokens, r.prompt_tokens = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
     if not r.chunks or r.tokens == 0:
         raise RuntimeError(f"{model}: a reply with no content or no usage")
     return r
@@ -177,6 +178,7 @@ def load(server: Server, concurrency: int, per_client: int, max_tokens: int, off
         "ttft": statistics.median(r.chunks[0] - r.sent for r in replies),
         "itl": statistics.median((r.chunks[-1] - r.chunks[0]) / max(r.tokens - 1, 1) for r in replies),
         "tokens": statistics.median(r.tokens for r in replies),
+        "prompt_tokens": statistics.median(r.prompt_tokens for r in replies),
     }
 
 
@@ -229,7 +231,10 @@ def bench(binary, conc, max_tokens, repeats, threads, idle_wait, per_client, pai
                 {
                     "server": s.name,
                     "concurrency": c,
-                    **{k: statistics.median(x[k] for x in rs) for k in ("tok_s", "ttft", "itl", "tokens")},
+                    **{
+                        k: statistics.median(x[k] for x in rs)
+                        for k in ("tok_s", "ttft", "itl", "tokens", "prompt_tokens")
+                    },
                 }
             )
     return rows, f"{contended}/{runs}"
@@ -245,14 +250,17 @@ def table(rows: list[dict], conc, max_tokens, repeats, per_client, contended) ->
         f"{per_client} request(s) per client thread; medians of {repeats}; {contended} runs started while "
         "something else used the CPUs. The server path users run: HTTP, the chat template, one program per request.",
         "",
-        "| server | concurrency | tok/s | TTFT p50 ms | ITL p50 ms |",
-        "|---|---:|---:|---:|---:|",
+        "| server | concurrency | tok/s | TTFT p50 ms | ITL p50 ms | prompt / reply tokens (median) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for n in names:
         for c in conc:
             r = by.get((n, c))
             if r:
-                lines.append(f"| {n} | {c} | {r['tok_s']:.1f} | {1e3 * r['ttft']:.0f} | {1e3 * r['itl']:.1f} |")
+                lines.append(
+                    f"| {n} | {c} | {r['tok_s']:.1f} | {1e3 * r['ttft']:.0f} | {1e3 * r['itl']:.1f} "
+                    f"| {r['prompt_tokens']:.0f} / {r['tokens']:.0f} |"
+                )
     pairs = [(n, PEER_OF[n]) for n in names if n in PEER_OF]
     lines += [
         "",
