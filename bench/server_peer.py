@@ -240,6 +240,26 @@ def bench(binary, conc, max_tokens, repeats, threads, idle_wait, per_client, pai
     return rows, f"{contended}/{runs}"
 
 
+def verdicts(rows: list[dict]) -> list[tuple[str, str, str, bool]]:
+    """The issue's server targets: ≥ 1.2× llama-server's tok/s at each concurrency, TTFT p50 no worse."""
+    by = {(r["server"], r["concurrency"]): r for r in rows}
+    out = []
+    for (name, c), a in by.items():
+        b = by.get((PEER_OF.get(name, ""), c))
+        if b:
+            x, t = a["tok_s"] / b["tok_s"], a["ttft"] / b["ttft"]
+            measured = f"{x:.2f}× tok/s, TTFT p50 {1e3 * a['ttft']:.0f} vs {1e3 * b['ttft']:.0f} ms"
+            out.append(
+                (
+                    f"server, {name.split()[1]}, concurrency {c}",
+                    measured,
+                    "≥ 1.2× llama-server, TTFT no worse",
+                    x >= 1.2 and t <= 1.0,
+                )
+            )
+    return out
+
+
 def table(rows: list[dict], conc, max_tokens, repeats, per_client, contended) -> str:
     by = {(r["server"], r["concurrency"]): r for r in rows}
     names = list(dict.fromkeys(r["server"] for r in rows))
@@ -274,6 +294,8 @@ def table(rows: list[dict], conc, max_tokens, repeats, per_client, contended) ->
                 lines.append(
                     f"| {ours} ÷ {theirs} | {c} | {a['tok_s'] / b['tok_s']:.2f}× | {a['ttft'] / b['ttft']:.2f}× |"
                 )
+    lines += ["", "| target | measured | goal | verdict |", "|---|---|---|---|"]
+    lines += [f"| {n} | {m} | {g} | {'met' if ok else '**missed**'} |" for n, m, g, ok in verdicts(rows)]
     return "\n".join(lines)
 
 
@@ -294,6 +316,7 @@ def main(argv: list[str] | None = None) -> str:
     binary = find_llama_server(args.llama_server)
     if binary is None:
         md = "### `symphony serve` vs `llama-server`\n\nSkipped: no llama-server binary (`make llama-server` builds one)."
+        publish(__name__, {"rows": [], "skipped": "no llama-server binary"})
         print(md)
         return md
     conc = [int(c) for c in args.concurrency.split(",")]

@@ -163,6 +163,10 @@ def targets_table(n: dict) -> str:
         add(f"CPU: {name}", measured, goal, ok)
     if wf and not wf.get("verdicts"):
         add("CPU vs llama.cpp", "—", "the issue's weight-format targets", None)
+    from .server_peer import verdicts as server_verdicts
+
+    for name, measured, goal, ok in server_verdicts(n.get("server_peer", {}).get("rows", [])):
+        add(name[0].upper() + name[1:], measured, goal, ok)
     cv = _c_value(n)
     if cv:
         add("C", cv[1], "≥ 0.75", cv[0] >= 0.75)

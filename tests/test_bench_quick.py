@@ -39,6 +39,20 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
     numbers = json.loads((tmp_path / "results.json").read_text())
     assert set(WORKLOADS) - {"matmul", "profile", "kernels"} <= set(numbers), sorted(numbers)
 
+    # the program path beside the engine-only one, same run, same greedy tokens
+    wrows = {r["engine"]: r for r in numbers["weights"]["rows"]}
+    for f in ("fp32", "q4"):
+        lip, ref = wrows[f"ours {f} LIPs"], wrows[f"ours {f}"]
+        assert lip["decode_1"] > 0 and lip["decode_4"] > 0 and lip["prefill"] > 0, lip
+    # the LIP loop decodes what pred_batch decodes (a batch of other rows may flip one fp32 near tie)
+    assert wrows["ours fp32 LIPs"]["same_4"] >= 3, wrows
+    assert any(v[0] == "LIPs ÷ pred_batch, fp32" for v in numbers["weights"]["verdicts"])
+    sp_rows = numbers["server_peer"]["rows"]
+    assert numbers["server_peer"].get("skipped") or {r["server"] for r in sp_rows} == {
+        "symphony q4",
+        "llama-server Q4_1",
+    }
+
     w3 = numbers["shared_prefix"]
     assert (w3["doc_tokens"], w3["questions"], w3["new"]) == (128, 4, 16)
     assert (numbers["agents"]["agents"], numbers["agents"]["steps"]) == (2, 2)
