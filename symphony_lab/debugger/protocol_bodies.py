@@ -3,7 +3,7 @@ receives them (docs/protocol.md, "Profiling and what-if"). protocol.py re-export
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing_extensions import TypedDict
 
 
 class TimesBody(TypedDict):
