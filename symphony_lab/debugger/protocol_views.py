@@ -255,7 +255,7 @@ class BatchMember(TypedDict):
     file: int
     tokens: int
     kind: Literal["prefill", "decode"]
-    chunk: list[int]  # [from, to, total]
+    chunk: tuple[int, int, int]  # [from, to, total]
 
 
 @with_config(Closed)
@@ -294,7 +294,7 @@ class PendingCall(TypedDict):
 
 @with_config(Closed)
 class PlannedCall(PendingCall):
-    chunk: list[int]  # [from, to, total]: what this batch feeds
+    chunk: tuple[int, int, int]  # [from, to, total]: what this batch feeds
 
 
 @with_config(Closed)

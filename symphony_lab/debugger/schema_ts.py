@@ -17,9 +17,10 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, is_typeddict
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
+from typing_extensions import is_typeddict
 
 from .protocol_args import ARGUMENTS
 from .protocol_events import CONNECTION_EVENTS, EVENT_BODIES

@@ -29,7 +29,7 @@ export interface BatchMember {
   file: number;
   tokens: number;
   kind: 'prefill' | 'decode';
-  chunk: number[];
+  chunk: [number, number, number];
 }
 
 /** The batch waiting at the gate in scheduler step mode. */
@@ -155,6 +155,17 @@ export interface DistResult {
   chosen: TokenPick;
   entropy: number | 'inf' | '-inf' | null;
   kind: 'dist';
+}
+
+/** One position of a `pred`'s distribution: the top k, the preferred, taken and chosen token. */
+export interface DistView {
+  positions: number;
+  position: number;
+  topk: TopToken[];
+  preferred: TokenPick;
+  taken: TokenPick | null;
+  chosen: TokenPick;
+  entropy: number | 'inf' | '-inf' | null;
 }
 
 export interface Divergence {
@@ -372,7 +383,7 @@ export interface PlannedCall {
   tokens: number;
   waiting_pages: number;
   parked: boolean;
-  chunk: number[];
+  chunk: [number, number, number];
 }
 
 export interface ProcessArg {
@@ -413,7 +424,7 @@ export interface ProfileBody {
   threads: ProfileThreadBody[];
   lines: ProfileLineBody[];
   stacks: ProfileStackBody[];
-  pages: Json[][];
+  pages: [number, number, number][];
   batches: number;
   lines_total: number;
 }
@@ -431,6 +442,7 @@ export interface ProfileLineBody {
   pid: number;
   tid: number;
   file: string;
+  name: string;
   line: number;
   function: string;
   inclusive: number;
@@ -446,7 +458,7 @@ export interface ProfileStackBody {
   preds: number;
   tokens: number;
   syscalls: number;
-  frames: Json[][];
+  frames: [string, number, string][];
 }
 
 export interface ProfileStartArgs {
@@ -759,6 +771,19 @@ export interface TimeoutArg {
   timeout?: number;
 }
 
+/** Seconds per bucket (docs: symphony_lab/profiler/profile.py) and the counts. */
+export interface TimesBody {
+  queue: number;
+  forward: number;
+  own: number;
+  blocking: number;
+  kernel: number;
+  total: number;
+  preds: number;
+  tokens: number;
+  syscalls: number;
+}
+
 /** One token of a distribution: what the model preferred, or what the program took (`by`). */
 export interface TokenPick {
   token: number;
@@ -782,6 +807,12 @@ export interface TokensBody {
   pieces: string[];
   pid: number;
   tid: number;
+}
+
+export interface TokensView {
+  ids: number[];
+  text: string;
+  pieces: string[];
 }
 
 export interface TopToken {
@@ -861,13 +892,13 @@ export interface WhatIfBody {
   original: number[];
   alternative: number[];
   recorded: number[];
-  token_texts: Record<string, string[]>;
-  texts: Record<string, string>;
+  token_texts: WhatIfTokenTexts;
+  texts: WhatIfPair;
   diverge_at: number | null;
   reproduces_recording: boolean;
   shared_pages: number[];
   prefix_pages: number;
-  files: Record<string, WhatIfFile>;
+  files: WhatIfFiles;
   recomputed_prefix: boolean;
 }
 
@@ -875,6 +906,23 @@ export interface WhatIfFile {
   fid: number;
   parent: number | null;
   len: number;
+}
+
+export interface WhatIfFiles {
+  base: WhatIfFile;
+  original: WhatIfFile;
+  alternative: WhatIfFile;
+}
+
+/** The original continuation's and the alternative's texts. */
+export interface WhatIfPair {
+  original: string;
+  alternative: string;
+}
+
+export interface WhatIfTokenTexts {
+  original: string[];
+  alternative: string[];
 }
 
 /** Each command's arguments. */
