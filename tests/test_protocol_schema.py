@@ -5,6 +5,8 @@ it, and a request that does not is refused naming the field."""
 from __future__ import annotations
 
 import inspect
+import shutil
+import subprocess
 
 import pytest
 from pydantic import ValidationError
@@ -48,6 +50,19 @@ def test_generated_typescript_is_current():
     """The CI drift check: the checked-in TypeScript is what the Python schema gives now."""
     assert OUTPUT.exists(), f"{OUTPUT} is missing; run `{COMMAND}`"
     assert OUTPUT.read_text() == generate(), f"{OUTPUT} is out of date with the Python schema; run `{COMMAND}`"
+
+
+def test_the_front_end_compiles_against_the_generated_types():
+    """tsc over the extension (sidebar, session model, widgets, their tests): a type the schema
+    changed that the TypeScript still reads the old way fails here."""
+    ext = OUTPUT.parents[2]
+    tsc = ext / "node_modules" / ".bin" / "tsc"
+    if not tsc.exists() or shutil.which("node") is None:
+        pytest.skip("extension/node_modules is not installed (make setup)")
+    out = subprocess.run(
+        [str(tsc), "--noEmit", "-p", "tsconfig.test.json"], cwd=ext, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_every_command_and_event_has_a_type():
