@@ -85,7 +85,7 @@ docs-serve: setup
 # installs Debian's chromium for the browser tests when it is missing. Rebuilt only when sources change.
 # A wheel (`pip wheel .`) builds the same front-end through hatch-jupyter-builder (pyproject.toml).
 LAB_EXT := symphony_lab/jupyter/labextension/package.json
-LAB_SRC := $(wildcard extension/src/*.ts extension/src/widget/*.ts extension/style/*) extension/package.json extension/yarn.lock
+LAB_SRC := $(wildcard extension/src/*.ts extension/src/generated/*.ts extension/src/widget/*.ts extension/style/*) extension/package.json extension/yarn.lock
 LABEXT_DIR := $(VENV)/share/jupyter/labextensions/symphony-lab
 LAB_STAMP := $(VENV)/.lab-setup-done
 

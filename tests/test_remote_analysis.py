@@ -83,7 +83,7 @@ def test_profile_bad_input_names_the_problem(remote):
         rd.profile_start(987654)
     with pytest.raises(RemoteError, match="no process 987654"):
         rd.profile(987654)
-    with pytest.raises(RemoteError, match="pid must be a process id"):
+    with pytest.raises(RemoteError, match="profile_start: pid: Input should be a valid integer"):  # the schema check
         rd.request("profile_start", pid="one")
     with pytest.raises(RemoteError, match="interval must be between"):
         rd.profile_start(None, interval=0)

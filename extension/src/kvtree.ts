@@ -6,43 +6,21 @@
  * snapshot, returning SVG/HTML strings.
  */
 
+import type * as P from './generated/protocol';
 import { escapeHtml, showText } from './tokens';
 
-export interface KVPage {
-  index: number;
-  page: number;
-  slots: [number, number];
-  refcount: number;
-  shared_with: number[];
-  swapped?: boolean;
-  tokens?: number[];
-  text?: string;
-}
+// What the tree drawing reads of the protocol's KV views: picked from the generated types, so a
+// field renamed in the Python schema fails to compile here.
+export type KVPage = Pick<P.KVPage, 'index' | 'page' | 'slots' | 'refcount' | 'shared_with'> &
+  Partial<Pick<P.KVPage, 'swapped' | 'tokens' | 'text'>>;
 
-export interface KVFileView {
-  file: number;
-  path: string | null;
-  owner?: string;
-  parent: number | null;
-  ancestry?: number[];
-  children?: number[];
-  length: number;
-  n_pages: number;
-  shared_pages: number;
-  held_by?: number[];
-  pages: KVPage[];
-}
+export type KVFileView = Pick<P.KVFileView, 'file' | 'path' | 'parent' | 'length' | 'n_pages' | 'shared_pages'> &
+  Partial<Pick<P.KVFileView, 'owner' | 'ancestry' | 'children' | 'held_by'>> & { pages: KVPage[] };
 
-export interface KVTree {
-  page_size: number;
-  pages_total: number;
-  pages_used: number;
+export type KVTree = Omit<P.KVTree, 'files' | 'edges'> & {
   files: KVFileView[];
   edges: Array<[number | null, number]>;
-  roots: number[];
-  gone: number[];
-  shared_pages: number[];
-}
+};
 
 export interface LayoutNode {
   fid: number;

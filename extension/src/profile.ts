@@ -5,64 +5,44 @@
  * what-if"; symphony_lab/debugger/protocol_bodies.py): the lines come picked and sorted there.
  */
 
+import type * as P from './generated/protocol';
 import { escapeHtml, showText } from './tokens';
 
+// What the renderers read of the protocol's `profile` and `what_if` bodies: picked from the
+// generated types, so a field renamed in the Python schema fails to compile here.
+
 /** Seconds per bucket and the counts (`TimesBody`). */
-export interface TimesBody {
-  queue: number;
-  forward: number;
-  own: number;
-  blocking: number;
-  kernel: number;
-  total: number;
-  preds: number;
-  tokens: number;
-  syscalls: number;
-}
+export type TimesBody = P.TimesBody;
 
-export interface ProfileLine extends TimesBody {
-  pid: number;
-  tid: number;
-  file: string;
-  name?: string; // how the file is shown: a notebook cell's `In[3]`, else its base name
-  line: number;
-  function: string;
-  inclusive: number;
-  text?: string; // the source line (added where the source is: a notebook's kernel)
-}
+type LineKey = 'pid' | 'tid' | 'file' | 'line' | 'function' | 'inclusive' | keyof P.TimesBody;
 
-export interface ProfileThread extends TimesBody {
-  pid: number;
-  tid: number;
-  name: string;
-  wall: number;
-  dropped: number;
-}
+/** A line of the profile; `name` is how the file is shown (a notebook cell's `In[3]`), `text`
+ * the source line (added where the source is: a notebook's kernel). */
+export type ProfileLine = Pick<P.ProfileLineBody, LineKey> & Partial<Pick<P.ProfileLineBody, 'name'>> & { text?: string };
 
-export interface ProfileBody {
-  pid: number | null;
-  profiling: boolean;
-  done: boolean;
+export type ProfileThread = Pick<P.ProfileThreadBody, 'pid' | 'tid' | 'name' | 'wall' | 'dropped' | keyof P.TimesBody>;
+
+export type ProfileBody = Pick<P.ProfileBody, 'pid' | 'profiling' | 'done' | 'lines_total'> & {
   threads: ProfileThread[];
   lines: ProfileLine[];
-  lines_total: number;
-}
+};
 
-export interface WhatIfBody {
-  pid: number;
-  tid: number;
-  position: number;
-  token: number;
-  original_token: number;
-  original: number[];
-  alternative: number[];
-  token_texts: { original: string[]; alternative: string[] };
-  diverge_at: number | null;
-  reproduces_recording: boolean;
-  shared_pages: number[];
-  prefix_pages: number;
-  recomputed_prefix: boolean;
-}
+export type WhatIfBody = Pick<
+  P.WhatIfBody,
+  | 'pid'
+  | 'tid'
+  | 'position'
+  | 'token'
+  | 'original_token'
+  | 'original'
+  | 'alternative'
+  | 'token_texts'
+  | 'diverge_at'
+  | 'reproduces_recording'
+  | 'shared_pages'
+  | 'prefix_pages'
+  | 'recomputed_prefix'
+>;
 
 /** The profiler's buckets (symphony_lab/profiler/profile.py BUCKETS) and their colours. */
 export const BUCKETS = ['queue', 'forward', 'own', 'blocking', 'kernel'] as const;

@@ -4,35 +4,91 @@
  * that works over any transport (the server's WebSocket, or a widget's comm).
  */
 
-export interface Request {
+import type * as P from './generated/protocol';
+import type { LabSnapshot } from './session';
+
+// The protocol's types are generated from the Python schema (symphony_lab/debugger/protocol_schema.py)
+// by `python -m symphony_lab.debugger.schema_ts`; see ./generated/protocol.ts.
+export type {
+  Breakpoint,
+  CommandArguments,
+  CommandBodies,
+  CommandName,
+  DistResult,
+  Event,
+  EventBodies,
+  EventName,
+  Json,
+  KVTree,
+  ProfileBody,
+  Stop,
+  Timeline as TimelineBody,
+  WhatIfBody
+} from './generated/protocol';
+
+/** The commands the notebook's lab layer answers itself (symphony_lab/jupyter/messages.py, LAB_COMMANDS). */
+export interface LabCommandArguments {
+  lab_view: { pid?: number | null; since?: number };
+  relaunch: { pid: number; stop_on_entry?: boolean };
+  cancel: { pid: number };
+  set_view: { pid?: number | null; scope?: string; kv_index?: number | null };
+}
+
+export interface LabCommandBodies {
+  lab_view: LabSnapshot;
+  relaunch: P.Json;
+  cancel: P.Json;
+  set_view: P.Json;
+}
+
+/** A debugger command, or one of the lab layer's. */
+export type AnyCommand = P.CommandName | keyof LabCommandArguments;
+export type ArgsOf<C extends AnyCommand> = C extends P.CommandName
+  ? P.CommandArguments[C]
+  : C extends keyof LabCommandArguments
+    ? LabCommandArguments[C]
+    : never;
+export type BodyOf<C extends AnyCommand> = C extends P.CommandName
+  ? P.CommandBodies[C]
+  : C extends keyof LabCommandBodies
+    ? LabCommandBodies[C]
+    : never;
+
+export interface Request<C extends AnyCommand = AnyCommand> {
   type: 'request';
   seq: number;
-  command: string;
-  arguments?: Record<string, unknown>;
+  command: C;
+  arguments?: ArgsOf<C>;
 }
 
-export interface Response {
+/** A response as it arrives: `body` is the command's body type once `success` is checked. */
+export type Response = P.Response | LabResponse;
+
+interface LabResponse {
   type: 'response';
   request_seq: number | null;
-  command: string | null;
-  success: boolean;
-  body?: any;
-  message?: string;
-  error?: string;
+  command: keyof LabCommandArguments;
+  success: true;
+  body: LabCommandBodies[keyof LabCommandBodies];
 }
 
-export interface EventMsg {
+/** The lab layer's own event: a fresh snapshot of everything the sidebar shows. */
+export interface LabViewEvent {
   type: 'event';
-  event: string;
+  event: 'lab_view';
   seq?: number;
   ts?: number;
-  body: any;
+  body: LabSnapshot;
 }
+
+/** An event: the debugger's (discriminated by `event`) or the lab's `lab_view`. */
+export type EventMsg = P.Event | LabViewEvent;
 
 export type Incoming = Response | EventMsg | { type: 'error'; message: string };
 
 /** Check a message from the server; returns it typed, or an error string saying what is wrong. */
 export function checkIncoming(raw: unknown): { ok: true; msg: Incoming } | { ok: false; error: string } {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- wire data, checked field by field below
   let m: any = raw;
   if (typeof raw === 'string') {
     try {
@@ -63,12 +119,12 @@ export function checkIncoming(raw: unknown): { ok: true; msg: Incoming } | { ok:
 }
 
 /** Build a request; refuses what the server would refuse, so a bug shows up at the source. */
-export function makeRequest(seq: number, command: string, args: Record<string, unknown> = {}): Request {
+export function makeRequest<C extends AnyCommand>(seq: number, command: C, args: ArgsOf<C> = {} as ArgsOf<C>): Request<C> {
   if (!/^[a-z_]+$/.test(command)) {
     throw new Error(`bad command name ${JSON.stringify(command)}`);
   }
   for (const k of ['pid', 'tid', 'token', 'fid', 'id']) {
-    const v = args[k];
+    const v = (args as Record<string, unknown>)[k];
     if (v !== undefined && v !== null && !Number.isInteger(v)) {
       throw new Error(`${command}: '${k}' must be an integer, got ${JSON.stringify(v)}`);
     }
@@ -91,7 +147,10 @@ export class RequestError extends Error {
  */
 export class Requester {
   private seq = 1;
-  private pending = new Map<number, { resolve: (r: any) => void; reject: (e: Error) => void; timer: any }>();
+  private pending = new Map<
+    number,
+    { resolve: (body: unknown) => void; reject: (e: Error) => void; timer: ReturnType<typeof setTimeout> | null }
+  >();
 
   constructor(
     private send: (req: Request) => void,
@@ -104,16 +163,17 @@ export class Requester {
     return this.pending.size;
   }
 
-  request(command: string, args: Record<string, unknown> = {}): Promise<any> {
+  /** Send a command; resolves with its body (typed by the command), rejects with its error. */
+  request<C extends AnyCommand>(command: C, args: ArgsOf<C> = {} as ArgsOf<C>): Promise<BodyOf<C>> {
     const req = makeRequest(this.seq++, command, args);
-    return new Promise((resolve, reject) => {
+    return new Promise<BodyOf<C>>((resolve, reject) => {
       const timer = this.timeoutMs
         ? setTimeout(() => {
             this.pending.delete(req.seq);
             reject(new RequestError(`${command}: no answer in ${this.timeoutMs / 1000}s`));
           }, this.timeoutMs)
         : null;
-      this.pending.set(req.seq, { resolve, reject, timer });
+      this.pending.set(req.seq, { resolve: body => resolve(body as BodyOf<C>), reject, timer });
       try {
         this.send(req);
       } catch (e) {

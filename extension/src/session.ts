@@ -8,21 +8,24 @@
  * delivered after it never brings back a stop that has been continued. Pure (tested with Jest).
  */
 
+import type * as P from './generated/protocol';
 import { BreakpointView, ProcessView, StopView, ThreadView } from './state';
 
+/** An event message as it arrives (checked only for its `event` name: see protocol.ts). */
 export interface EventLike {
   event: string;
   ts?: number;
-  body: any;
+  body?: unknown;
 }
 
+/** The lab's `lab_view` snapshot (symphony_lab/notebook): the protocol's views of everything. */
 export interface LabSnapshot {
   processes?: ProcessView[];
   stops?: StopView[];
   breakpoints?: BreakpointView[];
-  kv_tree?: any;
-  timeline?: any;
-  engine?: any;
+  kv_tree?: P.KVTree | null;
+  timeline?: P.Timeline | null;
+  engine?: { ready?: boolean; model?: string; [key: string]: P.Json | undefined } | null;
   runs?: RunInfo[];
   ts?: number;
 }
@@ -42,9 +45,9 @@ export class SessionModel {
   processes = new Map<number, ProcessView>();
   stops = new Map<number, StopView>();
   breakpoints: BreakpointView[] = [];
-  kvTree: any = null;
-  timeline: any = null;
-  engine: any = null;
+  kvTree: P.KVTree | null = null;
+  timeline: P.Timeline | null = null;
+  engine: LabSnapshot['engine'] = null;
   runs: RunInfo[] = [];
   /** events folded since the model was made (a front-end may skip a redraw when it has not moved) */
   folded = 0;
@@ -54,10 +57,10 @@ export class SessionModel {
   /** Fold one event message; returns whether it changed anything the sidebar shows. */
   apply(msg: EventLike): boolean {
     if (msg.event === 'lab_view') {
-      this.resync(msg.body ?? {});
+      this.resync((msg.body ?? {}) as LabSnapshot);
       return true;
     }
-    const ts = msg.ts ?? msg.body?.ts;
+    const ts = eventTs(msg);
     if (typeof ts === 'number' && ts <= this.snapshotTs) {
       return false; // the snapshot already holds it
     }
@@ -83,7 +86,11 @@ export class SessionModel {
     this.runs = v.runs ?? this.runs;
     if (typeof v.ts === 'number') {
       this.snapshotTs = v.ts;
-      this.pending = this.pending.filter(e => typeof (e.ts ?? e.body?.ts) !== 'number' || (e.ts ?? e.body?.ts) > v.ts!);
+      const since = v.ts;
+      this.pending = this.pending.filter(e => {
+        const t = eventTs(e);
+        return typeof t !== 'number' || t > since;
+      });
     }
     this.pending.forEach(e => this.fold(e));
   }
@@ -112,20 +119,24 @@ export class SessionModel {
   }
 
   private fold(msg: EventLike): boolean {
-    const b = msg.body ?? {};
-    const { pid, tid } = b;
+    if (msg.body === null || typeof msg.body !== 'object') {
+      return false;
+    }
+    const e = msg as P.Event; // an event of another name falls to `default`
     this.folded++;
-    switch (msg.event) {
+    switch (e.event) {
       case 'stopped': {
-        this.stops.set(b.stop_id, b as StopView);
-        const t = this.thread(this.process(pid, b.process ?? ''), tid);
+        const b = e.body;
+        this.stops.set(b.stop_id, b);
+        const t = this.thread(this.process(b.pid, b.process ?? ''), b.tid);
         t.stopped = { stop_id: b.stop_id, reason: b.reason, where: b.where };
         t.call = b.call ?? t.call;
         return true;
       }
       case 'continued': {
+        const b = e.body;
         this.stops.delete(b.stop_id);
-        const t = this.processes.get(pid)?.threads.find(x => x.tid === tid);
+        const t = this.processes.get(b.pid)?.threads.find(x => x.tid === b.tid);
         if (t && t.stopped?.stop_id === b.stop_id) {
           t.stopped = null;
           t.state = 'running';
@@ -133,6 +144,7 @@ export class SessionModel {
         return true;
       }
       case 'overridden': {
+        const b = e.body;
         const s = this.stops.get(b.stop_id);
         if (s && b.result) {
           this.stops.set(b.stop_id, { ...s, result: b.result });
@@ -141,17 +153,22 @@ export class SessionModel {
       }
       case 'process_start':
       case 'thread_start': {
-        const name = b.args?.name ?? '';
-        const p = this.process(pid, msg.event === 'process_start' ? name : '');
-        if (msg.event === 'process_start') {
+        const b = e.body;
+        if (b.pid === null) {
+          break;
+        }
+        const name = typeof b.args?.name === 'string' ? b.args.name : '';
+        const p = this.process(b.pid, e.event === 'process_start' ? name : '');
+        if (e.event === 'process_start') {
           p.name = name || p.name;
           p.status = 'running';
         }
-        this.thread(p, tid, name);
+        this.thread(p, b.tid ?? 1, name);
         return true;
       }
       case 'thread_exit': {
-        const t = this.processes.get(pid)?.threads.find(x => x.tid === tid);
+        const b = e.body;
+        const t = this.processes.get(b.pid ?? -1)?.threads.find(x => x.tid === b.tid);
         if (t) {
           t.state = b.error ? 'failed' : 'finished';
           t.stopped = null;
@@ -159,10 +176,16 @@ export class SessionModel {
         return !!t;
       }
       case 'process_exit': {
+        const b = e.body;
+        if (b.pid === null) {
+          break;
+        }
+        const pid = b.pid;
         const p = this.process(pid);
         p.done = true;
         p.error = b.error ?? null;
-        p.status = b.args?.status ?? (b.error ? 'failed' : 'finished');
+        const status = b.args?.status;
+        p.status = typeof status === 'string' ? status : b.error ? 'failed' : 'finished';
         p.threads.forEach(t => {
           t.state = t.state === 'failed' ? 'failed' : 'finished';
           t.stopped = null;
@@ -170,10 +193,9 @@ export class SessionModel {
         [...this.stops.values()].filter(s => s.pid === pid).forEach(s => this.stops.delete(s.stop_id));
         return true;
       }
-      default:
-        this.folded--;
-        return false;
     }
+    this.folded--;
+    return false;
   }
 
   /** The processes, oldest first (as `lab_view` lists them). */
@@ -184,4 +206,13 @@ export class SessionModel {
   stopList(): StopView[] {
     return [...this.stops.values()].sort((a, b) => a.stop_id - b.stop_id);
   }
+}
+
+/** An event's time: the message's, or its body's (the engine's events carry their own). */
+function eventTs(e: EventLike): number | undefined {
+  if (typeof e.ts === 'number') {
+    return e.ts;
+  }
+  const ts = e.body !== null && typeof e.body === 'object' ? (e.body as { ts?: unknown }).ts : undefined;
+  return typeof ts === 'number' ? ts : undefined;
 }

@@ -13,8 +13,8 @@ import { Widget } from '@lumino/widgets';
 
 import { renderFileDetails, renderTreeSvg } from './kvtree';
 import { EventMsg, labSocketUrl, Requester } from './protocol';
-import { profileThreads, renderProfileTable, renderWhatIf } from './profile';
-import { SessionModel } from './session';
+import { ProfileBody, profileThreads, renderProfileTable, renderWhatIf, WhatIfBody } from './profile';
+import { LabSnapshot, SessionModel } from './session';
 import { describeStop, liveBreakpoints, ProcessView, splitThreads, StopView, statusBadge, threadActions, ThreadView } from './state';
 import { mergeBatches, renderTimelineLegend, renderTimelineSvg, Timeline } from './timeline';
 import { escapeHtml } from './tokens';
@@ -38,13 +38,13 @@ export class SymphonySidebar extends Widget {
   private requester: Requester;
   private kernelId: string | null = null;
   private preferredKernel: string | null = null;
-  private view: any = null;
+  private view: LabSnapshot | null = null;
   private model = new SessionModel();
-  private profile: any = null;
-  private whatIf: any = null;
+  private profile: ProfileBody | null = null;
+  private whatIf: WhatIfBody | null = null;
   private timeline: Timeline | null = null;
   private selectedFile: number | null = null;
-  private statusTimer: any = null;
+  private statusTimer: ReturnType<typeof setInterval> | undefined = undefined;
   private kernels: LabStatus['kernels'] = [];
   private updates = 0;
 
@@ -203,7 +203,7 @@ export class SymphonySidebar extends Widget {
     box.style.display = text ? 'block' : 'none';
   }
 
-  applyView(v: any): void {
+  applyView(v: LabSnapshot): void {
     this.view = v;
     this.model.resync(v);
     if (v.engine && v.engine.ready) {
@@ -258,7 +258,7 @@ export class SymphonySidebar extends Widget {
           .join('')
       : '<div class="sl-empty">no processes</div>';
     this.renderRuns();
-    const bps: any[] = liveBreakpoints(this.model.breakpoints, procs);
+    const bps = liveBreakpoints(this.model.breakpoints, procs);
     this.$('.sl-bps').innerHTML = bps.length
       ? `<table><tbody>${bps
           .map(
@@ -272,13 +272,13 @@ export class SymphonySidebar extends Widget {
     if (v.kv_tree) {
       this.$('.sl-kv').innerHTML = renderTreeSvg(v.kv_tree, this.selectedFile);
       this.$('.sl-kv-details').innerHTML =
-        this.selectedFile === null ? '' : renderFileDetails((v.kv_tree.files ?? []).find((f: any) => f.file === this.selectedFile));
+        this.selectedFile === null ? '' : renderFileDetails((v.kv_tree.files ?? []).find(f => f.file === this.selectedFile));
     }
     if (this.timeline) {
       this.$('.sl-tl').innerHTML = renderTimelineSvg(this.timeline, 300, 140) + renderTimelineLegend(this.timeline);
       const q = this.timeline.queue ?? [];
       this.$('.sl-queue').innerHTML = q.length
-        ? `queued: ${q.map(x => `${x.pid}.${(x as any).tid} ${x.kind} ${x.remaining} tok`).join(', ')}`
+        ? `queued: ${q.map(x => `${x.pid}.${x.tid} ${x.kind} ${x.remaining} tok`).join(', ')}`
         : '';
     }
   }
@@ -288,7 +288,8 @@ export class SymphonySidebar extends Widget {
     const cmd = t.closest('.sl-cmd') as HTMLElement | null;
     try {
       if (cmd) {
-        await this.requester.request(cmd.dataset.cmd!, cmd.dataset.cmd === 'pause' ? { pid: Number(cmd.dataset.pid) } : { pid: Number(cmd.dataset.pid), tid: Number(cmd.dataset.tid) });
+        const command = cmd.dataset.cmd as 'step' | 'step_over' | 'step_out' | 'continue' | 'pause';
+        await this.requester.request(command, command === 'pause' ? { pid: Number(cmd.dataset.pid) } : { pid: Number(cmd.dataset.pid), tid: Number(cmd.dataset.tid) });
       } else if (t.closest('.sl-bp-add')) {
         const args: Record<string, unknown> = { call: (this.$('.sl-bp-call') as HTMLInputElement).value || 'pred' };
         const pid = (this.$('.sl-bp-pid') as HTMLInputElement).value;

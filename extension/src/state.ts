@@ -1,43 +1,52 @@
 /**
  * Front-end state of the sidebar and widgets: which actions each thread offers, a short status
- * line, and the merge of live `lab_view` snapshots; and the debugger's event schema, mirrored
- * from docs/protocol.md (the Python front-ends fold the same events in
+ * line, and the merge of live `lab_view` snapshots. The shapes are the protocol's, generated from
+ * the Python schema (./generated/protocol.ts; the Python front-ends fold the same events in
  * symphony_lab/session_state.py). Pure functions (tested with Jest).
  */
 
-export interface ThreadView {
-  tid: number;
-  name: string;
-  state: string;
-  call: string | null;
-  preds: number;
-  stopped?: { stop_id: number; reason: string; where: string } | null;
+import type * as P from './generated/protocol';
+
+export type {
+  ContinuedEvent,
+  DistResult,
+  EventBodies,
+  KernelEvent,
+  OverriddenEvent,
+  Stop,
+  TakenEvent,
+  TokenPick,
+  TopToken
+} from './generated/protocol';
+export { EVENT_NAMES } from './generated/protocol';
+
+export type ThreadView = P.ThreadView;
+
+type ProcessKey = 'pid' | 'name' | 'status' | 'threads';
+
+/** A process as the front-ends hold it: the protocol's `ProcessView`; a process known only from
+ * its events so far lacks what `threads` adds (user, priority, tokens). */
+export type ProcessView = Pick<P.ProcessView, ProcessKey> & Partial<Omit<P.ProcessView, ProcessKey>>;
+
+type StopKey = 'stop_id' | 'pid' | 'tid' | 'reason' | 'where' | 'call' | 'file' | 'line';
+
+/** Source lines around a stop (the lab adds them to its snapshot's stops). */
+export interface StopSource {
+  file: string;
+  line: number;
+  lines: Array<{ n: number; text: string; current: boolean }>;
 }
 
-export interface ProcessView {
-  pid: number;
-  name: string;
-  user?: string;
-  status: string;
-  threads: ThreadView[];
-  tokens?: number;
-  error?: string | null;
-  done?: boolean;
-}
+/** A stop as the front-ends hold it: the protocol's `Stop` (the `stopped` event's body), and the
+ * source lines the lab's snapshot adds. */
+export type StopView = Pick<P.Stop, StopKey> & Partial<Omit<P.Stop, StopKey>> & { source?: StopSource | null };
 
-export interface StopView {
-  stop_id: number;
-  pid: number;
-  tid: number;
-  process?: string;
-  reason: string;
-  where: string;
-  call: string | null;
-  file: string | null;
-  line: number | null;
-  input?: { ids: number[]; text: string; n_tokens?: number } | null;
-  result?: any;
-  source?: { file: string; line: number; lines: Array<{ n: number; text: string; current: boolean }> } | null;
+/** A stop's result when it is a distribution (after a `pred`), else null. */
+export function distResult(result: unknown): P.DistResult | null {
+  if (result !== null && typeof result === 'object' && !Array.isArray(result) && (result as { kind?: unknown }).kind === 'dist') {
+    return result as P.DistResult;
+  }
+  return null;
 }
 
 export interface Actions {
@@ -70,7 +79,7 @@ export function threadActions(t: ThreadView | undefined, stop?: StopView | null)
     step: stopped,
     continue: stopped,
     pause: live && !stopped,
-    override: stopped && (where === 'after' ? stop?.result?.kind === 'dist' || stop === undefined : where === 'before' && call === 'pred')
+    override: stopped && (where === 'after' ? distResult(stop?.result) !== null || stop === undefined : where === 'before' && call === 'pred')
   };
 }
 
@@ -78,7 +87,7 @@ export function threadActions(t: ThreadView | undefined, stop?: StopView | null)
 export function describeStop(s: StopView): string {
   const at = s.file ? ` at ${s.file.split('/').pop()}:${s.line ?? '?'}` : '';
   const what = s.where === 'entry' ? 'on entry' : `${s.where} ${s.call ?? 'syscall'}`;
-  const reason = ((s as any).reasons ?? []).includes('follow') ? 'step into thread' : s.reason;
+  const reason = (s.reasons ?? []).includes('follow') ? 'step into thread' : s.reason;
   return `thread ${s.pid}.${s.tid} stopped ${what} (${reason})${at}`;
 }
 
@@ -106,115 +115,15 @@ export function primaryStop(stops: StopView[], pid: number | null): StopView | n
 }
 
 /** The chosen token and the top-k of a stop after a pred, if it has one. */
-export function stopDist(s: StopView | null): { chosen: any; topk: any[] } | null {
-  if (!s || !s.result || s.result.kind !== 'dist') {
-    return null;
-  }
-  return { chosen: s.result.chosen, topk: s.result.topk ?? [] };
+export function stopDist(s: StopView | null): { chosen: P.TokenPick; topk: P.TopToken[] } | null {
+  const d = distResult(s?.result);
+  return d && { chosen: d.chosen, topk: d.topk ?? [] };
 }
 
-// --- the debugger's event schema (docs/protocol.md "Events"; the Python side folds the same
-// stream in symphony_lab/session_state.py) -------------------------------------------------------
+type BreakpointKey = 'id' | 'call' | 'hits';
 
-export interface TokenPick {
-  token: number;
-  text: string;
-  p: number;
-  by?: 'override' | 'engine' | 'fed' | 'argmax';
-}
-
-/** A stop's distribution: what the model preferred (argmax) and, once known, what the program took. */
-export interface DistView {
-  kind: 'dist';
-  positions: number;
-  position: number;
-  topk: Array<{ token: number; text: string; p: number; logit: number }>;
-  preferred: TokenPick;
-  taken: TokenPick | null;
-  chosen: TokenPick;
-  entropy: number;
-}
-
-export interface StoppedEvent extends StopView {
-  reasons: string[]; // ["step", "follow"]: a step that followed into a spawned thread
-  seq: number;
-  preds?: number;
-  breakpoints?: number[];
-}
-
-export interface ContinuedEvent {
-  pid: number;
-  tid: number;
-  stop_id: number;
-  action: 'continue' | 'step' | 'step_over' | 'step_out' | 'step_syscall' | 'killed' | 'detach';
-  stopped_for: number;
-}
-
-export interface OverriddenEvent {
-  pid: number;
-  tid: number;
-  stop_id: number;
-  edit: Record<string, unknown>;
-  result: DistView;
-}
-
-/** The token a program took after a stop whose `taken` was not known then (it sampled itself). */
-export interface TakenEvent {
-  pid: number;
-  tid: number;
-  stop_id: number;
-  seq: number;
-  token: number;
-  text: string;
-  by: 'fed';
-}
-
-export interface KernelEvent {
-  kind: string;
-  ts: number;
-  pid: number;
-  tid: number;
-  call?: string | null;
-  args?: Record<string, any>;
-  result?: any;
-  error?: string | null;
-  file?: string | null;
-  line?: number | null;
-  seq?: number;
-}
-
-export interface EventBodies {
-  stopped: StoppedEvent;
-  continued: ContinuedEvent;
-  overridden: OverriddenEvent;
-  taken: TakenEvent;
-  batch_pending: Record<string, any>;
-  replay_diverged: { pid: number; tid: number; seq: number; call: string; why: string };
-  view: { view: 'kv_tree' | 'timeline'; data: any };
-  syscall_enter: KernelEvent;
-  syscall_exit: KernelEvent;
-  process_start: KernelEvent;
-  process_exit: KernelEvent;
-  thread_start: KernelEvent;
-  thread_exit: KernelEvent;
-  batch: KernelEvent;
-}
-
-export const EVENT_NAMES: Array<keyof EventBodies> = [
-  'stopped', 'continued', 'overridden', 'taken', 'batch_pending', 'replay_diverged', 'view',
-  'syscall_enter', 'syscall_exit', 'process_start', 'process_exit', 'thread_start', 'thread_exit', 'batch'
-];
-
-export interface BreakpointView {
-  id: number;
-  call: string;
-  pid?: number | null;
-  tid?: number | null;
-  hits: number;
-  hit_count?: number | null;
-  hit_mode?: string;
-  temporary?: boolean;
-}
+/** A breakpoint as the lab's snapshot lists it: the protocol's `Breakpoint`. */
+export type BreakpointView = Pick<P.Breakpoint, BreakpointKey> & Partial<Omit<P.Breakpoint, BreakpointKey>>;
 
 /** The breakpoints worth listing: one bound to a process that has ended can never hit again. */
 export function liveBreakpoints(bps: BreakpointView[], procs: ProcessView[]): BreakpointView[] {

@@ -4,7 +4,7 @@
  * widget's own comm. No JupyterLab imports: this is bundled into the anywidget ESM.
  */
 
-import { EventMsg, labSocketUrl, Request, Requester } from './protocol';
+import { AnyCommand, ArgsOf, BodyOf, EventMsg, labSocketUrl, Request, Requester } from './protocol';
 
 export interface PageServer {
   baseUrl: string;
@@ -108,7 +108,7 @@ export class WidgetTransport {
     }
   }
 
-  request(command: string, args: Record<string, unknown> = {}): Promise<any> {
+  request<C extends AnyCommand>(command: C, args: ArgsOf<C> = {} as ArgsOf<C>): Promise<BodyOf<C>> {
     return this.requester.request(command, args);
   }
 

@@ -15,7 +15,6 @@ its arguments and its body, and every event.
 
 from __future__ import annotations
 
-import inspect as _pyinspect
 import json
 from typing import Any
 
@@ -28,6 +27,7 @@ from .protocol_bodies import (
     SamplerSettings,
     WhatIfBody,
 )
+from .protocol_schema import ProtocolError, check_arguments
 from .viewdata import jsonable
 
 PROTOCOL_VERSION = 1
@@ -107,16 +107,17 @@ EVENTS = [
 PRIVILEGED = {"launch": "allow_launch", "save_recording": "allow_files"}
 
 
-class ProtocolError(Exception):
-    """A malformed request (not a command error)."""
-
-
 def encode_message(m: dict) -> str:
     """One protocol message as the compact JSON text of a WebSocket frame."""
     return json.dumps(m, separators=(",", ":"), allow_nan=False, default=str)
 
 
 def _call(dbg, command: str, args: dict) -> Any:
+    if command == "set_breakpoint" and "where" in args:
+        raise ProtocolError(
+            "set_breakpoint: 'where' (a Python predicate) is in-process only; use tokens_contain or text_contains"
+        )
+    check_arguments(command, args)
     if command == "initialize":
         return {
             "protocol_version": PROTOCOL_VERSION,
@@ -137,26 +138,8 @@ def _call(dbg, command: str, args: dict) -> Any:
     method = getattr(dbg, COMMANDS[command])
     if command == "launch":
         a = dict(args)
-        fn = a.pop("fn", None)
-        if not isinstance(fn, str):
-            raise ProtocolError("launch needs fn: 'module:function'")
-        pos = a.pop("args", [])
-        kw = a.pop("kwargs", {})
-        if not isinstance(pos, list) or not isinstance(kw, dict):
-            raise ProtocolError("launch: args must be a list and kwargs an object")
-        extra = {k: a.pop(k) for k in list(a) if k in ("stop_on_entry", "record", "name", "priority", "user")}
-        if a:
-            raise ProtocolError(f"launch: unknown argument(s) {sorted(a)}")
-        return method(fn, *pos, **extra, **kw)
-    if command == "set_breakpoint" and "where" in args:
-        raise ProtocolError(
-            "set_breakpoint: 'where' (a Python predicate) is in-process only; use tokens_contain or text_contains"
-        )
-    sig = _pyinspect.signature(method)
-    if not any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()):
-        unknown = sorted(set(args) - set(sig.parameters))
-        if unknown:
-            raise ProtocolError(f"{command}: unknown argument(s) {unknown}; it takes {sorted(sig.parameters)}")
+        fn, pos, kw = a.pop("fn"), a.pop("args", []), a.pop("kwargs", {})
+        return method(fn, *pos, **a, **kw)
     return method(**args)
 
 

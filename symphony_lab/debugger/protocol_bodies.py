@@ -3,9 +3,14 @@ receives them (docs/protocol.md, "Profiling and what-if"). protocol.py re-export
 
 from __future__ import annotations
 
-from typing import TypedDict
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
+# closed: a field the debugger sends and these do not name fails the schema check (protocol_schema.py)
+Closed = ConfigDict(extra="forbid")
 
 
+@with_config(Closed)
 class TimesBody(TypedDict):
     """Seconds per bucket (docs: symphony_lab/profiler/profile.py) and the counts."""
 
@@ -20,6 +25,7 @@ class TimesBody(TypedDict):
     syscalls: int
 
 
+@with_config(Closed)
 class ProfileThreadBody(TimesBody):
     pid: int
     tid: int
@@ -30,19 +36,23 @@ class ProfileThreadBody(TimesBody):
     dropped: int  # records that fell off the collector's bounded log
 
 
+@with_config(Closed)
 class ProfileLineBody(TimesBody):
     pid: int
     tid: int
     file: str
+    name: str  # how the file is shown: a notebook cell's `In[3]`, else its base name
     line: int
     function: str
     inclusive: float  # seconds with the line anywhere on the stack
 
 
+@with_config(Closed)
 class ProfileStackBody(TimesBody):
-    frames: list[list]  # [[file, line, function], ...], outermost first
+    frames: list[tuple[str, int, str]]  # [[file, line, function], ...], outermost first
 
 
+@with_config(Closed)
 class ProfilingBody(TypedDict):
     """`profile_start`: what is being profiled."""
 
@@ -51,6 +61,7 @@ class ProfilingBody(TypedDict):
     since: float  # engine clock
 
 
+@with_config(Closed)
 class ProfileBody(ProfilingBody):
     """`profile` / `profile_stop`: the profile so far (lines and stacks: the `top` costliest)."""
 
@@ -58,11 +69,12 @@ class ProfileBody(ProfilingBody):
     threads: list[ProfileThreadBody]
     lines: list[ProfileLineBody]
     stacks: list[ProfileStackBody]
-    pages: list[list]  # [t, pages used, pages total] after each batch
+    pages: list[tuple[float, int, int]]  # [t, pages used, pages total] after each batch
     batches: int
     lines_total: int  # before `top` cut the list
 
 
+@with_config(ConfigDict(extra="forbid", strict=True))  # an argument too: "8" is not a top_k
 class SamplerSettings(TypedDict, total=False):
     """`what_if`'s `sampler`: the alternative's decoding (symphony_core.model.sampling.Sampler)."""
 
@@ -73,12 +85,35 @@ class SamplerSettings(TypedDict, total=False):
     seed: int
 
 
+@with_config(Closed)
 class WhatIfFile(TypedDict):
     fid: int
     parent: int | None
     len: int
 
 
+@with_config(Closed)
+class WhatIfPair(TypedDict):
+    """The original continuation's and the alternative's texts."""
+
+    original: str
+    alternative: str
+
+
+@with_config(Closed)
+class WhatIfTokenTexts(TypedDict):
+    original: list[str]  # one text per token
+    alternative: list[str]
+
+
+@with_config(Closed)
+class WhatIfFiles(TypedDict):
+    base: WhatIfFile  # the shared prefix
+    original: WhatIfFile
+    alternative: WhatIfFile
+
+
+@with_config(Closed)
 class WhatIfBody(TypedDict):
     """`what_if`: both continuations from `position` of thread `tid`'s recorded token stream."""
 
@@ -91,13 +126,13 @@ class WhatIfBody(TypedDict):
     original: list[int]
     alternative: list[int]
     recorded: list[int]  # the recording's tokens from `position` on
-    token_texts: dict[str, list[str]]  # original / alternative: one text per token
-    texts: dict[str, str]  # original / alternative: the continuation as text
+    token_texts: WhatIfTokenTexts
+    texts: WhatIfPair  # the continuations as text
     diverge_at: int | None  # first index where the continuations differ (None: identical)
     reproduces_recording: bool  # the original continuation equals the recording
     shared_pages: list[int]  # KV pages both forks held: the prefix's
     prefix_pages: int
-    files: dict[str, WhatIfFile]  # base / original / alternative KV files (the fork tree)
+    files: WhatIfFiles  # the fork tree
     recomputed_prefix: bool  # False when the prefix came from a live KV file (`source`)
 
 
@@ -111,4 +146,7 @@ __all__ = [
     "TimesBody",
     "WhatIfBody",
     "WhatIfFile",
+    "WhatIfFiles",
+    "WhatIfPair",
+    "WhatIfTokenTexts",
 ]

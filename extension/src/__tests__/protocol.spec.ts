@@ -1,5 +1,5 @@
-import { checkIncoming, labSocketUrl, makeRequest, Requester } from '../protocol';
-import { describeStop, primaryStop, stopDist, threadActions } from '../state';
+import { AnyCommand, ArgsOf, checkIncoming, labSocketUrl, makeRequest, Requester } from '../protocol';
+import { describeStop, primaryStop, StopView, stopDist, threadActions } from '../state';
 
 describe('protocol', () => {
   it('checks what the server sends', () => {
@@ -11,8 +11,9 @@ describe('protocol', () => {
   });
 
   it('refuses to build malformed requests', () => {
-    expect(() => makeRequest(1, 'Step!')).toThrow('bad command name');
-    expect(() => makeRequest(1, 'step', { pid: '3' })).toThrow("'pid' must be an integer");
+    // what an untyped (JavaScript) caller could send: the runtime checks still refuse it
+    expect(() => makeRequest(1, 'Step!' as AnyCommand)).toThrow('bad command name');
+    expect(() => makeRequest(1, 'step', { pid: '3' } as unknown as ArgsOf<'step'>)).toThrow("'pid' must be an integer");
     expect(makeRequest(4, 'step', { pid: 3, tid: 1 })).toEqual({ type: 'request', seq: 4, command: 'step', arguments: { pid: 3, tid: 1 } });
   });
 
@@ -57,7 +58,7 @@ describe('protocol', () => {
 
 describe('thread state', () => {
   const t = (state: string, stopped: any = null) => ({ tid: 1, name: 'main', state, call: null, preds: 0, stopped });
-  const stop = (where: string, call: string | null, result: any = null) => ({ stop_id: 5, pid: 2, tid: 1, reason: 'step', where, call, file: '/x/beam.py', line: 57, result });
+  const stop = (where: StopView['where'], call: string | null, result: any = null): StopView => ({ stop_id: 5, pid: 2, tid: 1, reason: 'step', where, call, file: '/x/beam.py', line: 57, result });
 
   it('offers step/continue only when stopped, pause only when running', () => {
     expect(threadActions(t('running'))).toEqual({ step: false, continue: false, pause: true, override: false });

@@ -1,4 +1,5 @@
 import { SessionModel } from '../session';
+import { distResult } from '../state';
 
 const ev = (event: string, ts: number, body: any) => ({ type: 'event', event, ts, body });
 const stop = (stop_id: number, pid: number, tid: number) => ({
@@ -15,7 +16,7 @@ describe('the sidebar folds the event stream (docs/protocol.md) as session_state
     expect(m.stopList().map(s => s.stop_id)).toEqual([7]);
     expect(m.processes.get(4)!.threads[1].stopped?.stop_id).toBe(7);
     m.apply(ev('overridden', 4, { pid: 4, tid: 2, stop_id: 7, edit: { force: 9 }, result: { kind: 'dist', chosen: { token: 9 } } }));
-    expect(m.stops.get(7)!.result.chosen.token).toBe(9);
+    expect(distResult(m.stops.get(7)!.result)!.chosen.token).toBe(9);
     m.apply(ev('continued', 5, { pid: 4, tid: 2, stop_id: 7, action: 'step_over', stopped_for: 0.1 }));
     expect(m.stopList()).toEqual([]);
     m.apply(ev('thread_exit', 6, { pid: 4, tid: 2, error: null }));

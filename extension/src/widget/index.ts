@@ -14,6 +14,7 @@ import { renderFileDetails, renderTreeSvg } from '../kvtree';
 import { describeStop, primaryStop, statusBadge, STEP_KEYS, stopDist, threadActions } from '../state';
 import { renderTimelineLegend, renderTimelineSvg } from '../timeline';
 import { escapeHtml, renderLanes, renderTokens, renderTopK, showText } from '../tokens';
+import type { AnyCommand, ArgsOf } from '../protocol';
 import { WidgetTransport } from '../transport';
 import { button, h } from './dom';
 import { AnalysisPanels } from './panels';
@@ -151,7 +152,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
 
   const view = () => model.get('view') || {};
 
-  const act = async (command: string, args: Record<string, unknown>) => {
+  const act = async <C extends AnyCommand>(command: C, args: ArgsOf<C>) => {
     if (busy) {
       return;
     }

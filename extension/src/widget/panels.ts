@@ -6,11 +6,12 @@
  */
 
 import { profileThreads, renderProfileTable, renderWhatIf } from '../profile';
+import type { AnyCommand, ArgsOf } from '../protocol';
 import { escapeHtml } from '../tokens';
 import { button, h } from './dom';
 
 export interface PanelHost {
-  request(command: string, args: Record<string, unknown>): Promise<void>;
+  request<C extends AnyCommand>(command: C, args: ArgsOf<C>): Promise<void>;
   error(text: string): void;
   pid(): number | null;
   refresh(): void;
@@ -93,8 +94,13 @@ export class AnalysisPanels {
       this.host.error('what-if: the position must be a whole number >= 1');
       return;
     }
+    const pid = this.host.pid();
+    if (pid === null) {
+      this.host.error('what-if: this widget has no process yet');
+      return;
+    }
     this.wiNote.textContent = RUNNING;
-    const args = { pid: this.host.pid(), tid: Number(this.wiThread.value || 1), position, text, max_tokens: Number(this.wiMax.value) || 12 };
+    const args = { pid, tid: Number(this.wiThread.value || 1), position, text, max_tokens: Number(this.wiMax.value) || 12 };
     await this.host.request('what_if', args);
     this.wiNote.textContent = '';
   }
