@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..debugger.snapshot import DebuggerSnapshot, build_snapshot
 from ..session_state import EVENTS, SessionState
 from .line_breakpoints import LineBreakpoints
 from .lip_files import load_file, resolve_target  # noqa: F401 (cli, embedded and tests import them from here)
@@ -316,35 +317,40 @@ class DebuggerSession(Session):
                 self.model.note_topk(pid, tid, seq, top)
         return self.model.lane(pid, tid, self.text_of)
 
+    def snapshot(self) -> DebuggerSnapshot:
+        """The debugger's state, from the one builder every front-end uses (debugger/snapshot.py)."""
+        return build_snapshot(self.request)
+
+    def _shown_stop(self, s: dict) -> dict:
+        """A stop as the TUI shows it: with the dist its pred gave before any override (`original`)."""
+        self.model.remember_texts(s)
+        rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
+        res = s.get("result") if isinstance(s.get("result"), dict) else {}
+        if (
+            rec is not None
+            and rec.dist is None
+            and s.get("where") == "after"
+            and s.get("call") == "pred"
+            and res.get("kind") == "dist"
+            and (res.get("chosen") or {}).get("by") != "override"
+        ):
+            rec.dist = {**res, "stop_id": s.get("stop_id")}
+        first = rec.dist if rec is not None else None
+        if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
+            return {**s, "original": {k: v for k, v in first.items() if k != "stop_id"}}
+        return s
+
     def state(self) -> dict:
-        procs = self.request("threads", include_done=True)["processes"]
-        stops = [s for s in self.request("stops")["stops"] if self._pass_over(s) is None]
-        for s in stops:
-            self.model.remember_texts(s)
-            rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
-            res = s.get("result") if isinstance(s.get("result"), dict) else {}
-            if (
-                rec is not None
-                and rec.dist is None
-                and s.get("where") == "after"
-                and s.get("call") == "pred"
-                and res.get("kind") == "dist"
-                and (res.get("chosen") or {}).get("by") != "override"
-            ):
-                rec.dist = {**res, "stop_id": s.get("stop_id")}
-            first = rec.dist if rec is not None else None
-            if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
-                s["original"] = {k: v for k, v in first.items() if k != "stop_id"}  # before any override
-        kv = self.request("kv_tree", with_text=True)
-        tl = self.request("timeline", limit=120)
-        bps = self.request("breakpoints")["breakpoints"]
-        pend = self.request("pending_batch")
-        shown_bps = []
-        for b in bps:
+        """The snapshot, with what the TUI adds beside it (see session.py)."""
+        snap = self.snapshot()
+        procs = snap["processes"]
+        stops = [self._shown_stop(s) for s in snap["stops"] if self._pass_over(s) is None]
+        line_bps = []
+        for b in snap["breakpoints"]:
             if b.get("temporary"):
                 continue
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
-            shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
+            line_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
         self._fetch_texts()
         history, locations, tracebacks, results = {}, {}, {}, {}
         for p in procs:
@@ -360,17 +366,12 @@ class DebuggerSession(Session):
             if p.get("status") in ("failed", "cancelled"):
                 tb = self._tracebacks.get(pid) or p.get("traceback") or self._fetch_traceback(pid)
                 tracebacks[pid] = tb or p.get("error") or ""
-        pending = (pend or {}).get("pending")
         return {
-            "processes": procs,
+            **snap,
             "stops": stops,
+            "line_breakpoints": line_bps,
             "history": history,
             "locations": locations,
-            "kv": kv,
-            "timeline": tl,
-            "step_mode": bool((pend or {}).get("scheduler_step_mode")),
-            "next_batch": pending.get("members") if pending else None,
-            "breakpoints": shown_bps,
             "tracebacks": tracebacks,
             "results": {k: v for k, v in results.items() if v is not None},
             "program_file": self.program_file,
