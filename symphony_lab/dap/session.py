@@ -18,6 +18,7 @@ The requests about one stop (stack, scopes, variables, setVariable, evaluate) ar
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -30,10 +31,11 @@ from .capabilities import CAPABILITIES
 from .config import ConfigError, DebugConfig, parse_config
 from .console import ConsoleError
 from .framing import Channel, FramingError
-from .inspect_views import Handles
+from .inspect_views import Handles, sent_text
 from .postmortem import PostMortem, failure_of
 from .stop_requests import StopRequests
 
+log = logging.getLogger(__name__)
 STOP_REASON = {"entry": "entry", "step": "step", "follow": "step", "pause": "pause", "diverged": "exception"}
 
 
@@ -106,8 +108,8 @@ class DapSession:
         if self.backend is not None:
             try:
                 self.backend.close()
-            except Exception:
-                pass
+            except Exception:  # the session ends either way: what the backend failed to let go is logged
+                log.warning("closing the DAP session's backend failed", exc_info=True)
             self.backend = None
 
     def request(self, command: str, **arguments: Any) -> Any:
@@ -314,8 +316,8 @@ class DapSession:
     def _quietly(self, command: str, **arguments: Any) -> None:
         try:
             self.request(command, **arguments)
-        except Exception:
-            pass  # the thread was resumed or ended meanwhile
+        except (BackendError, TimeoutError) as e:  # the thread was resumed or ended meanwhile
+            log.debug("%s %s: %s", command, arguments, e)
 
     def _on_debugger_event(self, msg: dict) -> None:
         name, b = msg.get("event"), msg.get("body") or {}
@@ -341,23 +343,9 @@ class DapSession:
         elif name in ("thread_start", "thread_exit") and isinstance(tid, int):
             self.channel.event("thread", {"reason": "started" if name == "thread_start" else "exited", "threadId": tid})
         elif name == "syscall_enter" and b.get("call") == "send":
-            self.output(self._sent_text((b.get("args") or {}).get("value")) + "\n", "stdout")
+            self.output(sent_text((b.get("args") or {}).get("value")) + "\n", "stdout")
         elif name == "process_exit":
             self._on_exit(b)
-
-    @staticmethod
-    def _sent_text(value: Any) -> str:
-        """`send`'s event carries the message's repr: a string is shown as itself."""
-        if isinstance(value, str) and value[:1] in "'\"":
-            try:
-                import ast
-
-                v = ast.literal_eval(value)
-                if isinstance(v, str):
-                    return v
-            except (ValueError, SyntaxError):
-                pass
-        return str(value)
 
     def _replay_arrived(self, b: dict) -> None:
         """The step back's replay stopped where it was sent: it is the program from now on."""
@@ -425,7 +413,8 @@ class DapSession:
         self.stops.clear()
         try:
             res = self.request("wait_process", pid=self.pid, timeout=10)
-        except Exception:
+        except (BackendError, TimeoutError) as e:  # said from the exit event alone
+            log.warning("no result for process %s: %s", self.pid, e)
             res = {"status": b.get("status"), "result": None, "error": b.get("error")}
         if res.get("status") == "finished":
             self.output(f"{self.cfg.program if self.cfg else 'program'} returned {json.dumps(res.get('result'))}\n")

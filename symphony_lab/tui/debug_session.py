@@ -19,17 +19,22 @@ debugger/stepping.py). Two things the TUI adds on top, through the same commands
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..debugger.errors import DebuggerError
 from ..debugger.snapshot import DebuggerSnapshot, build_snapshot
 from ..session_state import EVENTS, SessionState
 from .line_breakpoints import LineBreakpoints
 from .lip_files import load_file, resolve_target  # noqa: F401 (cli, embedded and tests import them from here)
+from .reactions import Notices, Reactor
 from .recorded_tops import RecordedTops
 from .session import Session, SessionError
 from .session_profile import stop_session_profiles
+
+log = logging.getLogger(__name__)
 
 
 class DebuggerSession(Session):
@@ -85,10 +90,9 @@ class DebuggerSession(Session):
         self._replaying: set[int] = set()  # step-back replays on their way to the target pred
         self._backing = 0
         self._unsub: Callable[[], None] | None = None
-        self._reactions: list[Callable[[], None]] = []
-        self._react_cv = threading.Condition()
+        self.notices = Notices()  # what failed out of sight, shown with the next state
+        self._reactor = Reactor(self._sync, self.notices)
         self._closed = False
-        self._reactor: threading.Thread | None = None
 
     # --- the protocol ---------------------------------------------------------------------------
     def request(self, command: str, **arguments: Any) -> Any:
@@ -114,12 +118,10 @@ class DebuggerSession(Session):
         if self._remote:
             try:
                 self.dbg.set_event_filter(EVENTS)
-            except Exception:
-                pass
+            except (DebuggerError, TimeoutError, OSError) as e:  # an older server, or a slow one: every event comes
+                log.warning("could not narrow the debugger's event stream: %s: %s", type(e).__name__, e)
         self._unsub = self.dbg.subscribe(self._on_event, EVENTS)
-        if not self._sync:
-            self._reactor = threading.Thread(target=self._react_loop, name="symphony-lab-tui-react", daemon=True)
-            self._reactor.start()
+        self._reactor.start()
         self.request("initialize")
         try:
             self.request("record", enabled=True)  # every launch recorded: step back needs it
@@ -157,8 +159,7 @@ class DebuggerSession(Session):
         if self._closed:
             return
         self._closed = True
-        with self._react_cv:
-            self._react_cv.notify_all()
+        self._reactor.close()
         if self._unsub is not None:
             self._unsub()
         stop_session_profiles(self)
@@ -166,31 +167,6 @@ class DebuggerSession(Session):
             self._on_close()
 
     # --- events ---------------------------------------------------------------------------------
-    def _react(self, fn: Callable[[], None]) -> None:
-        """Run a follow-up command: inline in-process, on the reactor thread when remote (the
-        event arrives on the connection's reader, which must not wait for a response)."""
-        if self._sync:
-            try:
-                fn()
-            except Exception:
-                pass
-            return
-        with self._react_cv:
-            self._reactions.append(fn)
-            self._react_cv.notify()
-
-    def _react_loop(self) -> None:
-        while not self._closed:
-            with self._react_cv:
-                while not self._reactions and not self._closed:
-                    self._react_cv.wait(0.2)
-                todo, self._reactions = self._reactions, []
-            for fn in todo:
-                try:
-                    fn()
-                except Exception:
-                    pass
-
     @property
     def version(self) -> int:
         return self.model.version
@@ -230,7 +206,8 @@ class DebuggerSession(Session):
             return None
         try:
             tb = self._traceback_of(pid)
-        except Exception:
+        except Exception as e:  # a helper the caller gave: whatever it raises, the traceback is not to be had
+            log.warning("no traceback for process %s: %s: %s", pid, type(e).__name__, e)
             return None
         if tb:
             self._tracebacks[pid] = tb
@@ -259,7 +236,9 @@ class DebuggerSession(Session):
             self._replaying.discard(pid)  # the step-back target (or where the replay went live)
         action = self._pass_over(b)
         if action is not None:  # "continue", or the step in flight
-            self._react(lambda: self._resume_quietly(pid, tid, action))
+            self._reactor.submit(
+                f"{action} past stop {b.get('stop_id')}", lambda: self._resume_quietly(pid, tid, action)
+            )
             return
         if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
             self._stepping = {k: c for k, c in self._stepping.items() if k[0] != pid}
@@ -274,8 +253,8 @@ class DebuggerSession(Session):
         """Resume a passed-over stop ("continue", or a step command); a stop gone meanwhile is fine."""
         try:
             self.request(command, pid=pid, tid=tid)
-        except SessionError:
-            pass
+        except SessionError as e:
+            log.debug("passing over a stop of %s.%s: %s", pid, tid, e)
 
     # --- the snapshot ---------------------------------------------------------------------------
     def _fetch_texts(self) -> None:
@@ -298,7 +277,8 @@ class DebuggerSession(Session):
         if t is None and self._token_text is not None:
             try:
                 t = self._token_text(tok)
-            except Exception:
+            except Exception as e:  # a helper the caller gave (a tokenizer): the id is shown instead
+                log.warning("no text for token %s: %s: %s", tok, type(e).__name__, e)
                 t = None
             if t is not None:
                 self.model.texts[tok] = t
@@ -368,6 +348,7 @@ class DebuggerSession(Session):
                 tracebacks[pid] = tb or p.get("error") or ""
         return {
             **snap,
+            "notices": self.notices.take(),
             "stops": stops,
             "line_breakpoints": line_bps,
             "history": history,
