@@ -187,20 +187,34 @@ def test_tui_pilot(engine, case):
     assert seen == case.landings
 
 
-@pytest.mark.parametrize(
-    "case", [c for c in CASES if not c.breakpoints], ids=[c.name for c in CASES if not c.breakpoints]
-)
+def dap_source_breakpoints(bp: dict, path: str) -> list[dict]:
+    """A case's breakpoint (`set_breakpoint` arguments: a syscall and conditions) as DAP source
+    breakpoints: one on each line of `path` that calls the syscall, with the other conditions as
+    its `condition` expression (the same condition, evaluated by the adapter)."""
+    condition = " and ".join(f"{k} == {v!r}" for k, v in sorted(bp.items()) if k != "call")
+    with open(path) as f:
+        lines = [n for n, text in enumerate(f, 1) if f"sym.{bp['call']}(" in text]
+    return [{"line": n, **({"condition": condition} if condition else {})} for n in lines]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_dap_adapter(engine, case):
     """The DAP adapter (`stepIn`): each step's landing is the `stopped` event without
     `preserveFocusHint`; a thread held meanwhile (a spawned thread at its first pred) is reported
-    with the hint, so the editor's focus stays where the step landed. (The breakpoint case needs
-    a per-thread syscall breakpoint, which DAP's function breakpoints do not carry.)"""
+    with the hint, so the editor's focus stays where the step landed. The breakpoint case sets
+    source breakpoints on the lines that call its syscall, the thread as their condition
+    (`tid == 2`): the main thread's stop at its own such line, ruled out by the condition, does
+    not end the step it carries."""
     from tests.test_dap import dap
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_lips.py")
     with dap(engine) as c:
         c.request("launch", {"program": f"{path}:{case.lip}", "stopOnEntry": True})
         c.event("initialized")
+        if case.breakpoints:
+            specs = [s for bp in case.breakpoints for s in dap_source_breakpoints(bp, path)]
+            r = c.request("setBreakpoints", {"source": {"path": path}, "breakpoints": specs})
+            assert len(specs) > 1 and all(b["verified"] for b in r["body"]["breakpoints"]), r
         c.request("configurationDone")
         ev = c.event("stopped", reason="entry")["body"]
         seen = [(ev["threadId"], None, "entry", "entry")]

@@ -55,6 +55,7 @@ class DapSession:
         self.cfg: DebugConfig | None = None
         self.pid: int | None = None
         self.stops: dict[int, dict] = {}  # tid -> the debugger's stop the editor was shown
+        self._hits: dict[int, list[int]] = {}  # tid -> the breakpoints its stop hit
         self.last_dist: dict[int, tuple[dict, int]] = {}  # tid -> (its last pred's top-k view, preds)
         self.handles = Handles()
         self.bps = Breakpoints(self.request)
@@ -358,21 +359,25 @@ class DapSession:
         for). `back`: the stop a step back was heading for (the replay's temporary breakpoint)."""
         tid = b["tid"]
         reasons = ["step"] if back else b.get("reasons") or [b.get("reason")]
+        known = (self.stops.get(tid) or {}).get("stop_id") == b.get("stop_id")  # re-announced: a join landed on it
+        if known and self._stepping is None:
+            self.stops[tid] = b  # shown already, and no step in flight to land on it: the focus is there
+            return
         if "entry" in reasons and self._entry_pending:
             self._entry_pending = False
             if self.cfg is not None and not self.cfg.stop_on_entry:
                 self._quietly("continue", pid=self.pid, tid=tid)
                 return
-        hit: list[int] = []
-        if "breakpoint" in reasons:
+        hit: list[int] = self._hits.get(tid, []) if known else []
+        if "breakpoint" in reasons and not known:
             path = self.backend.local_path(b.get("file")) if self.backend else None
             hit, errors = self.bps.decide(b, path, lambda: self.stop_requests.condition_namespace(b))
             for e in errors:
                 self.output(e + "\n", "stderr")
-            if not hit and reasons == ["breakpoint"]:
-                self._quietly("continue", pid=self.pid, tid=tid)
+            if not hit and reasons == ["breakpoint"]:  # ruled out: as if it had not stopped (a step goes on)
+                self._quietly("continue", pid=self.pid, tid=tid, keep_step=True)
                 return
-        self.stops[tid] = b
+        self.stops[tid], self._hits[tid] = b, hit
         res = b.get("result")
         if isinstance(res, dict) and res.get("kind") == "dist":  # a join's result is the thread's value
             self.last_dist[tid] = (res, int(b.get("preds") or 0))

@@ -250,9 +250,10 @@ class DebuggerSession(Session):
                 self.pids.append(pid)
 
     def _resume_quietly(self, pid: int, tid: int, command: str) -> None:
-        """Resume a passed-over stop ("continue", or a step command); a stop gone meanwhile is fine."""
+        """Resume a passed-over stop ("continue": as if it had not stopped, so a step the thread
+        carries goes on; or a step command); a stop gone meanwhile is fine."""
         try:
-            self.request(command, pid=pid, tid=tid)
+            self.request(command, pid=pid, tid=tid, **({"keep_step": True} if command == "continue" else {}))
         except SessionError as e:
             log.debug("passing over a stop of %s.%s: %s", pid, tid, e)
 
