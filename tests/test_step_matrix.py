@@ -99,6 +99,25 @@ def test_every_pred_of_the_issue_program_is_a_stop(dbg):
     assert preds == {1: 1, 2: 4, 3: 4}
 
 
+def test_keep_step_passes_over_a_stop_and_the_step_goes_on(dbg):
+    """`continue` with `keep_step` (how the TUI and the DAP adapter pass over a stop their own
+    breakpoint rule excludes): the stepped thread goes on as if it had not stopped there, and the
+    step it carries lands where it would have; a plain `continue` ends the step."""
+    for keep, landed in ((True, (1, "pred", "after", "step")), (False, (2, "kv_create", "before", "breakpoint"))):
+        pid = dbg.launch("tests.step_lips:helper_first", stop_on_entry=True)["pid"]
+        dbg.wait_stopped(pid, timeout=60)
+        bp = dbg.set_breakpoint("kv_create", pid=pid)
+        r = dbg.step(pid, 1)
+        s = dbg.wait_stopped(pid, timeout=60, after=r["after"], step=r["step"])
+        assert landing(s) == (1, "kv_create", "before", "breakpoint")
+        dbg.continue_(pid, 1, keep_step=keep)
+        s = dbg.wait_stopped(pid, timeout=60, after=s["stop_id"])
+        assert landing(s) == landed and (s["step"] == r["step"]) == keep
+        dbg.remove_breakpoint(bp["id"])
+        dbg.continue_(pid)
+        assert dbg.wait_process(pid, timeout=60)["status"] == "finished"
+
+
 @pytest.fixture(scope="module")
 def lab(engine):
     from symphony_lab.lab import Lab
