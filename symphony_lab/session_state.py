@@ -19,6 +19,7 @@ The TypeScript sidebar mirrors the same schema (extension/src/state.ts).
 from __future__ import annotations
 
 import ast
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from typing import Any
 
 # EVENTS, re-exported: the events the model folds (a front-end subscribes to these) are the protocol's
 from .debugger.protocol import EVENTS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -170,8 +173,8 @@ class SessionState:
         for fn in listeners:
             try:
                 fn(name, b)
-            except Exception:
-                pass
+            except Exception:  # one front-end's listener failing must not keep the event from the others
+                log.warning("a session-state listener failed on a %r event", name, exc_info=True)
 
     def _on_stopped(self, b: dict) -> None:
         self.remember_texts(b)

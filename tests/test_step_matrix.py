@@ -99,6 +99,25 @@ def test_every_pred_of_the_issue_program_is_a_stop(dbg):
     assert preds == {1: 1, 2: 4, 3: 4}
 
 
+def test_keep_step_passes_over_a_stop_and_the_step_goes_on(dbg):
+    """`continue` with `keep_step` (how the TUI and the DAP adapter pass over a stop their own
+    breakpoint rule excludes): the stepped thread goes on as if it had not stopped there, and the
+    step it carries lands where it would have; a plain `continue` ends the step."""
+    for keep, landed in ((True, (1, "pred", "after", "step")), (False, (2, "kv_create", "before", "breakpoint"))):
+        pid = dbg.launch("tests.step_lips:helper_first", stop_on_entry=True)["pid"]
+        dbg.wait_stopped(pid, timeout=60)
+        bp = dbg.set_breakpoint("kv_create", pid=pid)
+        r = dbg.step(pid, 1)
+        s = dbg.wait_stopped(pid, timeout=60, after=r["after"], step=r["step"])
+        assert landing(s) == (1, "kv_create", "before", "breakpoint")
+        dbg.continue_(pid, 1, keep_step=keep)
+        s = dbg.wait_stopped(pid, timeout=60, after=s["stop_id"])
+        assert landing(s) == landed and (s["step"] == r["step"]) == keep
+        dbg.remove_breakpoint(bp["id"])
+        dbg.continue_(pid)
+        assert dbg.wait_process(pid, timeout=60)["status"] == "finished"
+
+
 @pytest.fixture(scope="module")
 def lab(engine):
     from symphony_lab.lab import Lab
@@ -187,20 +206,34 @@ def test_tui_pilot(engine, case):
     assert seen == case.landings
 
 
-@pytest.mark.parametrize(
-    "case", [c for c in CASES if not c.breakpoints], ids=[c.name for c in CASES if not c.breakpoints]
-)
+def dap_source_breakpoints(bp: dict, path: str) -> list[dict]:
+    """A case's breakpoint (`set_breakpoint` arguments: a syscall and conditions) as DAP source
+    breakpoints: one on each line of `path` that calls the syscall, with the other conditions as
+    its `condition` expression (the same condition, evaluated by the adapter)."""
+    condition = " and ".join(f"{k} == {v!r}" for k, v in sorted(bp.items()) if k != "call")
+    with open(path) as f:
+        lines = [n for n, text in enumerate(f, 1) if f"sym.{bp['call']}(" in text]
+    return [{"line": n, **({"condition": condition} if condition else {})} for n in lines]
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_dap_adapter(engine, case):
     """The DAP adapter (`stepIn`): each step's landing is the `stopped` event without
     `preserveFocusHint`; a thread held meanwhile (a spawned thread at its first pred) is reported
-    with the hint, so the editor's focus stays where the step landed. (The breakpoint case needs
-    a per-thread syscall breakpoint, which DAP's function breakpoints do not carry.)"""
+    with the hint, so the editor's focus stays where the step landed. The breakpoint case sets
+    source breakpoints on the lines that call its syscall, the thread as their condition
+    (`tid == 2`): the main thread's stop at its own such line, ruled out by the condition, does
+    not end the step it carries."""
     from tests.test_dap import dap
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_lips.py")
     with dap(engine) as c:
         c.request("launch", {"program": f"{path}:{case.lip}", "stopOnEntry": True})
         c.event("initialized")
+        if case.breakpoints:
+            specs = [s for bp in case.breakpoints for s in dap_source_breakpoints(bp, path)]
+            r = c.request("setBreakpoints", {"source": {"path": path}, "breakpoints": specs})
+            assert len(specs) > 1 and all(b["verified"] for b in r["body"]["breakpoints"]), r
         c.request("configurationDone")
         ev = c.event("stopped", reason="entry")["body"]
         seen = [(ev["threadId"], None, "entry", "entry")]

@@ -368,7 +368,7 @@ def test_line_breakpoint_step_back_and_scheduler_step_mode(engine, monkeypatch):
 
             # Remove the breakpoint (the cursor follows the stopped line), then batch step mode.
             await pilot.press("1", "b")
-            await wait_until(pilot, lambda: not app.state.get("breakpoints"), "the breakpoint to go")
+            await wait_until(pilot, lambda: not app.state.get("line_breakpoints"), "the breakpoint to go")
             await pilot.press("m")
             await wait_until(pilot, lambda: app.state.get("step_mode"), "step mode")
             await pilot.press("c")

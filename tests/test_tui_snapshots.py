@@ -119,7 +119,7 @@ def normalize(state: dict, root: str) -> dict:
     pf = st.get("program_file")
     if pf and os.path.isabs(pf):
         st["program_file"] = os.path.relpath(pf, root)
-    for b in st.get("breakpoints", []):
+    for b in st.get("line_breakpoints", []):
         if b.get("source") and os.path.isabs(b["source"]):
             b["source"] = os.path.relpath(b["source"], root)
     st["sources"] = {}
@@ -132,6 +132,7 @@ def normalize(state: dict, root: str) -> dict:
             with open(os.path.join(root, f)) as fh:
                 st["sources"][f] = fh.read()
     st.pop("version", None)
+    st.pop("ts", None)
     return st
 
 
@@ -146,7 +147,7 @@ def absolutize(state: dict, root: str) -> dict:
         s["file"] = fix(s.get("file"))
     for loc in state.get("locations", {}).values():
         loc["file"] = fix(loc.get("file"))
-    for b in state.get("breakpoints", []):
+    for b in state.get("line_breakpoints", []):
         b["source"] = fix(b.get("source"))
     state["sources"] = {fix(k): v for k, v in state.get("sources", {}).items()}
     return state
@@ -275,7 +276,7 @@ def test_recorded_state_is_what_the_snapshots_claim(recorded_state):
     assert stop["result"]["chosen"]["by"] == "override"
     toks = st["history"][f"{stop['pid']}.{stop['tid']}"]["tokens"]
     assert any(t.get("overridden") for t in toks)
-    assert any(f.get("shared_pages") for f in st["kv"]["files"])
+    assert any(f.get("shared_pages") for f in st["kv_tree"]["files"])
     assert st["timeline"]["batches"]
 
 

@@ -6,7 +6,8 @@ in this process or on a `symphony serve --plugin debugger` server, and speaks DA
     framing.py        Content-Length frames on stdio or a socket
     config.py         a launch / attach configuration, checked
     backend.py        the debugger: in-process (an Engine) or remote (a server)
-    session.py        one session: the requests, execution control, the debugger's events as DAP events
+    session.py        one session: the requests, execution control
+    stop_events.py    the debugger's events as DAP events: stops shown or passed over, step landings
     stop_requests.py  stack, scopes, variables, setVariable, evaluate at a stop
     inspect_views.py  the stack frames and the Locals / Model / KV variables
     breakpoints.py    source, function (syscall) breakpoints: conditions and hit counts

@@ -9,12 +9,16 @@ backend maps that name back to the local file the editor opened.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from ..debugger.errors import DebuggerError
 from .config import ConfigError, DebugConfig
+
+log = logging.getLogger(__name__)
 
 DEBUG_PATH = "/v1/debug"
 # the debugger events the adapter turns into DAP events
@@ -134,8 +138,8 @@ class InProcessBackend(Backend):
         for pid in pids:  # a shared engine goes on: end what this session started
             try:
                 self.dbg.process(pid).cancel("the debug session ended")
-            except Exception:
-                pass
+            except DebuggerError:  # it ended, and the runtime let it go
+                log.debug("process %s was gone already", pid)
         if self._own_engine:
             self.engine.shutdown()
 
@@ -177,8 +181,8 @@ class RemoteBackend(Backend):
     def subscribe(self, fn: Callable[[dict], None]) -> Callable[[], None]:
         try:
             self.dbg.set_event_filter(EVENTS)
-        except Exception:
-            pass
+        except (DebuggerError, TimeoutError, OSError) as e:  # an older server, or a slow one: every event comes
+            log.warning("could not narrow the debugger's event stream: %s: %s", type(e).__name__, e)
         return self.dbg.subscribe(fn, EVENTS)
 
     def launch(self) -> int:

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import ast
 import itertools
+import logging
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .backend import BackendError
+
+log = logging.getLogger(__name__)
 
 _SYSCALL_ON_LINE = re.compile(r"\bsym\.(\w+)\s*\(")
 _HIT = re.compile(r"^\s*(==|>=|%)?\s*(\d+)\s*$")
@@ -160,8 +165,8 @@ class Breakpoints:
         if bp.debugger_id is not None:
             try:
                 self.request("remove_breakpoint", id=bp.debugger_id)
-            except Exception:
-                pass  # gone with its process
+            except (BackendError, TimeoutError) as e:  # gone with its process
+                log.debug("breakpoint %s was gone already: %s", bp.debugger_id, e)
             bp.debugger_id = None
 
     def bind(self, pid: int) -> None:

@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from .backend import BackendError
 from .inspect_views import token_repr, token_value
 
 HELP = __doc__.split("\n\n", 1)[1].split("\n\nAnything", 1)[0]
@@ -89,8 +90,8 @@ class Console:
     def _dist(self, pid, tid, k: int | None, quiet: bool = False) -> dict | None:
         try:
             return self.request("dist", pid=pid, tid=tid, **({"k": k} if k else {}))
-        except Exception as e:
-            if quiet:
+        except (BackendError, TimeoutError) as e:
+            if quiet:  # the caller shows the stop without its distribution
                 return None
             raise ConsoleError(str(e)) from None
 

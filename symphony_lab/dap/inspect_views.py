@@ -9,6 +9,7 @@ Every `variablesReference` and frame id handed out here is valid until the progr
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -77,6 +78,18 @@ def token_repr(text: str) -> str:
 def token_value(t: dict) -> str:
     """`" Paris"  id 6342  p=0.6231` for one token view of the debugger (token, text, p)."""
     return f"{token_repr(t.get('text') or '')}  id {t.get('token')}  p={float(t.get('p') or 0.0):.4f}"
+
+
+def sent_text(value: Any) -> str:
+    """A `send` event's value (the message's repr) as the program's output: a string as itself."""
+    if isinstance(value, str) and value[:1] in "'\"":
+        try:
+            v = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+        if isinstance(v, str):
+            return v
+    return str(value)
 
 
 def syscall_label(stop: dict) -> str:
@@ -235,6 +248,7 @@ __all__ = [
     "kv_variables",
     "locals_variables",
     "model_variables",
+    "sent_text",
     "syscall_label",
     "token_repr",
     "token_value",

@@ -5,10 +5,15 @@ filter on, the session stops once more on the failed program: its traceback is t
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .backend import BackendError
+
+log = logging.getLogger(__name__)
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 LIMIT_MARKERS = ("LimitExceeded", "limit of", "quota of")
@@ -50,8 +55,8 @@ def failure_of(result: dict, request: Callable[..., Any], pid: int) -> PostMorte
         for p in request("threads", include_done=True)["processes"]:
             if p["pid"] == pid:
                 tb = p.get("traceback") or ""
-    except Exception:
-        pass
+    except (BackendError, TimeoutError) as e:  # the post-mortem still says what failed, without the stack
+        log.warning("no traceback for process %s: %s", pid, e)
     last = next((ln for ln in reversed(tb.strip().splitlines()) if ln and not ln.startswith(" ")), "")
     m = re.search(r"failed: (\w+):", message)
     error_type = m.group(1) if m else (last.split(":", 1)[0].rsplit(".", 1)[-1] if ":" in last else "LIPError")

@@ -12,18 +12,19 @@ editor. The mapping (docs/ide.md):
   new process stopped after an earlier pred (or on entry);
 - stops on breakpoints that a condition, hit count or line rules out are resumed here at once.
 
-The requests about one stop (stack, scopes, variables, setVariable, evaluate) are in stop_requests.py.
+The requests about one stop (stack, scopes, variables, setVariable, evaluate) are in
+stop_requests.py; the debugger's events become DAP events in stop_events.py, which shares the
+session's state through its public attributes (the stops shown, the step in flight, …).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..debugger.stepping import lands_on
 from .backend import Backend, BackendError, make_backend
 from .breakpoints import Breakpoints
 from .capabilities import CAPABILITIES
@@ -31,10 +32,11 @@ from .config import ConfigError, DebugConfig, parse_config
 from .console import ConsoleError
 from .framing import Channel, FramingError
 from .inspect_views import Handles
-from .postmortem import PostMortem, failure_of
+from .postmortem import PostMortem
+from .stop_events import StopEvents
 from .stop_requests import StopRequests
 
-STOP_REASON = {"entry": "entry", "step": "step", "follow": "step", "pause": "pause", "diverged": "exception"}
+log = logging.getLogger(__name__)
 
 
 class RequestError(Exception):
@@ -59,17 +61,17 @@ class DapSession:
         self.postmortem: PostMortem | None = None
         self._inbox: queue.Queue = queue.Queue()
         self._unsub: Callable[[], None] | None = None
-        self._entry_pending = False
-        self._backing_from: set[int] = set()  # processes a step back replaced (their exit is not the end)
-        self._replay_pid: int | None = None
-        self._requested: set[int] = set()  # tids the editor resumed itself (no `continued` event for them)
-        self._stepping: tuple[int, dict] | None = None  # the step in flight: (tid, its answer: after, step)
-        self._landed_steps: set[int] = set()  # steps whose landing was shown
-        self._step_asked = 0  # step requests sent and not yet answered
-        self._ended = False
-        self._status: str | None = None  # the program's, once it ended
+        self.entry_pending = False
+        self.backing_from: set[int] = set()  # processes a step back replaced (their exit is not the end)
+        self.replay_pid: int | None = None
+        self.requested: set[int] = set()  # tids the editor resumed itself (no `continued` event for them)
+        self.stepping: tuple[int, dict] | None = None  # the step in flight: (tid, its answer: after, step)
+        self.step_asked = 0  # step requests sent and not yet answered
+        self.ended = False
+        self.status: str | None = None  # the program's, once it ended
         self._done = False
         self.stop_requests = StopRequests(self)
+        self.events = StopEvents(self)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -83,7 +85,7 @@ class DapSession:
                 if kind == "request":
                     self._dispatch(msg)
                 else:
-                    self._on_debugger_event(msg)
+                    self.events.on_event(msg)
             except Exception as e:  # a bug here must not take the editor's session down
                 self.output(f"symphony-lab dap: internal error: {type(e).__name__}: {e}\n", "stderr")
         self._shutdown()
@@ -106,8 +108,8 @@ class DapSession:
         if self.backend is not None:
             try:
                 self.backend.close()
-            except Exception:
-                pass
+            except Exception:  # the session ends either way: what the backend failed to let go is logged
+                log.warning("closing the DAP session's backend failed", exc_info=True)
             self.backend = None
 
     def request(self, command: str, **arguments: Any) -> Any:
@@ -172,7 +174,7 @@ class DapSession:
         if self.cfg is None or self.backend is None:
             raise RequestError("configurationDone before launch or attach")
         if self.cfg.request == "launch" and self.pid is None:
-            self._entry_pending = True
+            self.entry_pending = True
             self.pid = self.backend.launch()
             self.bps.bind(self.pid)
 
@@ -216,7 +218,7 @@ class DapSession:
         }
 
     def _resumed(self, tids: list[int]) -> None:
-        self._requested.update(tids)
+        self.requested.update(tids)
         for t in tids:
             self.stops.pop(t, None)
         self.handles.reset()
@@ -237,16 +239,16 @@ class DapSession:
         return {"allThreadsContinued": True}
 
     def after_continue(self, args: dict) -> None:
-        if self.postmortem is None and self._ended:
-            self._finish()
+        if self.postmortem is None and self.ended:
+            self.events.finish()
 
     def _step(self, args: dict, command: str) -> None:
         tid = self._stopped_tid(args)
-        self._step_asked += 1  # its landing may come before the answer (a held thread it lands on at once)
+        self.step_asked += 1  # its landing may come before the answer (a held thread it lands on at once)
         try:
-            self._stepping = (tid, self.request(command, pid=self.pid, tid=tid))
+            self.stepping = (tid, self.request(command, pid=self.pid, tid=tid))
         finally:
-            self._step_asked -= 1
+            self.step_asked -= 1
         self._resumed([tid])
 
     def on_next(self, args: dict) -> None:
@@ -264,13 +266,13 @@ class DapSession:
     def _back(self, tid: int, steps: int) -> None:
         assert self.pid is not None
         old = self.pid
-        self._backing_from.add(old)
+        self.backing_from.add(old)
         try:
             r = self.request("step_back", pid=old, tid=tid, steps=steps)
         except Exception:
-            self._backing_from.discard(old)
+            self.backing_from.discard(old)
             raise
-        self._replay_pid = r["pid"]
+        self.replay_pid = r["pid"]
         self._resumed(list(self.stops))
 
     def on_stepBack(self, args: dict) -> None:
@@ -286,14 +288,14 @@ class DapSession:
         self._back(tid, steps)
 
     def on_terminate(self, args: dict) -> None:
-        if self.backend is not None and self.pid is not None and not self._ended:
+        if self.backend is not None and self.pid is not None and not self.ended:
             self.backend.cancel(self.pid)
 
     def on_disconnect(self, args: dict) -> None:
         """A launched program ends with the session (unless `terminateDebuggee` is false); an
         attached one runs on, its breakpoints removed and its stopped threads resumed."""
         self._done = True
-        if self.backend is None or self.pid is None or self._ended:
+        if self.backend is None or self.pid is None or self.ended:
             return
         assert self.cfg is not None
         self.bps.unbind()
@@ -303,7 +305,7 @@ class DapSession:
             except BackendError as e:
                 raise RequestError(f"disconnected, but the program still runs: {e}") from None
         else:
-            self._quietly("continue", pid=self.pid)
+            self.quietly("continue", pid=self.pid)
 
     def on_exceptionInfo(self, args: dict) -> dict:
         if self.postmortem is None:
@@ -311,140 +313,11 @@ class DapSession:
         return self.postmortem.info()
 
     # ------------------------------------------------------------------ the debugger's events
-    def _quietly(self, command: str, **arguments: Any) -> None:
+    def quietly(self, command: str, **arguments: Any) -> None:
         try:
             self.request(command, **arguments)
-        except Exception:
-            pass  # the thread was resumed or ended meanwhile
-
-    def _on_debugger_event(self, msg: dict) -> None:
-        name, b = msg.get("event"), msg.get("body") or {}
-        pid, tid = b.get("pid"), b.get("tid")
-        if name == "stopped" and pid is not None and pid == self._replay_pid:
-            self._replay_arrived(b)
-            self._on_stop(b, back=True)
-            return
-        if name == "replay_diverged" and pid in (self.pid, self._replay_pid):
-            self.output(
-                f"the replay of thread {tid} diverged from the recording ({b.get('why')}): it runs live from here\n"
-            )
-        if pid != self.pid or self.pid is None or pid in self._backing_from:
-            return  # another process, or the one a step back replaces (its threads' ends are not news)
-        if name == "stopped":
-            self._on_stop(b)
-        elif name == "continued":
-            if tid in self._requested:
-                self._requested.discard(tid)
-            elif self.stops.pop(tid, None) is not None:
-                self.handles.reset()
-                self.channel.event("continued", {"threadId": tid, "allThreadsContinued": False})
-        elif name in ("thread_start", "thread_exit") and isinstance(tid, int):
-            self.channel.event("thread", {"reason": "started" if name == "thread_start" else "exited", "threadId": tid})
-        elif name == "syscall_enter" and b.get("call") == "send":
-            self.output(self._sent_text((b.get("args") or {}).get("value")) + "\n", "stdout")
-        elif name == "process_exit":
-            self._on_exit(b)
-
-    @staticmethod
-    def _sent_text(value: Any) -> str:
-        """`send`'s event carries the message's repr: a string is shown as itself."""
-        if isinstance(value, str) and value[:1] in "'\"":
-            try:
-                import ast
-
-                v = ast.literal_eval(value)
-                if isinstance(v, str):
-                    return v
-            except (ValueError, SyntaxError):
-                pass
-        return str(value)
-
-    def _replay_arrived(self, b: dict) -> None:
-        """The step back's replay stopped where it was sent: it is the program from now on."""
-        self.pid, self._replay_pid = b["pid"], None
-        self.stops.clear()
-        self.bps.bind(self.pid)
-
-    def _on_stop(self, b: dict, back: bool = False) -> None:
-        """Show the editor stop `b`, or resume it here (a breakpoint ruled out, an entry not asked
-        for). `back`: the stop a step back was heading for (the replay's temporary breakpoint)."""
-        tid = b["tid"]
-        reasons = ["step"] if back else b.get("reasons") or [b.get("reason")]
-        if "entry" in reasons and self._entry_pending:
-            self._entry_pending = False
-            if self.cfg is not None and not self.cfg.stop_on_entry:
-                self._quietly("continue", pid=self.pid, tid=tid)
-                return
-        hit: list[int] = []
-        if "breakpoint" in reasons:
-            path = self.backend.local_path(b.get("file")) if self.backend else None
-            hit, errors = self.bps.decide(b, path, lambda: self.stop_requests.condition_namespace(b))
-            for e in errors:
-                self.output(e + "\n", "stderr")
-            if not hit and reasons == ["breakpoint"]:
-                self._quietly("continue", pid=self.pid, tid=tid)
-                return
-        self.stops[tid] = b
-        res = b.get("result")
-        if isinstance(res, dict) and res.get("kind") == "dist":  # a join's result is the thread's value
-            self.last_dist[tid] = (res, int(b.get("preds") or 0))
-        # Another thread's stop resumes nothing: the handles given out for the threads already stopped stay
-        # valid (DAP's references live while execution is suspended); only this thread's stack is new.
-        self.stop_requests.forget(tid)
-        functions = {bp.id for bp in self.bps.functions}
-        if hit:
-            reason = "function breakpoint" if set(hit) <= functions else "breakpoint"
-        else:
-            reason = next((STOP_REASON[r] for r in reasons if r in STOP_REASON), "pause")
-        body: dict[str, Any] = {
-            "reason": reason,
-            "threadId": tid,
-            "allThreadsStopped": False,
-            "description": "on entry" if b.get("where") == "entry" else f"{b.get('where')} {b.get('call')}",
-        }
-        if hit:
-            body["hitBreakpointIds"] = hit
-        step, own = self._stepping, b.get("step")
-        if step is not None and not lands_on(b, step[1], step[0]):
-            body["preserveFocusHint"] = True  # another thread held meanwhile, not where the step landed
-        elif step is not None:
-            self._stepping = None
-            if own is not None:
-                self._landed_steps.add(own)
-        elif own is not None and own in self._landed_steps and not self._step_asked:
-            # A step into spawned threads stops each at its first pred: the first to stop was the
-            # landing; its siblings stop later under the same step and must not take the focus.
-            body["preserveFocusHint"] = True
-        if "diverged" in reasons:
-            body["text"] = "the replay diverged from the recording: the thread runs live from here"
-        self.channel.event("stopped", body)
-
-    def _on_exit(self, b: dict) -> None:
-        assert self.backend is not None and self.pid is not None
-        self._ended = True
-        self.stops.clear()
-        try:
-            res = self.request("wait_process", pid=self.pid, timeout=10)
-        except Exception:
-            res = {"status": b.get("status"), "result": None, "error": b.get("error")}
-        if res.get("status") == "finished":
-            self.output(f"{self.cfg.program if self.cfg else 'program'} returned {json.dumps(res.get('result'))}\n")
-        elif res.get("error"):
-            self.output(f"{res['error']}\n", "stderr")
-        self._status = res.get("status")
-        failure = failure_of(res, self.request, self.pid)
-        if failure is not None and failure.filter in self.bps.exception_filters:
-            self.postmortem = failure
-            self.channel.event(
-                "stopped",
-                {"reason": "exception", "threadId": failure.tid, "allThreadsStopped": True, "text": failure.message},
-            )
-            return
-        self._finish()
-
-    def _finish(self) -> None:
-        self.channel.event("exited", {"exitCode": 0 if self._status == "finished" else 1})
-        self.channel.event("terminated")
+        except (BackendError, TimeoutError) as e:  # the thread was resumed or ended meanwhile
+            log.debug("%s %s: %s", command, arguments, e)
 
 
 __all__ = ["CAPABILITIES", "DapSession", "RequestError"]

@@ -8,9 +8,11 @@ the scopes Locals (the syscall frame: Call, its arguments), Model and KV.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from .backend import BackendError
 from .console import Console, ConsoleError, parse_token
 from .inspect_views import (
     DapScope,
@@ -26,6 +28,8 @@ from .inspect_views import (
 
 if TYPE_CHECKING:
     from .session import DapSession
+
+log = logging.getLogger(__name__)
 
 
 class StopRequests:
@@ -65,7 +69,8 @@ class StopRequests:
         """What a breakpoint condition may name: the innermost frame's locals, and the stop's facts."""
         try:
             frames = self.s.request("stack", pid=stop.get("pid"), tid=stop.get("tid"))["frames"]
-        except Exception:
+        except (BackendError, TimeoutError) as e:  # resumed meanwhile: the condition sees the stop's facts only
+            log.debug("no stack for the condition at stop %s: %s", stop.get("stop_id"), e)
             frames = []
         ns = {k: v.get("value") for k, v in ((frames[0].get("locals") or {}) if frames else {}).items()}
         inp = stop.get("input") or {}
@@ -83,7 +88,7 @@ class StopRequests:
         that is not right after a pred; with how many preds the thread has made."""
         try:
             entries = self.s.request("recording", pid=pid, entries=True)["entries"]
-        except Exception:
+        except BackendError:  # the process is not recorded: no top-k to show
             return None
         preds = [e for e in entries if e.get("tid") == tid and e.get("call") == "pred" and e.get("top5")]
         if not preds:

@@ -11,6 +11,7 @@ Debug Adapter Protocol, the hit counter advances only when every other condition
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ _ids = itertools.count(1)
 
 HIT_MODES = ("==", ">=", "%")
 WHEN = ("before", "after")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -41,6 +45,7 @@ class Breakpoint:
     reason: str = "breakpoint"  # the stop's reason ("step_back", "replay": a replay's target)
     id: int = field(default_factory=lambda: next(_ids))
     hits: int = 0
+    where_error: str | None = None  # the last exception the `where` predicate raised (it then does not stop)
 
     def __post_init__(self) -> None:
         if not isinstance(self.call, str) or not self.call:
@@ -94,7 +99,12 @@ class Breakpoint:
                 try:
                     if not self.where(toks):
                         return False
-                except Exception:
+                except Exception as e:  # the user's predicate: it failing means no stop, and says why
+                    if self.where_error is None:
+                        log.warning(
+                            "breakpoint %s: its `where` predicate raised; it does not stop", self.id, exc_info=True
+                        )
+                    self.where_error = f"{type(e).__name__}: {e}"
                     return False
         return True
 
@@ -123,6 +133,7 @@ class Breakpoint:
             "enabled": self.enabled,
             "temporary": self.temporary,
             "hits": self.hits,
+            "where_error": self.where_error,
         }
 
 

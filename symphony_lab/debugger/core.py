@@ -235,10 +235,16 @@ class Debugger:
         after, s.next_step = self.stop_table.last_id, self.stepping.new_step()
         return {"resumed": self._resume([s], action), "after": after, "step": s.next_step}
 
-    def continue_(self, pid: int | None = None, tid: int | None = None) -> dict:
+    def continue_(self, pid: int | None = None, tid: int | None = None, keep_step: bool = False) -> dict:
         """Resume the stopped thread(s): one thread, every stopped thread of a process, or all (a
-        whole process: the steps still on their way in it end too)."""
+        whole process: the steps still on their way in it end too). `keep_step`: one thread goes on
+        as if it had not stopped — a step it carries goes on (a front-end passing over a stop that
+        its own breakpoint condition rules out)."""
         stops = self.stop_table.matching(pid, tid)
+        if keep_step:
+            if tid is None:
+                raise DebuggerError("continue with keep_step resumes one thread: say which (tid)")
+            return {"resumed": self.stop_table.resume(stops, "continue")}
         if tid is None:
             self.stop_table.forget_pauses(pid)
             self.stepping.clear(pid)  # steps still on their way (spawned threads followed) end too

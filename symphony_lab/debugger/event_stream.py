@@ -8,6 +8,7 @@ methods of the same names hand them on). A broken subscriber never takes a LIP d
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from symphony_core.events import now
 
 from .viewdata import jsonable
+
+log = logging.getLogger(__name__)
 
 
 class EventStream:
@@ -68,8 +71,8 @@ class EventStream:
                 msg = {"type": "event", "event": name, "seq": next(self._seq), "ts": now(), "body": jsonable(b)}
             try:
                 fn(msg)
-            except Exception:  # a broken front-end must never take a LIP down
-                pass
+            except Exception:  # a broken front-end must never take a LIP down: it is logged, the LIP goes on
+                log.warning("an event subscriber failed on a %r event", name, exc_info=True)
 
 
 __all__ = ["EventStream"]

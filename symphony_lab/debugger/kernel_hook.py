@@ -11,6 +11,7 @@ emit events and trace records; the core installs it as `runtime.kernel.hook`.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from .replaying import Replayer
 from .stepping import PLAN_OF_ACTION, Stepping
 from .stop_table import StopTable
 from .stops import Stop
+
+log = logging.getLogger(__name__)
 
 
 class KernelHook:
@@ -241,8 +244,8 @@ class KernelHook:
         self._trace({"kind": "dbg_stop", "ts": stop.ts, **ids, **why})
         try:
             self._emit("stopped", self.stop_table.info(stop))
-        except Exception:
-            pass
+        except Exception:  # the thread stops all the same (`stops` lists it); only the event is lost
+            log.warning("the stopped event of %s.%s could not be built", stop.pid, stop.tid, exc_info=True)
         if self.stop_scope == "process":
             self.stop_table.ask_pause([t for t in proc.threads if t is not th])
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect as _pyinspect
 import itertools
 import json
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from typing import Any
 from .errors import DebuggerError
 from .protocol import COMMANDS
 from .protocol import encode_message as _dumps
+
+log = logging.getLogger(__name__)
 
 
 class RemoteError(DebuggerError):
@@ -66,10 +69,10 @@ class RemoteDebugger:
                         if kinds is None or m["event"] in kinds:
                             try:
                                 fn(m)
-                            except Exception:
-                                pass
-        except Exception:
-            pass
+                            except Exception:  # one subscriber failing must not stop the reader for the others
+                                log.warning("a subscriber failed on a %r event", m["event"], exc_info=True)
+        except Exception as e:  # the connection broke (or sent what is not JSON): every waiter is answered below
+            log.warning("the debugger connection ended: %s: %s", type(e).__name__, e)
         finally:
             self.closed = True
             with self._lock:
@@ -188,8 +191,8 @@ class RemoteDebugger:
         self.closed = True
         try:
             self._ws.close()
-        except Exception:
-            pass
+        except (OSError, RuntimeError) as e:  # the socket is gone already: closed either way
+            log.debug("closing the debugger connection: %s", e)
 
     def __enter__(self) -> RemoteDebugger:
         return self

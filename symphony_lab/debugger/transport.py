@@ -21,6 +21,7 @@ Connection-level command: `set_event_filter` {"events": [names] | null}.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from .protocol import EVENTS
 from .protocol import encode_message as _dumps
 from .remote import RemoteDebugger, RemoteError, connect
 from .scope import FullAccess
+
+log = logging.getLogger(__name__)
 
 DEFAULT_EVENTS = [e for e in EVENTS if e not in ("syscall_enter", "syscall_exit")]
 
@@ -82,11 +85,13 @@ class _Session:
                 n, self.dropped = self.dropped, 0
                 try:
                     self._send(_dumps({"type": "event", "event": "events_dropped", "seq": 0, "body": {"dropped": n}}))
-                except Exception:
+                except Exception as e:  # whatever the transport raises, the client is gone: stop sending
+                    log.info("a debugger client went away: %s: %s", type(e).__name__, e)
                     return
             try:
                 self._send(_dumps(m))
-            except Exception:
+            except Exception as e:  # as above
+                log.info("a debugger client went away: %s: %s", type(e).__name__, e)
                 return
 
     def on_message(self, raw: str | bytes) -> None:
@@ -188,8 +193,8 @@ class DebugServer:
         try:
             for raw in ws:
                 s.on_message(raw)
-        except Exception:
-            pass
+        except Exception as e:  # the connection broke: this client's session ends, the server goes on
+            log.info("a debugger connection ended: %s: %s", type(e).__name__, e)
         finally:
             s.close()
 

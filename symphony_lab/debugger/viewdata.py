@@ -129,8 +129,8 @@ def capture_frames(frame: types.FrameType | None, max_frames: int = 16, max_loca
             names = {}
             try:
                 items = list(f.f_locals.items())
-            except Exception:
-                items = []
+            except Exception as e:  # locals that cannot be read are shown as such, in their place
+                items = [("<locals unreadable>", f"{type(e).__name__}: {e}")]
             for k, v in items[:max_locals]:
                 if k.startswith("__"):
                     continue

@@ -11,6 +11,7 @@ to it. The JSON shapes are built in viewdata.py.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -21,6 +22,8 @@ from symphony_core.events import now
 from . import viewdata as ins
 from .errors import DebuggerError
 from .trace import chrome_trace
+
+log = logging.getLogger(__name__)
 
 
 class Views:
@@ -111,6 +114,7 @@ class Views:
 
     def _loop(self) -> None:
         last: dict[str, float] = {}
+        failing: set[str] = set()  # views whose last build failed (logged once a spell)
         while self.attached() and self._watch:
             t = time.monotonic()
             for view, every in list(self._watch.items()):
@@ -120,8 +124,12 @@ class Views:
                     try:
                         data = self.kv_tree() if view == "kv_tree" else self.timeline(limit=100)
                         self.emit("view", {"view": view, "data": data})
-                    except Exception:
-                        pass
+                        failing.discard(view)
+                    except Exception:  # the engine moved under it: marked again, it is sent next round
+                        if view not in failing:
+                            log.warning("the %s view could not be built; retrying", view, exc_info=True)
+                        failing.add(view)
+                        self._dirty.add(view)
             time.sleep(0.02)
 
 

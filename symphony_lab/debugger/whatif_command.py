@@ -9,6 +9,7 @@ it runs the command resumes any stop of a what-if process at once.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from symphony_core.model.sampling import Sampler
 from ..whatif import WHATIF_PROCESS, thread_context, thread_tokens, what_if
 from .errors import DebuggerError
 from .protocol_bodies import SamplerSettings, WhatIfBody
+
+log = logging.getLogger(__name__)
 
 MAX_WHATIF_TOKENS = 256
 SAMPLER_FIELDS = {
@@ -70,8 +73,9 @@ def _resume_later(dbg: Any, pid: int) -> None:
         try:
             dbg.continue_(pid)
             return
-        except Exception:
+        except DebuggerError:  # not registered as stopped yet
             time.sleep(0.05)
+    log.warning("process %s could not be resumed after its what-if: it stays stopped", pid)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -25,6 +26,8 @@ from tornado import web, websocket
 
 from . import registry
 from .messages import MalformedMessage, error_response, parse_message
+
+log = logging.getLogger(__name__)
 
 AUTH_RESOURCE = "symphony-lab"
 VERSION = "0.1.0"
@@ -77,8 +80,8 @@ class LabConnection:
     def close(self) -> None:
         try:
             self.writer.close()
-        except Exception:
-            pass
+        except (OSError, RuntimeError) as e:  # the socket or its event loop is gone: closed either way
+            log.debug("closing the connection to the kernel's lab: %s", e)
 
 
 class _LabMixin:
@@ -109,8 +112,8 @@ class StatusHandler(_LabMixin, APIHandler):
         try:
             for s in await ensure_async(self.session_manager.list_sessions()):
                 paths[s["kernel"]["id"]] = s.get("path") or s.get("name") or ""
-        except Exception:
-            pass
+        except Exception as e:  # the notebook paths are a nicety: the kernels are listed without them
+            log.warning("could not list the server's sessions (notebook paths not shown): %s: %s", type(e).__name__, e)
         kernels = [
             {
                 "kernel_id": e["kernel_id"],

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
 
 
 def kernel_id() -> str | None:
@@ -12,7 +15,8 @@ def kernel_id() -> str | None:
         from ipykernel.connect import get_connection_file
 
         base = os.path.basename(get_connection_file())
-    except Exception:
+    except Exception as e:  # a kernel of another kind (no connection file): the lab runs without the sidebar's bridge
+        log.warning("no Jupyter kernel id (the sidebar cannot connect): %s: %s", type(e).__name__, e)
         return None
     if base.startswith("kernel-") and base.endswith(".json"):
         return base[len("kernel-") : -len(".json")]
@@ -25,7 +29,7 @@ def in_kernel() -> bool:
 
         ip = get_ipython()
         return ip is not None and getattr(ip, "kernel", None) is not None
-    except Exception:
+    except ImportError:  # no IPython: not in a kernel
         return False
 
 
@@ -37,7 +41,7 @@ def current_definition(fn: Callable) -> Callable:
 
         ip = get_ipython()
         ns = ip.user_ns if ip is not None else {}
-    except Exception:
+    except ImportError:  # no IPython: no notebook to take a newer definition from
         ns = {}
     new = ns.get(name) if name else None
     if callable(new) and getattr(new, "__module__", None) == getattr(fn, "__module__", None):

@@ -13,23 +13,18 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
-
-from symphony_core.events import now
 
 from ..session_state import SessionState, message_value
 from .kernel import in_kernel, kernel_id
 from .run import LabRun, with_source_texts
 from .token_tap import TokenTap
+from .view_pump import GLOBAL_WIDGETS, VIEW_INTERVAL, ViewPump
 from .views import RunViews
 
-VIEW_INTERVAL = 0.2  # seconds between view refreshes while something changes
-log = logging.getLogger("symphony.lab")
+log = logging.getLogger(__name__)
 RESERVED_KWARGS = ("stop_on_entry", "record", "profile", "user", "name", "priority", "limits")
-
-GLOBAL_WIDGETS: weakref.WeakSet = weakref.WeakSet()
 
 
 class Lab:
@@ -50,9 +45,7 @@ class Lab:
         self.run_views = RunViews(self)
         self._runs: dict[int, LabRun] = {}
         self._ready = threading.Event()
-        self._lock = threading.Lock()
-        self._dirty_pids: set[int] = set()
-        self._global_dirty = True
+        self.pump = ViewPump(self)  # pushes fresh views to the widgets and the sidebar
         self._override_pending: set[tuple[int, int]] = set()
         # held while a step back launches its replay and moves the run to the new pid; a new
         # process waits on it before its first line (see _on_process_start)
@@ -93,7 +86,7 @@ class Lab:
             dbg = Debugger(eng)
             dbg.subscribe(self._on_event)
             self.engine, self.debugger = eng, dbg
-            threading.Thread(target=self._pump, name="symphony-lab-views", daemon=True).start()
+            self.pump.start()
         except BaseException as e:  # shown by every widget and raised by wait()
             self.error = e
         finally:
@@ -286,12 +279,8 @@ class Lab:
         self._runs[pid] = run
 
     def mark_dirty(self, pid: int | None) -> None:
-        with self._lock:
-            self._global_dirty = True
-            if pid is None:
-                self._dirty_pids.update(self._runs)
-            else:
-                self._dirty_pids.add(pid)
+        """Process `pid`'s run view changed (None: every view): the pump pushes it next round."""
+        self.pump.mark_dirty(pid)
 
     def _on_event(self, msg: dict) -> None:
         """Debugger event stream: fold it into the session model and the runs' token streams, mark
@@ -337,8 +326,8 @@ class Lab:
         elif ev == "syscall_enter" and body.get("call") == "kv_close" and run is not None:
             try:  # keep the tree as it is before the run's files close: the widget shows it after the end
                 self.state.note_kv_tree(self.debugger.kv_tree(), body.get("ts"))
-            except Exception:
-                pass
+            except Exception:  # in the LIP's thread (an event): the run goes on, its kept tree is older
+                log.warning("could not keep the KV tree before process %s closed a file", pid, exc_info=True)
         elif ev == "overridden" and isinstance(pid, int):
             self._override_pending.add((pid, body.get("tid")))
         elif ev == "process_exit" and isinstance(pid, int):
@@ -363,47 +352,6 @@ class Lab:
             "replay_diverged",
         ):
             self.bridge.broadcast(msg)
-
-    def _pump(self) -> None:
-        """Push fresh views to widgets and sidebar clients while something changes. A view that
-        fails to build (the engine moved under it) stays dirty and is built again next round: a
-        stopped process sends no further event, so a dropped update would never be redone."""
-        while not self._closed:
-            time.sleep(VIEW_INTERVAL)
-            with self._lock:
-                pids, self._dirty_pids = self._dirty_pids, set()
-                glob, self._global_dirty = self._global_dirty, False
-            failed: set[int] = set()
-            lab_failed = False
-            for pid in pids:
-                run = self._runs.get(pid)
-                if run is not None and run._widget is not None and run.pid == pid:
-                    try:
-                        run._widget.view = self.run_views.run_view(run)
-                    except Exception:
-                        log.debug("the view of process %s failed to build; retrying", pid, exc_info=True)
-                        failed.add(pid)
-            if glob:
-                try:
-                    for w in list(GLOBAL_WIDGETS):
-                        w.view = self.run_views.lab_view()
-                    if self.bridge is not None and self.bridge.n_clients:
-                        self.bridge.broadcast(
-                            {
-                                "type": "event",
-                                "event": "lab_view",
-                                "seq": 0,
-                                "ts": now(),
-                                "body": self.run_views.lab_view(),
-                            }
-                        )
-                except Exception:
-                    log.debug("the lab view failed to build; retrying", exc_info=True)
-                    lab_failed = True
-            if failed or lab_failed:
-                with self._lock:
-                    self._dirty_pids.update(failed)
-                    self._global_dirty = self._global_dirty or lab_failed
 
     # --- whole-engine widgets -------------------------------------------------------------------
     def views(self):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TOPK = 5
 
@@ -18,6 +21,7 @@ class TokenTap:
         self.k = k
         self.watch: set[int] = set()
         self.pending: dict[tuple, tuple] = {}
+        self.failed = 0  # preds whose top-k could not be read (the first is logged)
 
     def before(self, th, ev) -> None:  # noqa: D401 - DebugHook protocol
         return None
@@ -33,8 +37,10 @@ class TokenTap:
                     probs = torch.softmax(row.float(), -1)
                     top = probs.topk(min(self.k, probs.numel()))
                     self.pending[(th.proc.pid, th.tid, ev.seq)] = (probs, top.indices.tolist(), top.values.tolist())
-            except Exception:
-                pass
+            except Exception:  # in the LIP's own thread: the tap failing must not fail the pred
+                self.failed += 1
+                if self.failed == 1:
+                    log.warning("the token tap could not read a pred's top-k (pid %s)", th.proc.pid, exc_info=True)
         return result
 
 

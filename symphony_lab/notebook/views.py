@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from symphony_core.events import now
 
+from ..debugger.snapshot import DebuggerSnapshot, build_snapshot, local_request
 from ..debugger.viewdata import jsonable, process_view
 from ..session_state import scope_kv_tree, scope_timeline
 
@@ -52,20 +53,14 @@ class RunViews:
             "bridge": lab.bridge is not None,
         }
 
+    def snapshot(self, since: int = 0) -> DebuggerSnapshot:
+        """The debugger's state, from the one builder every front-end uses (debugger/snapshot.py)."""
+        return build_snapshot(local_request(self.lab.debugger), since=since)
+
     def lab_view(self, since: int = 0) -> dict:
-        """Everything the sidebar shows: processes, stops, breakpoints, KV tree, scheduler timeline."""
-        dbg = self.lab.debugger
-        ts = now()  # taken first: an event newer than this may be missing from the view (the sidebar folds it again)
-        return {
-            "engine": self.engine_view(),
-            "processes": dbg.threads(include_done=True)["processes"][-50:],
-            "stops": dbg.stops()["stops"],
-            "breakpoints": dbg.breakpoints()["breakpoints"],
-            "kv_tree": dbg.kv_tree(),
-            "timeline": dbg.timeline(since=since, limit=200),
-            "runs": self.runs(),
-            "ts": ts,
-        }
+        """Everything the sidebar shows: the snapshot (processes, stops, breakpoints, KV tree,
+        scheduler timeline), the engine and the notebook's runs."""
+        return {**self.snapshot(since), "engine": self.engine_view(), "runs": self.runs()}
 
     def runs(self) -> list[dict]:
         """The notebook's runs (their current processes) the sidebar can profile or explore."""
@@ -120,11 +115,11 @@ class RunViews:
                 "result": None,
                 "error": None,
             }
-        dbg = lab.debugger
+        snap = self.snapshot()
         proc = run.process
-        stops = [s for s in dbg.stops()["stops"] if s["pid"] == run.pid]
-        for s in stops:
-            s["source"] = source_lines(s.get("file"), s.get("line"))
+        stops = [
+            {**s, "source": source_lines(s.get("file"), s.get("line"))} for s in snap["stops"] if s["pid"] == run.pid
+        ]
         pv = process_view(proc, {}) if proc is not None else {"threads": [], "status": "queued"}
         result, error = None, None
         if proc is not None and proc.done:
@@ -132,9 +127,9 @@ class RunViews:
                 result = jsonable(proc.result(timeout=0))
             except Exception as e:
                 error = str(e)
-        live_tree = dbg.kv_tree()
+        live_tree = snap["kv_tree"]
         lab.state.note_kv_tree(live_tree, now())
-        tl = dbg.timeline(limit=120)
+        tl = snap["timeline"]
         if run.scope != "engine":
             tl = scope_timeline(tl, set(run.pids))
         tz = lab.engine.tokenizer

@@ -8,11 +8,11 @@ tokens, KV, scheduler, processes. Commands run on a worker thread (the screen ne
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from textual import on, work
 from textual.app import App, ComposeResult, ScreenStackError
-from textual.binding import Binding
 from textual.containers import Container
 from textual.content import Content
 from textual.css.query import NoMatches
@@ -20,35 +20,17 @@ from textual.widgets import Footer, Static, Tab, Tabs
 
 from .command_queue import CommandQueue
 from .drawing import draw_panes, status_line
-from .kv import KVPane
 from .labels import Quiet, describe_stop, quiet_when_gone  # noqa: F401 (describe_stop is imported from here)
-from .processes import ProcessesPane, ProcTree
+from .layout import FOCUS_IN_PANE, GRID_ORDER, KEY_BINDINGS, PANES
+from .processes import ProcTree
 from .profile_screen import ProfileScreen
-from .program import ProgramPane, SourceView
-from .scheduler import SchedulerPane
+from .program import SourceView
 from .screens import HelpScreen, OverrideScreen
 from .session import Session
-from .tokens import TokensPane, TopK
+from .tokens import TopK
 from .whatif_screen import WhatIfScreen
 
-PANES = [
-    ("program", "Program", ProgramPane),
-    ("tokens", "Tokens", TokensPane),
-    ("kv", "KV", KVPane),
-    ("sched", "Scheduler", SchedulerPane),
-    ("procs", "Processes", ProcessesPane),
-]
-# Grid order in the wide layout (see app.tcss): program spans two rows on the left.
-GRID_ORDER = ["program", "procs", "kv", "tokens", "sched"]
-
-
-FOCUS_IN_PANE = {
-    "program": "#source",
-    "tokens": "#topk",
-    "kv": "#kv-tree",
-    "sched": "#sched-table",
-    "procs": "#proc-tree",
-}
+log = logging.getLogger(__name__)
 
 
 class SymphonyLab(App):
@@ -60,33 +42,7 @@ class SymphonyLab(App):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     ENABLE_COMMAND_PALETTE = True
 
-    BINDINGS = [
-        Binding("s", "step", "Step"),
-        Binding("f11", "step", "Step into", show=False),
-        Binding("v", "step_over", "Over"),
-        Binding("f10", "step_over", "Step over", show=False),
-        Binding("f", "step_out", "Out"),
-        Binding("shift+f11", "step_out", "Step out", show=False),
-        Binding("c", "continue", "Cont"),
-        Binding("f5", "continue", "Continue", show=False),
-        Binding("p", "pause", "Pause"),
-        Binding("f6", "pause", "Pause", show=False),
-        Binding("b", "toggle_breakpoint", "Break"),
-        Binding("f9", "toggle_breakpoint", "Breakpoint", show=False),
-        Binding("o", "override", "Override"),
-        Binding("n", "step_batch", "Batch", show=False),  # the footer keeps to 80 columns: `?` lists these
-        Binding("m", "step_mode", "Step mode", show=False),
-        Binding("u", "step_back", "Back"),
-        Binding("f7", "step_back", "Step back", show=False),
-        Binding("r", "relaunch", "Relaunch", show=False),
-        Binding("t", "toggle_dark", "Theme", show=False),
-        Binding("f3", "profile", "Profile", show=False),
-        Binding("f4", "what_if", "What if", show=False),
-        # priority: a focused pane (source view, tables, trees) must not swallow `?` (F1 works anyway)
-        Binding("question_mark,f1", "help", "Help", priority=True),
-        Binding("q", "quit", "Quit"),
-        *[Binding(str(i + 1), f"show_pane('{key}')", label, show=False) for i, (key, label, _) in enumerate(PANES)],
-    ]
+    BINDINGS = KEY_BINDINGS
 
     def __init__(self, session: Session, *, poll: float = 0.25, theme: str | None = None) -> None:
         super().__init__()
@@ -179,6 +135,8 @@ class SymphonyLab(App):
     @quiet_when_gone
     def apply_state(self, st: dict) -> None:
         self.state = st
+        for text in st.get("notices") or ():  # what failed out of sight since the last state
+            self.notice(text)
         self._pick_focus()
         try:
             self._draw()
@@ -442,8 +400,8 @@ class SymphonyLab(App):
     def on_unmount(self) -> None:
         try:
             self.session.close()
-        except Exception:
-            pass
+        except Exception:  # the screen is going away: nothing left to show it on
+            log.warning("closing the TUI's session failed", exc_info=True)
 
 
 def run_tui(session: Session, **kw) -> None:

@@ -19,16 +19,22 @@ debugger/stepping.py). Two things the TUI adds on top, through the same commands
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..debugger.errors import DebuggerError
+from ..debugger.snapshot import DebuggerSnapshot, build_snapshot
 from ..session_state import EVENTS, SessionState
 from .line_breakpoints import LineBreakpoints
 from .lip_files import load_file, resolve_target  # noqa: F401 (cli, embedded and tests import them from here)
+from .reactions import Notices, Reactor
 from .recorded_tops import RecordedTops
 from .session import Session, SessionError
 from .session_profile import stop_session_profiles
+
+log = logging.getLogger(__name__)
 
 
 class DebuggerSession(Session):
@@ -84,10 +90,9 @@ class DebuggerSession(Session):
         self._replaying: set[int] = set()  # step-back replays on their way to the target pred
         self._backing = 0
         self._unsub: Callable[[], None] | None = None
-        self._reactions: list[Callable[[], None]] = []
-        self._react_cv = threading.Condition()
+        self.notices = Notices()  # what failed out of sight, shown with the next state
+        self._reactor = Reactor(self._sync, self.notices)
         self._closed = False
-        self._reactor: threading.Thread | None = None
 
     # --- the protocol ---------------------------------------------------------------------------
     def request(self, command: str, **arguments: Any) -> Any:
@@ -113,12 +118,10 @@ class DebuggerSession(Session):
         if self._remote:
             try:
                 self.dbg.set_event_filter(EVENTS)
-            except Exception:
-                pass
+            except (DebuggerError, TimeoutError, OSError) as e:  # an older server, or a slow one: every event comes
+                log.warning("could not narrow the debugger's event stream: %s: %s", type(e).__name__, e)
         self._unsub = self.dbg.subscribe(self._on_event, EVENTS)
-        if not self._sync:
-            self._reactor = threading.Thread(target=self._react_loop, name="symphony-lab-tui-react", daemon=True)
-            self._reactor.start()
+        self._reactor.start()
         self.request("initialize")
         try:
             self.request("record", enabled=True)  # every launch recorded: step back needs it
@@ -156,8 +159,7 @@ class DebuggerSession(Session):
         if self._closed:
             return
         self._closed = True
-        with self._react_cv:
-            self._react_cv.notify_all()
+        self._reactor.close()
         if self._unsub is not None:
             self._unsub()
         stop_session_profiles(self)
@@ -165,31 +167,6 @@ class DebuggerSession(Session):
             self._on_close()
 
     # --- events ---------------------------------------------------------------------------------
-    def _react(self, fn: Callable[[], None]) -> None:
-        """Run a follow-up command: inline in-process, on the reactor thread when remote (the
-        event arrives on the connection's reader, which must not wait for a response)."""
-        if self._sync:
-            try:
-                fn()
-            except Exception:
-                pass
-            return
-        with self._react_cv:
-            self._reactions.append(fn)
-            self._react_cv.notify()
-
-    def _react_loop(self) -> None:
-        while not self._closed:
-            with self._react_cv:
-                while not self._reactions and not self._closed:
-                    self._react_cv.wait(0.2)
-                todo, self._reactions = self._reactions, []
-            for fn in todo:
-                try:
-                    fn()
-                except Exception:
-                    pass
-
     @property
     def version(self) -> int:
         return self.model.version
@@ -229,7 +206,8 @@ class DebuggerSession(Session):
             return None
         try:
             tb = self._traceback_of(pid)
-        except Exception:
+        except Exception as e:  # a helper the caller gave: whatever it raises, the traceback is not to be had
+            log.warning("no traceback for process %s: %s: %s", pid, type(e).__name__, e)
             return None
         if tb:
             self._tracebacks[pid] = tb
@@ -258,7 +236,9 @@ class DebuggerSession(Session):
             self._replaying.discard(pid)  # the step-back target (or where the replay went live)
         action = self._pass_over(b)
         if action is not None:  # "continue", or the step in flight
-            self._react(lambda: self._resume_quietly(pid, tid, action))
+            self._reactor.submit(
+                f"{action} past stop {b.get('stop_id')}", lambda: self._resume_quietly(pid, tid, action)
+            )
             return
         if b.get("where") == "after" or "entry" in reasons or "pause" in reasons or "follow" in reasons:
             self._stepping = {k: c for k, c in self._stepping.items() if k[0] != pid}
@@ -270,11 +250,12 @@ class DebuggerSession(Session):
                 self.pids.append(pid)
 
     def _resume_quietly(self, pid: int, tid: int, command: str) -> None:
-        """Resume a passed-over stop ("continue", or a step command); a stop gone meanwhile is fine."""
+        """Resume a passed-over stop ("continue": as if it had not stopped, so a step the thread
+        carries goes on; or a step command); a stop gone meanwhile is fine."""
         try:
-            self.request(command, pid=pid, tid=tid)
-        except SessionError:
-            pass
+            self.request(command, pid=pid, tid=tid, **({"keep_step": True} if command == "continue" else {}))
+        except SessionError as e:
+            log.debug("passing over a stop of %s.%s: %s", pid, tid, e)
 
     # --- the snapshot ---------------------------------------------------------------------------
     def _fetch_texts(self) -> None:
@@ -297,7 +278,8 @@ class DebuggerSession(Session):
         if t is None and self._token_text is not None:
             try:
                 t = self._token_text(tok)
-            except Exception:
+            except Exception as e:  # a helper the caller gave (a tokenizer): the id is shown instead
+                log.warning("no text for token %s: %s: %s", tok, type(e).__name__, e)
                 t = None
             if t is not None:
                 self.model.texts[tok] = t
@@ -316,35 +298,40 @@ class DebuggerSession(Session):
                 self.model.note_topk(pid, tid, seq, top)
         return self.model.lane(pid, tid, self.text_of)
 
+    def snapshot(self) -> DebuggerSnapshot:
+        """The debugger's state, from the one builder every front-end uses (debugger/snapshot.py)."""
+        return build_snapshot(self.request)
+
+    def _shown_stop(self, s: dict) -> dict:
+        """A stop as the TUI shows it: with the dist its pred gave before any override (`original`)."""
+        self.model.remember_texts(s)
+        rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
+        res = s.get("result") if isinstance(s.get("result"), dict) else {}
+        if (
+            rec is not None
+            and rec.dist is None
+            and s.get("where") == "after"
+            and s.get("call") == "pred"
+            and res.get("kind") == "dist"
+            and (res.get("chosen") or {}).get("by") != "override"
+        ):
+            rec.dist = {**res, "stop_id": s.get("stop_id")}
+        first = rec.dist if rec is not None else None
+        if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
+            return {**s, "original": {k: v for k, v in first.items() if k != "stop_id"}}
+        return s
+
     def state(self) -> dict:
-        procs = self.request("threads", include_done=True)["processes"]
-        stops = [s for s in self.request("stops")["stops"] if self._pass_over(s) is None]
-        for s in stops:
-            self.model.remember_texts(s)
-            rec = self.model.preds.get((s["pid"], s["tid"]), {}).get(s.get("seq"))
-            res = s.get("result") if isinstance(s.get("result"), dict) else {}
-            if (
-                rec is not None
-                and rec.dist is None
-                and s.get("where") == "after"
-                and s.get("call") == "pred"
-                and res.get("kind") == "dist"
-                and (res.get("chosen") or {}).get("by") != "override"
-            ):
-                rec.dist = {**res, "stop_id": s.get("stop_id")}
-            first = rec.dist if rec is not None else None
-            if first is not None and first.get("stop_id") == s.get("stop_id") and s.get("where") == "after":
-                s["original"] = {k: v for k, v in first.items() if k != "stop_id"}  # before any override
-        kv = self.request("kv_tree", with_text=True)
-        tl = self.request("timeline", limit=120)
-        bps = self.request("breakpoints")["breakpoints"]
-        pend = self.request("pending_batch")
-        shown_bps = []
-        for b in bps:
+        """The snapshot, with what the TUI adds beside it (see session.py)."""
+        snap = self.snapshot()
+        procs = snap["processes"]
+        stops = [self._shown_stop(s) for s in snap["stops"] if self._pass_over(s) is None]
+        line_bps = []
+        for b in snap["breakpoints"]:
             if b.get("temporary"):
                 continue
             f, ln, call = self._line_bps.get(b["id"], (None, None, b["call"]))
-            shown_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
+            line_bps.append({"id": b["id"], "call": b["call"], "source": f, "line": ln, "hits": b.get("hits", 0)})
         self._fetch_texts()
         history, locations, tracebacks, results = {}, {}, {}, {}
         for p in procs:
@@ -360,17 +347,13 @@ class DebuggerSession(Session):
             if p.get("status") in ("failed", "cancelled"):
                 tb = self._tracebacks.get(pid) or p.get("traceback") or self._fetch_traceback(pid)
                 tracebacks[pid] = tb or p.get("error") or ""
-        pending = (pend or {}).get("pending")
         return {
-            "processes": procs,
+            **snap,
+            "notices": self.notices.take(),
             "stops": stops,
+            "line_breakpoints": line_bps,
             "history": history,
             "locations": locations,
-            "kv": kv,
-            "timeline": tl,
-            "step_mode": bool((pend or {}).get("scheduler_step_mode")),
-            "next_batch": pending.get("members") if pending else None,
-            "breakpoints": shown_bps,
             "tracebacks": tracebacks,
             "results": {k: v for k, v in results.items() if v is not None},
             "program_file": self.program_file,

@@ -75,7 +75,7 @@ def draw_panes(app: App, st: dict, focus_pt: tuple, stop: dict | None, proc: dic
     src.set_breaks(
         {
             b["line"]
-            for b in st.get("breakpoints", [])
+            for b in st.get("line_breakpoints", [])
             if b.get("line") and (not b.get("source") or not file or b.get("source") == file)
         }
     )
@@ -93,7 +93,7 @@ def draw_panes(app: App, st: dict, focus_pt: tuple, stop: dict | None, proc: dic
     res = (stop or {}).get("result")
     tp.show_topk(res if isinstance(res, dict) and res.get("kind") == "dist" else None, (stop or {}).get("original"))
 
-    app.query_one(KVPane).show(st.get("kv", {}))
+    app.query_one(KVPane).show(st.get("kv_tree", {}))
     app.query_one(SchedulerPane).show(st.get("timeline", {}), st.get("step_mode", False), st.get("next_batch"))
     app.query_one(ProcessesPane).show(
         st.get("processes", []), focus_pt, st.get("tracebacks", {}), st.get("results", {})

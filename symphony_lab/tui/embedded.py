@@ -9,9 +9,13 @@ protocol does not carry them yet.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from ..debugger.errors import DebuggerError
 from .debug_session import DebuggerSession, load_file, resolve_target
+
+log = logging.getLogger(__name__)
 
 
 def _traceback_of(dbg):
@@ -84,8 +88,8 @@ class EmbeddedSession(DebuggerSession):
         if old is not None:
             try:
                 self.dbg.process(old).cancel("relaunched")  # no protocol verb for this yet
-            except Exception:
-                pass
+            except DebuggerError:  # the old process is gone already: nothing to cancel
+                log.debug("relaunch: process %s was gone already", old)
         self._adopt(r["pid"])
         return {**r, "focus": [r["pid"], 1]}
 
@@ -99,13 +103,13 @@ class EmbeddedSession(DebuggerSession):
         if self.dbg is not None:
             try:
                 self.dbg.detach()
-            except Exception:
-                pass
+            except Exception:  # closing goes on: the engine and the processes below must still be let go
+                log.warning("detaching the TUI's debugger failed", exc_info=True)
             if not self._own_engine:  # a shared engine goes on: end what this session launched
                 for pid in list(self.pids):
                     try:
                         self.dbg.process(pid).cancel("the TUI session closed")
-                    except Exception:
-                        pass
+                    except DebuggerError:  # it ended, and the runtime let it go
+                        log.debug("close: process %s was gone already", pid)
         if self._own_engine and self.engine is not None:
             self.engine.shutdown()

@@ -2,25 +2,23 @@
 
 The TUI only needs verbs (step, continue, override …) and one state snapshot (processes,
 stops, KV tree, scheduler timeline, generated tokens per thread). `Session` is that
-interface; `DebuggerSession` (embedded.py) implements it over `symphony_lab.debugger`'s
+interface; `DebuggerSession` (debug_session.py) implements it over `symphony_lab.debugger`'s
 command protocol, and `StaticSession` serves a fixed snapshot — a recorded session, for
 deterministic screenshots and for looking at a saved state.
 
-The snapshot (`state()`):
+The state (`state()`): the debugger's snapshot (debugger/snapshot.py, the one builder every
+front-end uses: processes, stops, breakpoints, kv_tree, timeline, step_mode, next_batch, ts),
+with the stops the TUI passes over left out and what the TUI adds beside it:
 
-    processes   [process view]        as the debugger's `processes` command gives them
-    stops       [stop]                pid, tid, reason, call, file, line, function, dist (top-k view)
+    stops       [stop]                as the snapshot's, plus `original`: the dist before an override
+    line_breakpoints [{id, call, source, line, hits}]   the breakpoints as the source view marks them
     history     {"pid.tid": {"prompt": str, "tokens": [{token, text, p, overridden}]}}
     locations   {"pid.tid": {file, line, function}}   the last line each thread was seen at
-    kv          kv tree view          files, fork parents, shared pages, token text per page
-    timeline    scheduler view        batches, queue, queue depth, pages in use
-    step_mode   bool                  scheduler step mode
-    next_batch  [queued call] | None  what the next batch will hold (step mode)
-    breakpoints [{id, call, source, line}]
     tracebacks  {pid: str}            of failed processes
     results     {pid: {status, result, error}}  the return value of finished processes
     program_file str | None           the launched program's file
     sources     {file: text}          optional: source text to show instead of reading the file
+    diverged    [replay divergence]   the newest few
 """
 
 from __future__ import annotations

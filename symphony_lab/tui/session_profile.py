@@ -8,10 +8,13 @@ The Profile screen profiles the focused process: the first time it opens for a p
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..debugger.profiling import profile_from_body
 from .session import SessionError
+
+log = logging.getLogger(__name__)
 
 
 def session_profile_text(session: Any, pid: int | None) -> str:
@@ -41,8 +44,8 @@ def stop_session_profiles(session: Any) -> None:
     for pid in list(getattr(session, "profiled_pids", ())):
         try:
             session.request("profile_stop", pid=pid)
-        except Exception:  # the process's profile was dropped already, or the connection is gone
-            pass
+        except (SessionError, TimeoutError) as e:  # the profile was dropped already, or the connection is gone
+            log.info("stopping the profile of process %s: %s", pid, e)
     getattr(session, "profiled_pids", set()).clear()
 
 

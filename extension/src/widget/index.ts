@@ -332,6 +332,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     } else {
       head.innerHTML = `<b>Symphony engine</b> ${eng.model ? escapeHtml(eng.model) : ''} ${eng.loading ? '(loading…)' : ''}`;
     }
+    if (v.view_error) {
+      showError(v.view_error); // the kernel could not refresh this view (it retries): the last good one shows
+    }
     if (v.kv_tree) {
       kvBox.innerHTML = renderTreeSvg(v.kv_tree, selectedFile);
       kvDetails.innerHTML = renderFileDetails((v.kv_tree.files ?? []).find((f: any) => f.file === selectedFile));
