@@ -18,16 +18,11 @@ export interface EventLike {
   body?: unknown;
 }
 
-/** The lab's `lab_view` snapshot (symphony_lab/notebook): the protocol's views of everything. */
-export interface LabSnapshot {
-  processes?: ProcessView[];
-  stops?: StopView[];
-  breakpoints?: BreakpointView[];
-  kv_tree?: P.KVTree | null;
-  timeline?: P.Timeline | null;
+/** The lab's `lab_view`: the debugger's one snapshot (symphony_lab/debugger/snapshot.py, generated
+ * as `DebuggerSnapshot`), with the notebook's engine and runs beside it. */
+export interface LabSnapshot extends Partial<P.DebuggerSnapshot> {
   engine?: { ready?: boolean; model?: string; [key: string]: P.Json | undefined } | null;
   runs?: RunInfo[];
-  ts?: number;
 }
 
 /** A notebook run the sidebar can profile or explore (`lab_view`'s `runs`). */

@@ -34,6 +34,13 @@ class ThreadArgs(TypedDict, total=False):
 
 
 @with_config(Args)
+class ContinueArgs(ThreadArgs, total=False):
+    """`keep_step`: one thread goes on as if it had not stopped, and a step it carries goes on."""
+
+    keep_step: bool
+
+
+@with_config(Args)
 class LaunchArgs(TypedDict, total=False):
     fn: Required[str]  # "module:function"
     args: list[Any]  # the LIP's positional arguments
@@ -247,7 +254,7 @@ ARGUMENTS: dict[str, Any] = {
     "detach": NoArgs,
     "launch": LaunchArgs,
     "restart": RestartArgs,
-    "continue": ThreadArgs,
+    "continue": ContinueArgs,
     "step": StepArgs,
     "step_over": ThreadArgs,
     "step_out": ThreadArgs,
@@ -295,6 +302,7 @@ __all__ = [
     "ARGUMENTS",
     "BreakpointArgs",
     "BreakpointIdArg",
+    "ContinueArgs",
     "DistArgs",
     "EditDistArgs",
     "EnableBreakpointArgs",

@@ -27,6 +27,7 @@ SCHEMA_MODULES = [
     "symphony_lab.debugger.protocol_args",
     "symphony_lab.debugger.protocol_responses",
     "symphony_lab.debugger.protocol_events",
+    "symphony_lab.debugger.snapshot",
 ]
 
 

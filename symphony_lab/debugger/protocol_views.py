@@ -193,6 +193,7 @@ class Breakpoint(TypedDict):
     enabled: bool
     temporary: bool
     hits: int
+    where_error: str | None  # the last exception the `where` predicate raised (it then does not stop)
 
 
 # --- the KV file system ------------------------------------------------------------------------------

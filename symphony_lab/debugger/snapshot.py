@@ -16,11 +16,15 @@ TypeScript side can be read from them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any
+
+from pydantic import with_config
+from typing_extensions import TypedDict
 
 from symphony_core.events import now
 
 from .errors import DebuggerError
+from .protocol_views import Breakpoint, Closed, KVTree, PlannedCall, ProcessView, Stop, Timeline
 
 Request = Callable[..., Any]  # request(command, **arguments) -> the response's body
 
@@ -28,74 +32,17 @@ KEEP_DONE = 50  # finished processes a snapshot keeps (the newest); live ones ar
 TIMELINE_LIMIT = 200  # batches a snapshot's timeline carries (the newest)
 
 
-class KVPage(TypedDict, total=False):
-    """One page of a KV file."""
-
-    index: int  # the page's place in the file
-    page: int  # the pool page id (negative: swapped out)
-    slots: list[int]  # [first, end) token positions the page holds
-    refcount: int
-    shared_with: list[int]  # other files holding the same pool page
-    swapped: bool
-    tokens: list[int]  # only when the tree was asked `with_text`
-    text: str
-
-
-class KVFileView(TypedDict):
-    """One live KV file: its fork parent and ancestry, its pages and who holds it."""
-
-    file: int
-    path: str | None
-    owner: int | None
-    parent: int | None
-    ancestry: list[int]  # fork parents, nearest first (closed ones included)
-    children: list[int]
-    length: int
-    n_pages: int
-    shared_pages: int
-    open_handles: int
-    held_by: list[int]  # pids with a handle on it
-    evicted: bool
-    swapped: bool
-    pages: list[KVPage]
-
-
-class KVTree(TypedDict):
-    """The KV fork tree (the `kv_tree` command): every live file and the fork edges."""
-
-    page_size: int
-    pages_total: int
-    pages_used: int
-    files: list[KVFileView]
-    edges: list[list[int]]  # [parent, child] file ids
-    roots: list[int]
-    gone: list[int]  # closed files some live file forked from
-    shared_pages: list[int]
-
-
-class Timeline(TypedDict):
-    """The batch scheduler's log (the `timeline` command)."""
-
-    batches: list[dict[str, Any]]  # one per forward pass: members, tokens, times
-    queue: list[dict[str, Any]]  # the pred calls waiting now
-    queue_depth: int
-    pages_used: int
-    pages_total: int
-    policy: str
-    token_budget: int
-    totals: dict[str, int]  # batches, tokens, members since the engine started
-
-
+@with_config(Closed)
 class DebuggerSnapshot(TypedDict):
     """The debugger's state at one moment, as every front-end reads it."""
 
-    processes: list[dict[str, Any]]  # the `threads` command's process views (live, then newest finished)
-    stops: list[dict[str, Any]]  # the `stops` command's stops: every stopped thread
-    breakpoints: list[dict[str, Any]]  # the `breakpoints` command's, with hit counts
+    processes: list[ProcessView]  # the `threads` command's process views (live, then newest finished)
+    stops: list[Stop]  # the `stops` command's stops: every stopped thread
+    breakpoints: list[Breakpoint]  # the `breakpoints` command's, with hit counts
     kv_tree: KVTree
     timeline: Timeline
     step_mode: bool  # scheduler step mode is on
-    next_batch: list[dict[str, Any]] | None  # the batch waiting at the gate in step mode
+    next_batch: list[PlannedCall] | None  # the batch waiting at the gate in step mode
     ts: float  # the events' clock (symphony_core.events.now) when the snapshot began, in-process
 
 
@@ -139,15 +86,4 @@ def build_snapshot(request: Request, since: int = 0) -> DebuggerSnapshot:
 
 SNAPSHOT_KEYS = tuple(DebuggerSnapshot.__annotations__)
 
-__all__ = [
-    "SNAPSHOT_KEYS",
-    "DebuggerSnapshot",
-    "KVFileView",
-    "KVPage",
-    "KVTree",
-    "Request",
-    "Timeline",
-    "build_snapshot",
-    "keep_processes",
-    "local_request",
-]
+__all__ = ["SNAPSHOT_KEYS", "DebuggerSnapshot", "build_snapshot", "keep_processes", "local_request"]

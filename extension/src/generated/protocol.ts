@@ -72,6 +72,7 @@ export interface Breakpoint {
   enabled: boolean;
   temporary: boolean;
   hits: number;
+  where_error: string | null;
 }
 
 /** Conditions, ANDed; `where` (a Python predicate) is in-process only. */
@@ -109,6 +110,13 @@ export interface Capabilities {
   what_if: boolean;
 }
 
+/** `keep_step`: one thread goes on as if it had not stopped, and a step it carries goes on. */
+export interface ContinueArgs {
+  pid?: number | null;
+  tid?: number | null;
+  keep_step?: boolean;
+}
+
 export interface ContinueBody {
   resumed: [number, number][];
 }
@@ -119,6 +127,18 @@ export interface ContinuedEvent {
   stop_id: number;
   action: 'continue' | 'step' | 'step_over' | 'step_out' | 'step_syscall' | 'killed' | 'detach';
   stopped_for: number;
+}
+
+/** The debugger's state at one moment, as every front-end reads it. */
+export interface DebuggerSnapshot {
+  processes: ProcessView[];
+  stops: Stop[];
+  breakpoints: Breakpoint[];
+  kv_tree: KVTree;
+  timeline: Timeline;
+  step_mode: boolean;
+  next_batch: PlannedCall[] | null;
+  ts: number;
 }
 
 export interface DetachBody {
@@ -931,7 +951,7 @@ export interface CommandArguments {
   detach: NoArgs;
   launch: LaunchArgs;
   restart: RestartArgs;
-  continue: ThreadArgs;
+  continue: ContinueArgs;
   step: StepArgs;
   step_over: ThreadArgs;
   step_out: ThreadArgs;
