@@ -1,6 +1,6 @@
 """Throughput of 32 concurrent completions with and without a debugger attached (no breakpoints).
 
-An attached `symphony_lab.debugger.Debugger` sits in the kernel's dispatch point (`hook.before`
+An attached `symphony_lab.debugger.Debugger` sits in the kernel's enter and leave steps (`hook.before`
 / `hook.after` on every syscall), subscribes to the event bus (so every syscall builds its
 events, which the debugger keeps for the trace) and watches process starts. With no breakpoint,
 stepping, pause, recording or replay in force, the hook returns after one check; the events
@@ -45,8 +45,15 @@ def dispatch_cost(engine, n: int = 20_000) -> dict:
         for name, impl in cases.items():
             m = n if name == "noop" else n // 10
             t = time.perf_counter_ns()
-            for _ in range(m):
-                kernel.syscall(th, "pred" if name == "dist" else "noop", impl, lambda: {"tokens": [1]})
+            call = "pred" if name == "dist" else "noop"
+            for _ in range(m):  # what a `sym` method does around its runtime call (lip/syscalls.py)
+                enter = kernel.enter(th, call, lambda: {"tokens": [1]})
+                try:
+                    result = impl()
+                except BaseException as e:
+                    kernel.failed(th, enter, e)
+                    raise
+                kernel.leave(th, enter, result)
             out[f"{name}_{'on' if attached else 'off'}_us"] = (time.perf_counter_ns() - t) / m / 1000
         if dbg is not None:
             dbg.detach()

@@ -171,14 +171,6 @@ LONG_BUT_WHOLE = {
         500,
         "the whole `sym` surface in one class; its docstrings are the syscall reference",
     ),
-    "symphony_core/sandbox/pool.py": (
-        500,
-        "the worker pool: spawn, hand out, reap and restart workers around one lock",
-    ),
-    "symphony_core/sched/process.py": (
-        490,
-        "a process and its threads: a kill, a join and each thread's state change are one protocol on one lock",
-    ),
     "symphony_core/scaleout/front.py": (520, "the scale-out front: one route table mirroring the single server's API"),
 }
 

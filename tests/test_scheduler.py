@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from symphony_core.errors import SymphonyError
 from symphony_core.sched.policy import AdaptiveWatermark, FireWhenIdle
 from tests.lips_for_tests import greedy, greedy_reference, timestamps
 
@@ -136,3 +137,38 @@ def test_policies():
     assert not wait.fire and 0 < wait.wait <= w.max_wait
     assert w.decide(queued=10, runnable=64, oldest_wait=1.0, last_forward=0.3).fire
     assert FireWhenIdle().decide(1, 64, 0.0, 0.3).fire
+
+
+def test_a_prompt_failing_in_a_later_chunk_leaves_its_file_as_it_was(engine, monkeypatch):
+    """A prompt longer than the token budget runs in chunks; when a later chunk's forward pass fails,
+    the chunks already written are undone (KVFS.cut_back): the file is as it was before the pred."""
+    poison = 7
+    prompt = list(range(1000, 1600))
+    prompt[550] = poison  # in the second chunk: the first 512 tokens run and are written first
+    forward = engine.model.forward
+
+    def faulty(fb, k, v):
+        if poison in fb.token_ids.tolist():
+            raise RuntimeError("injected fault")
+        return forward(fb, k, v)
+
+    def lip(sym):
+        kv = sym.kv_create()
+        sym.pred(kv, [1, 2, 3])
+        try:
+            sym.pred(kv, prompt)
+        except SymphonyError as e:
+            return str(e), kv.len, kv.tokens
+        return "no error", kv.len, kv.tokens
+
+    start = engine.runtime.batch.log.total_batches
+    monkeypatch.setattr(engine.model, "forward", faulty)
+    try:
+        error, length, tokens = engine.run(lip).result(timeout=300)
+    finally:
+        monkeypatch.setattr(engine.model, "forward", forward)
+    chunks = [m.chunk for r in engine.runtime.batch.log.since(start) for m in r.members if m.kind == "prefill"]
+    assert (0, 512, 600) in chunks, chunks  # the first chunk ran and was written
+    assert "injected fault" in error
+    assert length == 3 and tokens == [1, 2, 3]
+    engine.kvfs.check()

@@ -15,6 +15,7 @@ from array import array
 from dataclasses import dataclass
 
 from ..errors import KVError, KVNotFound, OutOfPages
+from .eviction import evict_until_free
 from .file import KV, KVFile
 from .namespace import check_access, check_name_quota, resolve, visible
 from .pool import PagePool
@@ -292,6 +293,13 @@ class KVFS:
         with self.lock:
             self._cut(r.kv.file, r.old_length)
 
+    def cut_back(self, kv: KV, length: int) -> None:
+        """Undo what a pred wrote into `kv`'s file past `length` (chunks of a call that then failed or
+        was abandoned), unless the handle has been closed meanwhile."""
+        with self.lock:
+            if not kv.closed and kv.file.length > length:
+                self._cut(kv.file, length)
+
     def context_slots(self, f: KVFile, length: int | None = None) -> list[int]:
         """Every cache slot of `f` in order (the first `length`), as a new list."""
         slots = self.cached_context_slots(f)
@@ -406,38 +414,8 @@ class KVFS:
         if need be (the set of both is built only then: a batch's prompts would otherwise copy the
         batch's member set once each)."""
         if n > self.pool.free_pages:
-            self._evict_until_free(n, protect if writing in protect else protect | {writing})
+            evict_until_free(self.files.values(), self.pool, n, protect if writing in protect else protect | {writing})
         return self.pool.alloc(n)
-
-    def _evict_until_free(self, target: int, protect: set[int] | frozenset[int]) -> None:
-        """Evict hinted files (lowest priority first) until `target` pages are free.
-
-        Evicts nothing when even every evictable file would not free enough (pages shared
-        with a live fork are not freed by evicting one holder): then the caller's OutOfPages
-        leaves every file as it was.
-        """
-        now = time.time()
-        victims = sorted(
-            (f for f in self.files.values() if f.fid not in protect and f.evictable(now)),
-            key=lambda f: (f.hint_priority if f.hint_priority is not None else 0, f.hint_keep_until or 0.0),
-        )
-        need = target - self.pool.free_pages
-        left: dict[int, int] = {}
-        chosen: list[KVFile] = []
-        for f in victims:
-            if need <= 0:
-                break
-            chosen.append(f)
-            for p in f.pages:
-                left[p] = left.get(p, self.pool.refcount[p]) - 1
-                if left[p] == 0:
-                    need -= 1
-        if need > 0:
-            return
-        for f in chosen:
-            self.pool.release(f.pages)
-            f.pages = []
-            f.evicted = True
 
 
 __all__ = ["KVFS", "Reservation", "OutOfPages"]

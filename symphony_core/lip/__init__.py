@@ -5,7 +5,8 @@ from ..events import Event, EventBus
 from ..sched.process import Cancelled, LimitExceeded, Limits, LIPError, LIPThread, Process
 from ..sched.thread_state import ThreadState
 from .kernel import Kernel
-from .syscalls import Sym, ThreadHandle
+from .syscalls import Sym
+from .thread_handle import ThreadHandle
 
 __all__ = [
     "Cancelled",

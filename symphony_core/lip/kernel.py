@@ -1,9 +1,10 @@
-"""The kernel: the one dispatch point every system call of every LIP passes through.
+"""The kernel: the enter and leave steps every system call of every LIP passes through.
 
-Here each call is traced (an enter and an exit event on the bus, with the LIP's own file and
-line) and here a debugger may hold it (`hook.before`) or rewrite its result (`hook.after`).
-With no subscriber and no hook, a syscall costs one check and a counter increment (plus the
-thread-state bookkeeping the schedulers read).
+A `sym` method (lip/syscalls.py) enters (`Kernel.enter`), calls the runtime itself, and leaves
+(`Kernel.leave`, or `Kernel.failed` when the call raised). Here each call is traced (an enter and
+an exit event on the bus, with the LIP's own file and line) and here a debugger may hold it
+(`hook.before`) or rewrite its result (`hook.after`). With no subscriber and no hook, a syscall
+costs one check and a counter increment (plus the thread-state bookkeeping the schedulers read).
 """
 
 from __future__ import annotations
@@ -78,47 +79,78 @@ def _exit_event(enter: Event, t: float, result: Any = None, error: str | None = 
 
 
 class Kernel:
+    """The steps around each system call; the `sym` method calls the runtime between them:
+
+        enter = kernel.enter(th, "kv_fork", args)
+        try:
+            result = runtime.kv_fork(th, kv)
+        except BaseException as e:
+            kernel.failed(th, enter, e)
+            raise
+        return kernel.leave(th, enter, result)
+
+    `enter` marks the thread in the call and numbers it; when someone observes, it also publishes
+    `syscall_enter` and lets a debugger hold the thread, and returns that event (else None). `leave`
+    lets the debugger see or rewrite the result and publishes `syscall_exit`; `failed` shows the
+    debugger the exception and publishes an exit with the error. Both mark the thread running again.
+    """
+
     summarize_result = staticmethod(summarize_result)  # what the debugger shows of a result, too
 
     def __init__(self, bus: EventBus) -> None:
         self.bus = bus
         self.hook: DebugHook | None = None
 
-    def syscall(self, th: LIPThread, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
+    def enter(self, th: LIPThread, call: str, args: Callable[[], dict]) -> Event | None:
+        """`args` describes the call's arguments for the event; it is called only when someone observes."""
         th.enter_syscall(call)
         th.seq += 1
+        if self.hook is None and not self.bus.active:
+            return None
         try:
-            if self.hook is None and not self.bus.active:
-                return impl()
-            return self._traced(th, th.proc, call, impl, args)
-        finally:
+            return self._observed_enter(th, call, args)
+        except BaseException:  # held and then killed (or the hook failed): the call never ran
             th.leave_syscall()
+            raise
 
-    def _traced(self, th: LIPThread, proc, call: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
-        """The observed path: enter/exit events (when someone subscribes) and the debugger's hook."""
+    def _observed_enter(self, th: LIPThread, call: str, args: Callable[[], dict]) -> Event:
         # A debugger holds a thread at its stops: a greenlet (sched/hub.py) would hold every program on the hub.
         hook = self.hook if th.proc.hub is None else None
-        bus = self.bus
         file, line = caller_location()
-        seq = th.seq
-        enter = Event("syscall_enter", now(), proc.pid, th.tid, call, args(), file=file, line=line, seq=seq)
-        if bus.active:
-            bus.publish(enter)
+        enter = Event("syscall_enter", now(), th.proc.pid, th.tid, call, args(), file=file, line=line, seq=th.seq)
+        if self.bus.active:
+            self.bus.publish(enter)
         if hook is not None:
             hook.before(th, enter)
-            proc.checkpoint()
+            th.proc.checkpoint()
+        return enter
+
+    def leave(self, th: LIPThread, enter: Event | None, result: Any) -> Any:
+        """The call returned `result`: returns what the LIP gets (a debugger may have rewritten it)."""
+        if enter is None:
+            th.leave_syscall()
+            return result
         try:
-            result = impl()
+            hook = self.hook if th.proc.hub is None else None
             if hook is not None:
                 result = hook.after(th, enter, result)
-        except BaseException as e:
-            on_error = getattr(hook, "after_error", None)
-            if on_error is not None:
-                on_error(th, enter, e)
-            if bus.active:
-                bus.publish(_exit_event(enter, now(), error=f"{type(e).__name__}: {e}"))
+        except BaseException as e:  # held after the call and killed there, or the hook failed
+            self.failed(th, enter, e)
             raise
-        if bus.active:
+        th.leave_syscall()
+        if self.bus.active:
             t = now()  # before the summary: the exit's time is the call's, not the summary's
-            bus.publish(_exit_event(enter, t, result=summarize_result(call, result)))
+            self.bus.publish(_exit_event(enter, t, result=summarize_result(enter.call or "", result)))
         return result
+
+    def failed(self, th: LIPThread, enter: Event | None, error: BaseException) -> None:
+        """The call (or the debugger's hold after it) raised `error`, which goes on to the LIP."""
+        try:
+            if enter is not None:
+                on_error = getattr(self.hook if th.proc.hub is None else None, "after_error", None)
+                if on_error is not None:
+                    on_error(th, enter, error)
+                if self.bus.active:
+                    self.bus.publish(_exit_event(enter, now(), error=f"{type(error).__name__}: {error}"))
+        finally:
+            th.leave_syscall()

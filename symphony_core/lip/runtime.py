@@ -238,25 +238,47 @@ class Runtime:
             PendingPred(call, proc.pid, th.tid, proc.user, proc.priority, kv.len, hub_wait=hub_wait), th
         )
 
-    def track(self, th: LIPThread, kv: KV) -> KV:
-        th.proc.handles.add(kv)
+    def kv_create(self, th: LIPThread, path: str | None) -> KV:
+        return self._track(th, self.kvfs.create(th.proc.user, path))
+
+    def kv_open(self, th: LIPThread, path: str, mode: str) -> KV:
+        return self._track(th, self.kvfs.open(th.proc.user, path, mode))
+
+    def kv_fork(self, th: LIPThread, kv: KV) -> KV:
+        return self._track(th, self.kvfs.fork(kv, th.proc.user))
+
+    def _track(self, th: LIPThread, kv: KV) -> KV:
+        th.proc.handles.add(kv)  # closed when the process ends, if the LIP has not
         return kv
 
-    def close(self, th: LIPThread, kv: KV) -> None:
+    # The calls below free pages or stop a thread from being runnable: the batch policy, which sleeps
+    # until enough calls are queued (sched/batch_scheduler.py), may fire now.
+    def kv_close(self, th: LIPThread, kv: KV) -> None:
         self.kvfs.close(kv)
         th.proc.handles.discard(kv)
         self.batch.wake()
+
+    def kv_truncate(self, kv: KV, n: int) -> None:
+        self.kvfs.truncate(kv, n)
+        self.batch.wake()
+
+    def kv_remove(self, user: str, path: str) -> None:
+        self.kvfs.remove(user, path)
+        self.batch.wake()
+
+    def recv(self, th: LIPThread, timeout: float | None) -> Any:
+        self.batch.wake()
+        return th.proc.inbox_get(timeout)
+
+    def join(self, target: LIPThread, timeout: float | None) -> Any:
+        self.batch.wake()
+        return target.join(timeout)
 
     def reap(self, pid: int) -> None:
         """Forget a finished process now (its owner, e.g. the server, has dropped it)."""
         p = self.processes.get(pid)
         if p is not None and p.done:
             self.processes.pop(pid, None)
-
-    def freeing(self, fn: Callable, *args) -> Any:
-        r = fn(*args)
-        self.batch.wake()
-        return r
 
     def shutdown(self) -> None:
         """Cancel every live process, stop the batch scheduler (greenlets run to their end on it

@@ -1,8 +1,8 @@
 """`sym`: the system-call handle a LIP receives as its first argument.
 
 Each LIP thread has its own handle, so every call is attributed to a (process, thread). Every
-method passes the kernel's one dispatch point (`Kernel.syscall`), where it is traced and where
-a debugger may stop it.
+method calls the runtime (lip/runtime.py) itself, between the kernel's enter and leave steps
+(lip/kernel.py), where the call is traced and where a debugger may stop it.
 
 Bad arguments raise a `SymphonyError` subclass whose message names the problem (each method's
 *Raises* section gives the class and the message); the LIP may catch it and go on. An uncaught
@@ -12,79 +12,22 @@ one ends the process, which its launcher sees as a `LIPError`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import PredError, SymphonyError
-from ..kvfs import KV, KVFS
+from ..kvfs import KV
 from ..model.dist import Dist
 from ..model.sampling import Sampler
-from ..model.tokenizer import Tokenizer
-from ..sched.batch_scheduler import BatchScheduler
-from ..sched.process import LIPThread, Process
+from ..sched.process import LIPThread
 from ..syscall_surface import no_such_member
-from .kernel import Kernel
-
-
-class SyscallHost(Protocol):
-    """What a `Sym` calls into: the runtime (lip/runtime.py), which creates one `Sym` per thread."""
-
-    kernel: Kernel
-    kvfs: KVFS
-    batch: BatchScheduler
-    tokenizer: Tokenizer
-    tokenizer_file: str
-    vocab_size: int
-
-    def pred(self, th: LIPThread, kv, token_ids, positions, outputs, sampler, mask) -> Dist: ...
-    def track(self, th: LIPThread, kv: KV) -> KV: ...
-    def close(self, th: LIPThread, kv: KV) -> None: ...
-    def freeing(self, fn: Callable, *args) -> Any: ...
-    def start_thread(self, proc: Process, fn: Callable, args: tuple, kwargs: dict) -> LIPThread: ...
+from .syscall_host import SyscallHost
+from .thread_handle import ThreadHandle
 
 
 def _kv_args(kv) -> dict:
     if isinstance(kv, KV):
         return {"kv": kv.describe(), "file": kv.file.fid, "kv_len": kv.len}
     return {"kv": repr(kv)}
-
-
-class ThreadHandle:
-    """What `sym.spawn` returns: `join()` waits for the thread and gives its return value."""
-
-    def __init__(self, sym: Sym, th: LIPThread) -> None:
-        self._sym, self._th = sym, th
-
-    @property
-    def tid(self) -> int:
-        """The new thread's id within the process (the main thread is 1)."""
-        return self._th.tid
-
-    def join(self, timeout: float | None = None) -> Any:
-        """Wait for the thread to end and return what its function returned (pthread_join).
-
-        Args:
-            timeout: seconds to wait at most; `None` waits for ever.
-
-        Returns:
-            The thread function's return value.
-
-        Raises:
-            TimeoutError: `thread <tid> of process <pid> did not finish in <timeout>s` (the thread
-                keeps running; join again later).
-            Exception: whatever the thread's function raised, re-raised here unchanged.
-            Cancelled: the process was cancelled (or killed by a limit) while waiting.
-        """
-
-        def impl() -> Any:
-            self._sym._rt.batch.wake()  # this thread stops being runnable: the batch policy may fire now
-            return self._th.join(timeout)
-
-        return self._sym._call("join", impl, lambda: {"tid": self._th.tid})
-
-    @property
-    def done(self) -> bool:
-        """True once the thread's function has returned or raised."""
-        return self._th.done.is_set()
 
 
 class Sym:
@@ -105,9 +48,6 @@ class Sym:
         self._rt = rt
         self._th = th
         self._k = rt.kernel
-
-    def _call(self, name: str, impl: Callable[[], Any], args: Callable[[], dict]) -> Any:
-        return self._k.syscall(self._th, name, impl, args)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -221,9 +161,13 @@ class Sym:
                 "sampler": None if sampler is None else repr(sampler),
             }
 
-        return self._call(
-            "pred", lambda: self._rt.pred(self._th, kv, token_ids, positions, outputs, sampler, mask), args
-        )
+        enter = self._k.enter(self._th, "pred", args)
+        try:
+            result = self._rt.pred(self._th, kv, token_ids, positions, outputs, sampler, mask)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     # --- KV files ------------------------------------------------------------------------------
     def kv_create(self, path: str | None = None) -> KV:
@@ -245,9 +189,13 @@ class Sym:
                 got <x>`; or `KV file <path> already exists (open it, or remove it first)`.
             KVPermissionError: `permission denied: /users/<other>/… is private to user <other>`.
         """
-        return self._call(
-            "kv_create", lambda: self._rt.track(self._th, self._rt.kvfs.create(self.user, path)), lambda: {"path": path}
-        )
+        enter = self._k.enter(self._th, "kv_create", lambda: {"path": path})
+        try:
+            result = self._rt.kv_create(self._th, path)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     def kv_open(self, path: str, mode: str = "r") -> KV:
         """Open a named KV file.
@@ -268,11 +216,13 @@ class Sym:
             KVError: `kv_open mode must be 'r' or 'w', got <x>`; a bad path (as in `kv_create`);
                 `KV file <path> was evicted under memory pressure (its hint allowed it)`.
         """
-        return self._call(
-            "kv_open",
-            lambda: self._rt.track(self._th, self._rt.kvfs.open(self.user, path, mode)),
-            lambda: {"path": path, "mode": mode},
-        )
+        enter = self._k.enter(self._th, "kv_open", lambda: {"path": path, "mode": mode})
+        try:
+            result = self._rt.kv_open(self._th, path, mode)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     def kv_fork(self, kv: KV) -> KV:
         """Fork a KV file: a new anonymous file with the same tokens, sharing every page.
@@ -291,9 +241,13 @@ class Sym:
             KVError: `kv_fork expects a KV handle, got <type>`; `kv_fork on closed handle to
                 <file>`; `kv_fork on <file>: the file was evicted under memory pressure …`.
         """
-        return self._call(
-            "kv_fork", lambda: self._rt.track(self._th, self._rt.kvfs.fork(kv, self.user)), lambda: _kv_args(kv)
-        )
+        enter = self._k.enter(self._th, "kv_fork", lambda: _kv_args(kv))
+        try:
+            result = self._rt.kv_fork(self._th, kv)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     def kv_truncate(self, kv: KV, n: int) -> None:
         """Keep the first `n` tokens of the file and give the pages past them back.
@@ -307,9 +261,13 @@ class Sym:
                 read-only (`kv_truncate on read-only handle <path> — fork it first`) or evicted
                 handle, or not a handle.
         """
-        return self._call(
-            "kv_truncate", lambda: self._rt.freeing(self._rt.kvfs.truncate, kv, n), lambda: {**_kv_args(kv), "n": n}
-        )
+        enter = self._k.enter(self._th, "kv_truncate", lambda: {**_kv_args(kv), "n": n})
+        try:
+            self._rt.kv_truncate(kv, n)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, None)
 
     def kv_close(self, kv: KV) -> None:
         """Close a handle. An anonymous file with no handle left gives its pages back to the pool.
@@ -320,7 +278,13 @@ class Sym:
             KVError: `kv_close expects a KV handle, got <type>`; `kv_close: handle to <file> is
                 already closed`.
         """
-        return self._call("kv_close", lambda: self._rt.close(self._th, kv), lambda: _kv_args(kv))
+        enter = self._k.enter(self._th, "kv_close", lambda: _kv_args(kv))
+        try:
+            self._rt.kv_close(self._th, kv)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, None)
 
     def kv_remove(self, path: str) -> None:
         """Remove a file's name (like `unlink`): open handles keep working on the now-anonymous file,
@@ -331,9 +295,13 @@ class Sym:
             KVPermissionError: another user's file (only the owner may remove a `/shared/` file).
             KVError: a bad path (as in `kv_create`).
         """
-        return self._call(
-            "kv_remove", lambda: self._rt.freeing(self._rt.kvfs.remove, self.user, path), lambda: {"path": path}
-        )
+        enter = self._k.enter(self._th, "kv_remove", lambda: {"path": path})
+        try:
+            self._rt.kv_remove(self.user, path)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, None)
 
     def kv_hint(self, kv: KV, keep_for: float | None = None, priority: int | None = None) -> None:
         """Say how the file may be reclaimed when pages run short (by default it never is).
@@ -352,11 +320,17 @@ class Sym:
                 priority must be an int, got <x>`; a read-only (`kv_hint on read-only handle …`),
                 closed or evicted handle.
         """
-        return self._call(
-            "kv_hint",
-            lambda: self._rt.kvfs.hint(kv, keep_for, priority),
-            lambda: {**_kv_args(kv), "keep_for": keep_for, "priority": priority},
-        )
+
+        def args() -> dict:
+            return {**_kv_args(kv), "keep_for": keep_for, "priority": priority}
+
+        enter = self._k.enter(self._th, "kv_hint", args)
+        try:
+            self._rt.kvfs.hint(kv, keep_for, priority)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, None)
 
     def kv_list(self, prefix: str | None = None) -> list[str]:
         """The named files the caller may see: its own directory's, then `/shared/`'s, each
@@ -372,7 +346,13 @@ class Sym:
         Raises:
             KVError: `kv_list prefix must be a string, got <type>`.
         """
-        return self._call("kv_list", lambda: self._rt.kvfs.listdir(self.user, prefix), lambda: {"prefix": prefix})
+        enter = self._k.enter(self._th, "kv_list", lambda: {"prefix": prefix})
+        try:
+            result = self._rt.kvfs.listdir(self.user, prefix)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     # --- text --------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -381,7 +361,13 @@ class Sym:
         Raises:
             PredError: `tokenize expects a str, got <type>`.
         """
-        return self._call("tokenize", lambda: self._rt.tokenizer.tokenize(text), lambda: {"chars": len(str(text))})
+        enter = self._k.enter(self._th, "tokenize", lambda: {"chars": len(str(text))})
+        try:
+            result = self._rt.tokenizer.tokenize(text)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     def detokenize(self, ids) -> str:
         """The text of a list of token ids (special tokens included).
@@ -390,7 +376,13 @@ class Sym:
             PredError: `detokenize expects a list of token ids (ints), got <ids>`; `detokenize:
                 token ids [<ids>] are outside the vocabulary [0, <vocab_size>)`.
         """
-        return self._call("detokenize", lambda: self._rt.tokenizer.detokenize(ids), lambda: {"n_tokens": len(ids)})
+        enter = self._k.enter(self._th, "detokenize", lambda: {"n_tokens": len(ids)})
+        try:
+            result = self._rt.tokenizer.detokenize(ids)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     def chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, *, tools: list[dict] | None = None
@@ -411,16 +403,21 @@ class Sym:
                 `this model has no chat template; build the prompt text yourself`; `chat template:
                 <message>` when the template itself refuses the conversation.
         """
+        enter = self._k.enter(self._th, "chat_template", lambda: {"messages": len(messages)})
+        try:
+            result = self._render_chat(messages, add_generation_prompt, tools)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
-        def render() -> str:
-            try:
-                return self._rt.tokenizer.chat_template(messages, add_generation_prompt, tools=tools)
-            except SymphonyError:
-                raise
-            except Exception as e:  # the template's own failure on this conversation (a message without content, …)
-                raise PredError(f"chat template: cannot render these messages: {type(e).__name__}: {e}") from None
-
-        return self._call("chat_template", render, lambda: {"messages": len(messages)})
+    def _render_chat(self, messages: list[dict], add_generation_prompt: bool, tools: list[dict] | None) -> str:
+        try:
+            return self._rt.tokenizer.chat_template(messages, add_generation_prompt, tools=tools)
+        except SymphonyError:
+            raise
+        except Exception as e:  # the template's own failure on this conversation (a message without content, …)
+            raise PredError(f"chat template: cannot render these messages: {type(e).__name__}: {e}") from None
 
     # --- the user ----------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
@@ -429,7 +426,13 @@ class Sym:
         In-process any object may be sent; a program on a server must send JSON data (a sandboxed
         LIP that sends anything else fails with a `TypeError` naming it). Never blocks.
         """
-        return self._call("send", lambda: self._th.proc.outbox_put(obj), lambda: {"value": repr(obj)[:200]})
+        enter = self._k.enter(self._th, "send", lambda: {"value": repr(obj)[:200]})
+        try:
+            self._th.proc.outbox_put(obj)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, None)
 
     def recv(self, timeout: float | None = None) -> Any:
         """Wait for the next object the launcher sends (`Process.send`, or a client's `send`).
@@ -441,14 +444,13 @@ class Sym:
             TimeoutError: `recv: no message within <timeout>s`.
             Cancelled: the process was cancelled (or killed by a limit) while waiting.
         """
-
-        def impl() -> Any:
-            # This thread stops being runnable: the batch policy, which sleeps until enough calls
-            # are queued (sched/batch_scheduler.py), may fire now with the others.
-            self._rt.batch.wake()
-            return self._th.proc.inbox_get(timeout)
-
-        return self._call("recv", impl, lambda: {"timeout": timeout})
+        enter = self._k.enter(self._th, "recv", lambda: {"timeout": timeout})
+        try:
+            result = self._rt.recv(self._th, timeout)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return self._k.leave(self._th, enter, result)
 
     # --- threads -------------------------------------------------------------------------------
     def spawn(self, fn: Callable, *args: Any, **kwargs: Any) -> ThreadHandle:
@@ -469,9 +471,10 @@ class Sym:
         """
         if not callable(fn):
             raise SymphonyError(f"spawn expects a callable, got {type(fn).__name__}")
-        th = self._call(
-            "spawn",
-            lambda: self._rt.start_thread(self._th.proc, fn, args, kwargs),
-            lambda: {"fn": getattr(fn, "__name__", repr(fn))},
-        )
-        return ThreadHandle(self, th)
+        enter = self._k.enter(self._th, "spawn", lambda: {"fn": getattr(fn, "__name__", repr(fn))})
+        try:
+            result = self._rt.start_thread(self._th.proc, fn, args, kwargs)
+        except BaseException as e:
+            self._k.failed(self._th, enter, e)
+            raise
+        return ThreadHandle(self._rt, self._th, self._k.leave(self._th, enter, result))

@@ -4,7 +4,7 @@ A program received over the network runs in a confined worker process (see `zygo
 `confine.py`, `worker.py`). Inside the engine it is an ordinary LIP process, `sandboxed_lip`
 (twin.py), whose threads execute on their real `sym` the syscalls the worker's threads
 send. This file starts, tracks and stops the workers (worker_link.py is the server's end of
-one) and carries their messages.
+one, which routes each of its frames) and carries their messages.
 
 One I/O thread serves every worker socket and the zygote's control socket; requests are
 routed to the in-engine thread of the worker thread that sent them.
@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-from typing import cast
 
 from ..sched.process import LIPError
 from .confine import SandboxSpec, runtime_paths
@@ -38,8 +37,6 @@ log = logging.getLogger("symphony.sandbox")
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 MAX_RESTARTS_PER_MINUTE = 5
-MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
-MAX_STDOUT = 256 << 10
 IO_STALL_S = 5.0  # the I/O thread not round its loop for this long: /health says the sandbox is degraded
 
 
@@ -425,7 +422,9 @@ class SandboxManager:
             self._violation(w, str(e))
             return True
         for h, p in frames:
-            self._route(w, h, p)
+            why = w.route(h, p)
+            if why is not None:
+                self._violation(w, why)
         return True
 
     def _violation(self, w: Worker, why: str) -> None:
@@ -435,43 +434,6 @@ class SandboxManager:
             if w.pid is not None:
                 self._kill(w.pid)
             w.push_all(("dead", {}, b""))
-
-    def _route(self, w: Worker, h: dict, p: bytes) -> None:
-        op = h.get("op")
-        if op == "stdout":
-            text = h.get("text")
-            if isinstance(text, str) and w.stdout_bytes < MAX_STDOUT:
-                w.stdout_bytes += len(text) + 128  # and each frame's entry: one-letter prints add up too
-                try:
-                    w.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[:MAX_STDOUT])
-                except Exception:
-                    pass
-            return
-        if op == "exit":
-            w.exit_frame = h
-            w.queues[0].put(("exit", h, p))
-            return
-        t = h.get("t")
-        q = w.queues.get(t) if isinstance(t, int) and not isinstance(t, bool) else None
-        if op == "thread_exit":
-            if q is not None and t != 0:
-                w.ended.add(cast(int, t))  # a queue was found: `t` is an int
-                q.put(("thread_exit", h, p))
-            return
-        if t in w.ended:
-            # Answered by the program's own main-thread twin: this thread never writes to a worker's
-            # socket, which blocks for as long as a worker that floods does not read its answers.
-            q, h = w.queues[0], {"id": h.get("id"), "ended": t}
-            kind = "ended"
-        elif q is None:
-            self._violation(w, f"request for unknown thread {t!r}")
-            return
-        else:
-            kind = "call"
-        if q.qsize() > MAX_QUEUED:
-            self._violation(w, "too many outstanding requests")
-            return
-        q.put((kind, h, p))
 
 
 __all__ = ["SandboxError", "SandboxManager", "Worker"]

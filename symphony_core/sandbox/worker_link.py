@@ -12,7 +12,7 @@ import queue
 import signal
 import socket
 import threading
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -22,6 +22,8 @@ from .job import SandboxJob
 from .protocol import FrameReader, encode_head
 
 N_SLOTS = 4
+MAX_QUEUED = 32  # outstanding requests per worker thread before it counts as flooding
+MAX_STDOUT = 256 << 10
 
 
 class SandboxError(SymphonyError):
@@ -103,6 +105,45 @@ class Worker:
             except (OSError, ValueError) as e:
                 if not self.eof and not self.dead.is_set():
                     raise SandboxError(f"sandbox worker unreachable: {e}") from None
+
+    def route(self, h: dict, p: bytes) -> str | None:
+        """Hand one frame from the worker to whom it is for: its printed output to the job, a thread's
+        request to the queue of that thread's twin in the engine. Returns why the frame breaks the
+        protocol (the worker is then stopped), or None."""
+        op = h.get("op")
+        if op == "stdout":
+            text = h.get("text")
+            if isinstance(text, str) and self.stdout_bytes < MAX_STDOUT:
+                self.stdout_bytes += len(text) + 128  # and each frame's entry: one-letter prints add up too
+                try:
+                    self.job.on_stdout(str(h.get("stream", "stdout"))[:10], text[:MAX_STDOUT])
+                except Exception:
+                    pass
+            return None
+        if op == "exit":
+            self.exit_frame = h
+            self.queues[0].put(("exit", h, p))
+            return None
+        t = h.get("t")
+        q = self.queues.get(t) if isinstance(t, int) and not isinstance(t, bool) else None
+        if op == "thread_exit":
+            if q is not None and t != 0:
+                self.ended.add(cast(int, t))  # a queue was found: `t` is an int
+                q.put(("thread_exit", h, p))
+            return None
+        if t in self.ended:
+            # Answered by the program's own main-thread twin: the I/O thread that routes never writes to a
+            # worker's socket, which blocks for as long as a worker that floods does not read its answers.
+            q, h = self.queues[0], {"id": h.get("id"), "ended": t}
+            kind = "ended"
+        elif q is None:
+            return f"request for unknown thread {t!r}"
+        else:
+            kind = "call"
+        if q.qsize() > MAX_QUEUED:
+            return "too many outstanding requests"
+        q.put((kind, h, p))
+        return None
 
     def push_all(self, item) -> None:
         for q in list(self.queues.values()):

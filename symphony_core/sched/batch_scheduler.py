@@ -30,7 +30,6 @@ import torch
 from ..errors import OutOfPages, SymphonyError
 from ..events import Event, EventBus, now
 from ..executor import Executor
-from ..kvfs import Reservation
 from ..model.dist import Dist
 from .batch_choice import choose_ranked
 from .batch_log import BatchLog, BatchRecord
@@ -380,9 +379,7 @@ class BatchScheduler:
             rec.host_s = host
 
     def _truncate_quietly(self, p: PendingPred) -> None:
-        with self.kvfs.lock:
-            if not p.call.kv.closed and p.call.kv.file.length > p.start_len:
-                self.kvfs.rollback(Reservation(p.call.kv, p.start_len, []))
+        self.kvfs.cut_back(p.call.kv, p.start_len)
 
     def _finish_many(self, done: list[PendingPred], results: list[Dist | BaseException]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,

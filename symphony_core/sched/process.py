@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import math
 import os
 import queue
 import threading
@@ -15,6 +14,7 @@ from typing import Any
 from .. import threadsafe_ast
 from ..errors import SymphonyError
 from ..events import now
+from .limits import LimitExceeded, Limits
 from .thread_state import PRED_STATES, ThreadState, next_look
 
 # A scale-out replica (symphony_core/scaleout) starts its pids at its own base, so a pid names its replica.
@@ -31,43 +31,8 @@ class LIPError(SymphonyError):
         self.traceback_text = traceback_text
 
 
-class LimitExceeded(SymphonyError):
-    """A LIP went past one of its limits (threads, wall time, tokens, pages)."""
-
-
 class Cancelled(SymphonyError):
     """The process was cancelled by its user (or killed by a limit)."""
-
-
-@dataclass
-class Limits:
-    """What one process may use; going past a limit ends it with `LimitExceeded`.
-
-    Attributes:
-        max_threads: live threads at once, the main thread included (`spawn` past it raises
-            `process <pid> (<name>): thread limit of <N> reached`).
-        max_wall_time: seconds from start; the process is killed past it (`wall-time limit of
-            <s>s exceeded`).
-        max_tokens: tokens fed to `pred`, all threads together (`token limit of <N> reached
-            (<used> used, pred asks <n> more)`).
-        max_pages: KV pages held by the process's open files (`page quota of <N> reached
-            (…)`).
-    """
-
-    max_threads: int = 64
-    max_wall_time: float | None = None  # seconds
-    max_tokens: int | None = None  # tokens fed to pred, all threads together
-    max_pages: int | None = None  # KV pages held by the process's open files
-
-    def __post_init__(self) -> None:
-        # A NaN wall time would compare false to every clock reading: the limit switched off.
-        w = self.max_wall_time
-        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf):
-            raise SymphonyError(f"Limits: max_wall_time must be a finite number of seconds > 0, got {w!r}")
-        for name in ("max_threads", "max_tokens", "max_pages"):
-            v = getattr(self, name)
-            if (v is not None or name == "max_threads") and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise SymphonyError(f"Limits: {name} must be an int >= 0, got {v!r}")
 
 
 class _Done:

@@ -238,7 +238,7 @@ def build_routes(state: State) -> list:
         # users/<name>/… and shared/… are absolute; anything else is relative to the caller's directory
         path = "/" + raw if raw.startswith(("users/", "shared/")) else raw
         try:
-            state.engine.runtime.freeing(state.engine.kvfs.remove, u.name, path)
+            state.engine.runtime.kv_remove(u.name, path)
         except SymphonyError as e:
             raise BadRequest(symphony_status(e), str(e), type=type(e).__name__) from None
         return Response(status_code=204)

@@ -46,7 +46,7 @@ class Api:
     def _remove_kv(self, user: str, path: str) -> None:
         eng = self.state.engine
         with contextlib.suppress(SymphonyError):
-            eng.runtime.freeing(eng.kvfs.remove, user, path)
+            eng.runtime.kv_remove(user, path)
 
     def served_name(self) -> str:
         """The model's name in replies and `/v1/models` (`--served-model-name`, else the model's)."""
