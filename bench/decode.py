@@ -87,15 +87,17 @@ def greedy_program(sym, prompt: list[int], new: int) -> tuple[list[float], list[
 
 def run_lips(eng, prompts: list[list[int]], new: int) -> tuple[float, float, list[list[int]]]:
     """`run_ours` through programs: one `greedy_program` per prompt, all at once (the path users run).
-    Decode time is the window from the moment every program has its first token to the last
-    reply, scaled to `len(prompts) * (new - 1)` tokens by the tokens that came inside it, so it
+    Decode time is the window in which every program decodes (from the moment the last one has
+    its first token to the moment the first one ends: programs whose prompts were prefilled in
+    different batches start and end a few steps apart, and `pred_batch` has no such ragged
+    edges), scaled to `len(prompts) * (new - 1)` tokens by the tokens that came inside it, so it
     reads as `run_ours`'s decode time does."""
     t0 = time.perf_counter()
     procs = [eng.run(greedy_program, p, new) for p in prompts]
     done = [pr.result(timeout=3600) for pr in procs]
     start = max(stamps[0] for stamps, _ in done)
-    end = max(stamps[-1] for stamps, _ in done)
-    inside = sum(1 for stamps, _ in done for t in stamps[1:] if t > start)
+    end = min(stamps[-1] for stamps, _ in done)
+    inside = sum(1 for stamps, _ in done for t in stamps[1:] if start < t <= end)
     decode = (end - start) * len(prompts) * (new - 1) / max(inside, 1)
     return start - t0, decode, [toks for _, toks in done]
 

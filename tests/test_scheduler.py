@@ -132,10 +132,16 @@ def test_priority_and_fair_share_order(engine):
 
 def test_policies():
     w = AdaptiveWatermark()
-    assert w.decide(queued=60, runnable=64, oldest_wait=0.0, last_forward=0.3).fire
+    assert w.decide(queued=64, runnable=64, oldest_wait=0.0, last_forward=0.3).fire
     wait = w.decide(queued=10, runnable=64, oldest_wait=0.0, last_forward=0.3)
     assert not wait.fire and 0 < wait.wait <= w.max_wait
     assert w.decide(queued=10, runnable=64, oldest_wait=1.0, last_forward=0.3).fire
+    # all of a batch's members are waited for while they keep coming; once they stop, it fires
+    assert not w.decide(queued=63, runnable=64, oldest_wait=0.001, last_forward=0.3, newest_wait=0.0001).fire
+    assert w.decide(queued=64, runnable=64, oldest_wait=0.001, last_forward=0.3, newest_wait=0.0001).fire
+    quiet = w.decide(queued=40, runnable=64, oldest_wait=0.003, last_forward=0.3, newest_wait=0.0015)
+    assert not quiet.fire and quiet.wait == pytest.approx(w.quiet - 0.0015)
+    assert w.decide(queued=40, runnable=64, oldest_wait=0.003, last_forward=0.3, newest_wait=w.quiet).fire
     assert FireWhenIdle().decide(1, 64, 0.0, 0.3).fire
 
 

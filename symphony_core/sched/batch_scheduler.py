@@ -183,18 +183,21 @@ class BatchScheduler:
                 if self._stop:
                     return
                 queue = self._queue
-                ready, oldest = 0, None
+                ready, oldest, newest = 0, None, None
                 for p in queue:
                     if not p.parked or p.cancelled:
                         ready += 1
                         if oldest is None or p.submitted < oldest:
                             oldest = p.submitted
+                        if newest is None or p.submitted > newest:
+                            newest = p.submitted
                 t = now()
                 # A call queued while the model was busy has waited only since the model came free.
                 oldest = max(t if oldest is None else oldest, self.idle_since)
+                newest = max(t if newest is None else newest, self.idle_since)
                 # Every program a greenlet, all of them run until they waited: only those queued here can join.
                 runnable = ready if hub is not None and not procs.os_threads else procs.runnable()
-                d = policy.decide(ready, runnable, t - oldest, self.last_forward)
+                d = policy.decide(ready, runnable, t - oldest, self.last_forward, t - newest)
                 if d.fire:
                     self._notify_at = 0
                     break
