@@ -25,6 +25,7 @@ import time
 import torch
 
 from .paired_runs import alternate, concurrent_completions, section, stub_forward, summary
+from .runtime_overhead import syscall_steps
 
 
 def dispatch_cost(engine, n: int = 20_000) -> dict:
@@ -46,14 +47,8 @@ def dispatch_cost(engine, n: int = 20_000) -> dict:
             m = n if name == "noop" else n // 10
             t = time.perf_counter_ns()
             call = "pred" if name == "dist" else "noop"
-            for _ in range(m):  # what a `sym` method does around its runtime call (lip/syscalls.py)
-                enter = kernel.enter(th, call, lambda: {"tokens": [1]})
-                try:
-                    result = impl()
-                except BaseException as e:
-                    kernel.failed(th, enter, e)
-                    raise
-                kernel.leave(th, enter, result)
+            for _ in range(m):
+                syscall_steps(kernel, th, call, lambda: {"tokens": [1]}, impl)
             out[f"{name}_{'on' if attached else 'off'}_us"] = (time.perf_counter_ns() - t) / m / 1000
         if dbg is not None:
             dbg.detach()

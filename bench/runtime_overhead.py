@@ -242,6 +242,18 @@ def thread_handoff_cost(n_threads: int, rounds: int) -> dict:
     return {"cpu_us": 1e6 * cpu / n, "wall_us": 1e6 * wall / n}
 
 
+def syscall_steps(kernel, th, call: str, args, impl):
+    """What a `sym` method does around its runtime call (lip/syscalls.py): enter, call, leave."""
+    enter = kernel.enter(th, call, args)
+    try:
+        result = impl()
+    except BaseException as e:
+        kernel.failed(th, enter, e)
+        raise
+    kernel.leave(th, enter, result)
+    return result
+
+
 def kernel_dispatch_cost(n: int = 200_000) -> dict:
     """ns per syscall through the kernel with no subscriber, with one, and a bare call. "Through the
     kernel" is what a `sym` method does around its runtime call (lip/syscalls.py): the enter step, the
@@ -259,13 +271,7 @@ def kernel_dispatch_cost(n: int = 200_000) -> dict:
     def through_kernel(m: int) -> float:
         t = time.perf_counter_ns()
         for _ in range(m):
-            enter = k.enter(th, "noop", args)
-            try:
-                result = impl()
-            except BaseException as e:
-                k.failed(th, enter, e)
-                raise
-            k.leave(th, enter, result)
+            syscall_steps(k, th, "noop", args, impl)
         return (time.perf_counter_ns() - t) / m
 
     out = {}
