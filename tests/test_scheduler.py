@@ -7,7 +7,7 @@ import time
 import pytest
 
 from symphony_core.errors import SymphonyError
-from symphony_core.sched.policy import AdaptiveWatermark, FireWhenIdle
+from symphony_core.sched.policy import AdaptiveWatermark, Decision, FireWhenIdle, ask
 from tests.lips_for_tests import greedy, greedy_reference, timestamps
 
 
@@ -143,6 +143,13 @@ def test_policies():
     assert not quiet.fire and quiet.wait == pytest.approx(w.quiet - 0.0015)
     assert w.decide(queued=40, runnable=64, oldest_wait=0.003, last_forward=0.3, newest_wait=w.quiet).fire
     assert FireWhenIdle().decide(1, 64, 0.0, 0.3).fire
+
+    class FourArguments:  # a policy written before `newest_wait` (the course's lab 05 writes one)
+        def decide(self, queued, runnable, oldest_wait, last_forward):
+            return Decision(queued >= runnable)
+
+    assert ask(FourArguments(), 4, 4, 0.0, 0.1, 0.0).fire and not ask(FourArguments(), 3, 4, 0.0, 0.1, 0.0).fire
+    assert not ask(w, 40, 64, 0.003, 0.3, 0.0015).fire and ask(w, 40, 64, 0.003, 0.3, w.quiet).fire
 
 
 def test_a_prompt_failing_in_a_later_chunk_leaves_its_file_as_it_was(engine, monkeypatch):

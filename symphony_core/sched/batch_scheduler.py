@@ -36,7 +36,7 @@ from .batch_log import BatchLog, BatchRecord
 from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
 from .hub import Hub
 from .pending import PendingPred, PromptHead, Signal
-from .policy import AdaptiveWatermark
+from .policy import AdaptiveWatermark, ask
 from .process import LIPThread
 from .process_scheduler import ProcessScheduler
 
@@ -197,7 +197,7 @@ class BatchScheduler:
                 newest = max(t if newest is None else newest, self.idle_since)
                 # Every program a greenlet, all of them run until they waited: only those queued here can join.
                 runnable = ready if hub is not None and not procs.os_threads else procs.runnable()
-                d = policy.decide(ready, runnable, t - oldest, self.last_forward, t - newest)
+                d = ask(policy, ready, runnable, t - oldest, self.last_forward, t - newest)
                 if d.fire:
                     self._notify_at = 0
                     break
