@@ -4,7 +4,8 @@ For T rows, one model step's worth of matmuls (the 30 layers' four projections +
 through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) and by Symphony's compiled
 fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded) and by oneDNN's fp32 kernel on a packed
 copy (where torch has oneDNN; the fp32 tier above the compiled kernel where it measures faster), int8 weight-only and int4
-weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations), and
+weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations; on a
+CPU with AVX-512 VNNI also through their AVX2 loops, the A/B of gemv_vnni.cpp), and
 the weights rounded to bf16 through oneDNN (the quantised engines' wide tier on CPUs with native bf16); the
 compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
 noisy shared machine then slows all of them alike); the figure is the median. This is what set
@@ -22,6 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from symphony_core.model import cpu_kernels
 from symphony_core.model.quant import native_bf16, onednn_fp32
 
 from .common import publish
@@ -48,6 +50,8 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         torch4 = [torch_int4(lin) for lin in int4[:-1]] + [torch8[-1]]
         fp32c = [CompiledDenseLinear(w) for w in dense]
         forms = {"fp32 compiled": fp32c, "int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
+        if cpu_kernels.compiled().get_quantised_isa() == "avx512_vnni":  # the AVX2 loops too, for the A/B
+            forms |= {"int8 compiled AVX2": int8, "int4 compiled AVX2": int4}
     else:  # not built: the engine's own linears already run torch's kernels
         forms = {"int8": int8, "int4": int4}
     if onednn_fp32():
@@ -61,6 +65,8 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
             "fp32": lambda padded=padded: [torch.mm(w, padded[w.shape[1]].t()) for w in dense],
             **{k: (lambda xs=xs, lins=lins: [lin(xs[lin.shape[1]]) for lin in lins]) for k, lins in forms.items()},
         }
+        for k in [k for k in fns if k.endswith(" AVX2")]:
+            fns[k] = on_avx2(fns[k])
         times = {k: [] for k in fns}
         with torch.inference_mode():
             for fn in fns.values():
@@ -74,6 +80,20 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         print(f"  rows {t}: " + ", ".join(f"{k} {row[k]:.1f} ms" for k in fns), flush=True)
         out.append(row)
     return out
+
+
+def on_avx2(fn):
+    """`fn` with the compiled int8 / int4 kernels running their AVX2 loops (gemv.cpp) instead of AVX-512 VNNI."""
+    mod = cpu_kernels.compiled()
+
+    def run():
+        mod.set_quantised_isa("avx2")
+        try:
+            return fn()
+        finally:
+            mod.set_quantised_isa("avx512_vnni")
+
+    return run
 
 
 def torch_int8(lin):
@@ -110,11 +130,12 @@ def main(argv=None) -> str:
         f"Machine: {describe()}",
         "",
         "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | fp32, oneDNN (packed) | int8, torch (bf16 act.) "
-        "| int4, torch (bf16 act.) | int8, compiled (int16 act.) | int4, compiled (int16 act.) | bf16, oneDNN (bf16 act.) "
-        "| fastest |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| int4, torch (bf16 act.) | int8, compiled (int16 act.) | int4, compiled (int16 act.) "
+        "| int8, compiled, AVX2 loops | int4, compiled, AVX2 loops | bf16, oneDNN (bf16 act.) | fastest |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "fp32 compiled", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled", "bf16")
+    kinds = ("fp32", "fp32 compiled", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled")
+    kinds += ("int8 compiled AVX2", "int4 compiled AVX2", "bf16")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])
         cells = " | ".join(f"{r[k]:.1f}" if k in r else "—" for k in kinds)
@@ -126,8 +147,10 @@ def main(argv=None) -> str:
         "to bf16, fp32 sums) is the wide tier of q8 and q4 on a CPU that multiplies bf16 natively "
         f"(this one: {'yes' if native_bf16() else 'no'}), where it measured faster than fp32 (kernel_tiers.py). "
         "fp32 oneDNN computes the fp32 products on a packed copy of the weights; every engine runs it from the rows "
-        "where it measured faster than the compiled kernel and MKL (kernel_tiers.py). — : not built here (the "
-        "compiled kernels: `make kernels`) or not in this torch (oneDNN).",
+        "where it measured faster than the compiled kernel and MKL (kernel_tiers.py). The compiled int8 / int4 "
+        "kernels run AVX-512 VNNI loops where the CPU has them (gemv_vnni.cpp); the AVX2 loops columns time the "
+        "same weights through gemv.cpp's AVX2 loops on such a CPU. — : not built here (the "
+        "compiled kernels: `make kernels`), not in this torch (oneDNN) or no AVX-512 VNNI here.",
     ]
     md = "\n".join(lines)
     print(md)

@@ -1,5 +1,5 @@
 """The compiled CPU kernels (symphony_core/model/cpu_kernels): same results as the dequantised weights and
-as torch's kernels, at the model's shapes and odd ones; the fp32 kernel as torch's fp32 matmul, on the fp32
+as torch's kernels, at the model's shapes and odd ones, with the AVX2 loops and the AVX-512 VNNI ones; the fp32 kernel as torch's fp32 matmul, on the fp32
 engine's own tensors; the fallback to torch's kernels when forced.
 
 `make setup` builds them (`make kernels`); on an AVX2 CPU they must load, so a failed build fails here.
@@ -42,9 +42,27 @@ def test_compiled_kernels_load_here():
     assert cpu_kernels.compiled() is not None, "the CPU kernels did not load: run `make kernels` and read its log"
 
 
+ISAS = ["avx2", "avx512_vnni"]
+
+
+@pytest.fixture
+def quantised_isa(request):
+    """Run the int8 / int4 kernels' loops for one instruction set (gemv.cpp's AVX2 ones, or gemv_vnni.cpp's
+    where the CPU has AVX-512 VNNI), putting the process's choice back after."""
+    mod = cpu_kernels.compiled()
+    before = mod.get_quantised_isa()
+    try:
+        mod.set_quantised_isa(request.param)
+    except ValueError as e:
+        pytest.skip(str(e))
+    yield request.param
+    mod.set_quantised_isa(before)
+
+
 @needs_avx2
+@pytest.mark.parametrize("quantised_isa", ISAS, indirect=True)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape):
+def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape, quantised_isa):
     torch.manual_seed(sum(shape))
     out_f, in_f = shape
     w = torch.randn(out_f, in_f) * 0.05
@@ -141,6 +159,41 @@ def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
         assert isinstance(lin.pick(top + 1), wide_kind)
     if engine.config.tie_embeddings:
         assert fp32_weight(m.lm_head) is m.embed
+
+
+@needs_avx2
+@pytest.mark.parametrize("shape", [(960, 576), (130, 96), (3, 32), (37, 100)])
+def test_both_instruction_sets_give_the_same_sums_but_for_their_order(shape):
+    """The AVX-512 VNNI loops compute the AVX2 loops' integer group sums; only the fp32 adds of the groups
+    differ in order. The default is VNNI where the CPU has it; asking for it elsewhere is refused clearly."""
+    mod = cpu_kernels.compiled()
+    before = mod.get_quantised_isa()
+    if not mod.get_quantised_isa() == "avx512_vnni":
+        with pytest.raises(ValueError, match="lacks AVX-512 VNNI"):
+            mod.set_quantised_isa("avx512_vnni")
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    torch.manual_seed(sum(shape))
+    w = torch.randn(*shape) * 0.05
+    q, s = quantize_int8(w)
+    four = shape[1] % 32 == 0
+    if four:
+        nib, scale, lo = quantize_int4(w)
+        int4 = Int4Linear(nib, scale, lo, use_compiled=True)
+    try:
+        for rows in (1, 2, 3, 4, 6):
+            x = torch.randn(rows, shape[1])
+            got = {}
+            for isa in ISAS:
+                mod.set_quantised_isa(isa)
+                assert mod.get_quantised_isa() == isa
+                got[isa] = (mod.int8_linear(x, q, s), int4(x) if four else None)
+            for a, b in zip(got["avx2"], got["avx512_vnni"]):
+                if a is not None:  # a few fp32 roundings of the largest partial sum
+                    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5 * a.abs().max().item())
+        with pytest.raises(ValueError, match="'avx2' or 'avx512_vnni'"):
+            mod.set_quantised_isa("sse")
+    finally:
+        mod.set_quantised_isa(before)
 
 
 @needs_avx2

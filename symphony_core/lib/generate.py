@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from ..model import Dist
+from .incremental_text import IncrementalText
 from .samplers import SamplingParams
 
 
@@ -116,6 +117,7 @@ def generate(
     stream: bool | Callable[[str], Any] | None = None,
     on_token: Callable[[int, Dist], Any] | None = None,
     history: Sequence[int] | None = None,
+    keep_logprobs: bool = True,
 ) -> Generation:
     """Decode up to `max_tokens` tokens into `kv`, starting by feeding `prompt_tokens`.
 
@@ -127,7 +129,8 @@ def generate(
     `grammar` restricts step by step. `stream=True` sends text chunks with `sym.send`, a
     callable receives them instead; chunks never contain a (partial) stop string. `history`
     is the context that logits processors and the repetition penalty see before the new
-    tokens (default: everything in `kv` plus `prompt_tokens`).
+    tokens (default: everything in `kv` plus `prompt_tokens`). `keep_logprobs=False` leaves
+    `Generation.logprobs` empty (a log-softmax over the vocabulary a token saved).
     """
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
@@ -152,6 +155,8 @@ def generate(
     emit: Callable[[str], Any] | None = sym.send if stream is True else (stream or None)
     engine_sampler = sampling.engine_sampler()
     hist = (kv.tokens + toks) if history is None else list(history)
+    processed = sampling.needs_logits  # only a processor or the penalty reads the history
+    decoded = IncrementalText(sym.detokenize)
 
     out: list[int] = []
     logprobs: list[float] = []
@@ -167,21 +172,23 @@ def generate(
             step_mask = gm if mask is None else gm & _as_bool_mask(mask, gm.shape[-1])
         d = sym.pred(kv, pending, sampler=engine_sampler, mask=step_mask)
         n_preds += 1
-        t = sampling.pick(d, hist + out)
-        logprobs.append(d.logprob(t))
+        t = sampling.pick(d, hist + out if processed else ())
+        if keep_logprobs:
+            logprobs.append(d.logprob(t))
         pending = [t]
         if grammar is not None:
             grammar.advance(t)
         if on_token is not None and on_token(t, d) is False:
             out.append(t)
-            text = sym.detokenize(out)
+            decoded.add(t)
+            text = decoded.finish()
             reason = "callback"
             break
         if t in stop_set:
             reason, match = ("eos" if t in eos else "stop_token"), t
             break
         out.append(t)
-        text = sym.detokenize(out)
+        text = decoded.add(t)
         hit = stops.find(text, checked)
         checked = len(text)
         if hit is not None:
@@ -197,6 +204,8 @@ def generate(
         if grammar is not None and grammar.is_stopped():
             reason = "grammar"
             break
+    if reason not in ("stop", "callback"):
+        text = decoded.finish()
     if emit is not None and len(text) > shown:
         emit(text[shown:])
     return Generation(text, out, reason, match, logprobs, list(pending), n_preds)

@@ -45,8 +45,10 @@ def apply_repetition_penalty(logits: torch.Tensor, history: Iterable[int], penal
     """
     if penalty <= 0:
         raise ValueError(f"repetition penalty must be > 0, got {penalty}")
+    if penalty == 1.0:
+        return logits
     seen = sorted(set(int(t) for t in history))
-    if penalty == 1.0 or not seen:
+    if not seen:
         return logits
     out = logits.clone()
     idx = torch.tensor(seen, dtype=torch.long, device=logits.device)

@@ -23,6 +23,7 @@
 // fp32: the model's own fp32 [out, in] tensor, read in place (no copy), fp32 activations. At 1 row this
 //       reads the weights at the memory's speed where MKL's sgemm (a GEMM kernel packing for many rows)
 //       reaches ~2/3 of it.
+#include "gemv_vnni.h"
 #include "kernels.h"
 
 #include <ATen/Parallel.h>
@@ -360,9 +361,16 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale)
     const float* sp = scale.data_ptr<float>();
     const float* x0 = x.data_ptr<float>();
     float* y0 = y.data_ptr<float>();
+    const bool vnni = vnni::active();
+    const int64_t groups = qx.groups;
     parallel_rows(out, grain(in), [&](int64_t o0, int64_t o1) {
         by_row_groups(x.size(0), [&](int64_t t0, auto t) {
-            int8_rows<decltype(t)::value>(wp, sp, qx, x0, y0, t0, in, out, o0, o1);
+            constexpr int T = decltype(t)::value;
+            if (vnni)
+                vnni::int8_rows(T, wp, sp, qx.q.data_ptr<int16_t>() + t0 * groups * GROUP,
+                                qx.scale.data_ptr<float>() + t0 * groups, x0, y0, t0, in, out, groups, o0, o1);
+            else
+                int8_rows<T>(wp, sp, qx, x0, y0, t0, in, out, o0, o1);
         });
     });
     return y;
@@ -387,9 +395,21 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
     const float* sp = scale.data_ptr<float>();
     const float* mp = minimum.data_ptr<float>();
     float* y0 = y.data_ptr<float>();
+    const bool vnni = vnni::active();
+    torch::Tensor paired;
+    if (vnni) {
+        paired = torch::empty_like(qx.q);
+        vnni::pair_order(qx.q.data_ptr<int16_t>(), paired.data_ptr<int16_t>(), rows, groups);
+    }
     parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
         by_row_groups(rows, [&](int64_t t0, auto t) {
-            int4_rows<decltype(t)::value>(pp, sp, mp, qx, y0, t0, in, out, o0, o1);
+            constexpr int T = decltype(t)::value;
+            if (vnni)
+                vnni::int4_rows(T, pp, sp, mp, paired.data_ptr<int16_t>() + t0 * in,
+                                qx.scale.data_ptr<float>() + t0 * groups, qx.sum.data_ptr<float>() + t0 * groups, y0,
+                                t0, in, out, o0, o1);
+            else
+                int4_rows<T>(pp, sp, mp, qx, y0, t0, in, out, o0, o1);
         });
     });
     return y;
@@ -398,7 +418,7 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
 }  // namespace symphony
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "Symphony's fp32 and int8 / int4-weight matmuls for a few rows (AVX2 + FMA)";
+    m.doc() = "Symphony's fp32 and int8 / int4-weight matmuls for a few rows (AVX2 + FMA; AVX-512 VNNI where the CPU has it)";
     m.def("f32_linear", &symphony::f32_linear, "y[T, out] = x[T, in] · wᵀ; w fp32 [out, in], read in place");
     m.def("set_f32_one_row", &symphony::set_f32_one_row,
           "which fp32 kernel runs one row, 'blocked' or 'streamed' (for the whole process; kernel_tiers.py sets it)");
@@ -406,6 +426,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("int8_linear", &symphony::int8_linear, "y[T, out] = x[T, in] · (q * scale)ᵀ; q int8 [out, in], scale fp32 [out]");
     m.def("int4_linear", &symphony::int4_linear,
           "y[T, out] = x[T, in] · (q * scale + minimum)ᵀ; groups of 32, packed as the source file describes");
+    m.def("set_quantised_isa", &symphony::vnni::set_isa,
+          "'avx512_vnni' (the default where the CPU has it) or 'avx2': the int8 / int4 kernels' loops, for the process");
+    m.def("get_quantised_isa", &symphony::vnni::get_isa, "which loops the int8 / int4 kernels run");
     add_decode_ops(m);
     add_decode_stack(m);
 }

@@ -221,6 +221,7 @@ def _one_choice(
         stream=emit if stream else None,
         on_token=on_token,
         history=[],
+        keep_logprobs=False,  # the reply's logprobs are on_token's, when the request asks for them
     )
     reply = parse_reply(g.text, p.call_format, may_be_text=p.tool_choice.mode == "auto") if tools else None
     finish = _FINISH[g.stop_reason]
