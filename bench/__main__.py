@@ -1,7 +1,8 @@
 """Run the benchmark suite: `python -m bench [--quick] [--only NAME ...] [--out PATH]`.
 
 Each workload is a module with `main(argv) -> str` that accepts `--quick` and returns its
-results as markdown; a module may also leave its numbers with `bench.common.publish`. A full run writes the markdown, with the date, commit and machine, to
+results as markdown; a module may also leave its numbers with `bench.common.publish`. Each runs in
+a process of its own (bench/one_workload.py), one after another. A full run writes the markdown, with the date, commit and machine, to
 bench/RESULTS.md, the numbers and each workload's markdown to bench/results.json, and PNG plots
 drawn from them to bench/plots/ (bench/plots.py), linked from RESULTS.md. `--only NAME` re-runs
 some workloads: RESULTS.md keeps the other workloads' sections from results.json, each marked
@@ -14,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import shlex
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
-
-from .common import take_published
 
 # name -> module under bench/; add a workload with one line here.
 WORKLOADS = {
@@ -83,10 +83,7 @@ def main(argv=None) -> None:
     numbers = {}
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", flush=True)
-        modname, _, fname = WORKLOADS[name].partition(":")
-        module = importlib.import_module(modname)
-        sections[name] = getattr(module, fname or "main")((["--quick"] if args.quick else []) + extra.get(name, []))
-        published = take_published(module.__name__)
+        sections[name], published = _run_alone(name, (["--quick"] if args.quick else []) + extra.get(name, []))
         if published:
             numbers[name] = published
     out = args.out or (None if args.quick else Path(__file__).with_name("RESULTS.md"))
@@ -126,6 +123,21 @@ def main(argv=None) -> None:
     body.append(_gpu_section(out))
     out.write_text(head + "\n\n".join(s for s in body if s) + "\n")
     print(f"wrote {out}")
+
+
+def _run_alone(name: str, args: list[str]) -> tuple[str, dict | None]:
+    """Run workload `name` in a process of its own (bench/one_workload.py); its markdown and numbers."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        proc = subprocess.run([sys.executable, "-m", "bench.one_workload", name, str(out), *args])
+        if proc.returncode != 0:
+            how = (
+                f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
+            )
+            hint = " (SIGKILL: most likely the kernel's out-of-memory killer)" if proc.returncode == -9 else ""
+            raise SystemExit(f"bench: workload {name!r} {how}{hint}; its output is above")
+        result = json.loads(out.read_text())
+    return result["markdown"], result["numbers"]
 
 
 def _merge_saved(path: Path, numbers: dict, sections: dict[str, str], run: dict | None) -> dict:
