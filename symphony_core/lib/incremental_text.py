@@ -29,21 +29,24 @@ class IncrementalText:
     def add(self, token: int) -> str:
         """Append `token`; the text so far (without a trailing incomplete character)."""
         self.ids.append(token)
-        before = self._detokenize(self.ids[self._prefix : self._read]) if self._read > self._prefix else ""
-        now = self._detokenize(self.ids[self._prefix :])
-        if len(now) > len(before) and not now.endswith("\ufffd"):
-            self.text += now[len(before) :]
-            self._prefix, self._read = self._read, len(self.ids)
+        self._take(complete_only=True)
         return self.text
 
     def finish(self) -> str:
         """The whole text, a trailing incomplete character included (as U+FFFD, as a full decode gives it)."""
         if self._read < len(self.ids):
-            before = self._detokenize(self.ids[self._prefix : self._read]) if self._read > self._prefix else ""
-            now = self._detokenize(self.ids[self._prefix :])
-            self.text += now[len(before) :]
-            self._prefix = self._read = len(self.ids)
+            self._take(complete_only=False)
         return self.text
+
+    def _take(self, complete_only: bool) -> None:
+        """Move the window's new text into `text` (unless it adds nothing, or ends mid-character and
+        `complete_only`)."""
+        before = self._detokenize(self.ids[self._prefix : self._read]) if self._read > self._prefix else ""
+        now = self._detokenize(self.ids[self._prefix :])
+        if complete_only and (len(now) <= len(before) or now.endswith("\ufffd")):
+            return
+        self.text += now[len(before) :]
+        self._prefix, self._read = self._read, len(self.ids)
 
 
 __all__ = ["IncrementalText"]

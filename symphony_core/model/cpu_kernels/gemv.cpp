@@ -23,6 +23,7 @@
 // fp32: the model's own fp32 [out, in] tensor, read in place (no copy), fp32 activations. At 1 row this
 //       reads the weights at the memory's speed where MKL's sgemm (a GEMM kernel packing for many rows)
 //       reaches ~2/3 of it.
+#include "gemv_parts.h"
 #include "gemv_vnni.h"
 #include "kernels.h"
 
@@ -35,22 +36,16 @@
 
 namespace {
 
+using symphony::gemv::GROUP;
+using symphony::gemv::group_dot;
+using symphony::gemv::hsum;
+using symphony::gemv::PREFETCH;
+
 constexpr int64_t MAX_T = 4;
-constexpr int64_t GROUP = 32;
-// Software prefetch this many bytes ahead in the weight stream: one core's demand misses alone do not
-// keep enough lines in flight on the 2-core EPYC (Zen 1) this was measured on (+10-20% a stream).
-constexpr int64_t PREFETCH = 2048;
 // fp32 rows are long, contiguous streams: prefetch along the chunk's bytes in memory order (not per row),
 // this far ahead. Neutral at 1 row, where the hardware prefetcher keeps up; at 2-4 rows, where the FMAs
 // slow the loop down, it cut a 1-thread model step at 4 rows from 65 to 49 ms.
 constexpr int64_t F32_PREFETCH = 8192;
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 // fp32: 1 row is load-bound; how to stream it fastest depends on the CPU, so there are two kernels for it
 // and kernel_tiers.py times them on the machine (`set_f32_one_row`):
@@ -127,13 +122,14 @@ void dot_rows(const W& wt, const float* x, float* y, int64_t in, int64_t out, in
 }
 
 // Activations quantised for the int16 kernels: q [rows, groups * 32] int16, scale [rows, groups] fp32.
-// With `sums`, also each group's fp32 Σ x [rows, groups] (int4's minimum term), from the same pass.
+// With `sums`, also each group's fp32 Σ x [rows, groups] (int4's minimum term), from the same pass;
+// with `paired`, q's groups in the AVX-512 int4 loop's order (gemv_parts.h's group_slots).
 struct QuantisedX {
     torch::Tensor q, scale, sum;
     int64_t groups;
 };
 
-QuantisedX quantise_x(const torch::Tensor& x, bool sums) {
+QuantisedX quantise_x(const torch::Tensor& x, bool sums, bool paired = false) {
     const int64_t rows = x.size(0), in = x.size(1), groups = in / GROUP;
     QuantisedX qx{torch::empty({rows, groups * GROUP}, x.options().dtype(torch::kInt16)),
                   torch::empty({rows, groups}, x.options()),
@@ -158,24 +154,17 @@ QuantisedX quantise_x(const torch::Tensor& x, bool sums) {
             if (sum0)
                 sum0[t * groups + g] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
             const __m256 inv = _mm256_set1_ps(amax > 0.f ? 32767.f / amax : 0.f);
-            int16_t* q = q0 + (t * groups + g) * GROUP;
+            int64_t lo, hi;
+            symphony::gemv::group_slots(g, groups, paired, lo, hi);
             for (int i = 0; i < 4; i += 2) {  // packs interleaves the 128-bit halves: the permute restores order
                 __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
                 __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(v[i + 1], inv));
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * i),
+                _mm256_storeu_si256(reinterpret_cast<__m256i*>(q0 + t * groups * GROUP + (i == 0 ? lo : hi)),
                                     _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
             }
         }
     }
     return qx;
-}
-
-// Σ over one group of 32: w (elements 0-15, 16-31) widened to int16, times x's int16 group, as 8 int32
-// partial sums of 4 products each, converted to fp32. Both steps are exact: |sum| ≤ 4 · 128 · 32767 < 2^24.
-inline __m256 group_dot(__m256i w_lo, __m256i w_hi, const int16_t* xq) {
-    __m256i a = _mm256_madd_epi16(w_lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
-    __m256i b = _mm256_madd_epi16(w_hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16)));
-    return _mm256_cvtepi32_ps(_mm256_add_epi32(a, b));
 }
 
 // One output row at a time: more rows at once (2, 4) measured slower at every T, the widened weights
@@ -389,23 +378,18 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
     check_x(x, in);
     x = x.contiguous();
     const int64_t rows = x.size(0);
-    const QuantisedX qx = quantise_x(x, true);
+    const bool vnni = vnni::active();
+    const QuantisedX qx = quantise_x(x, true, vnni);
     auto y = torch::empty({rows, out}, x.options());
     const uint8_t* pp = packed.data_ptr<uint8_t>();
     const float* sp = scale.data_ptr<float>();
     const float* mp = minimum.data_ptr<float>();
     float* y0 = y.data_ptr<float>();
-    const bool vnni = vnni::active();
-    torch::Tensor paired;
-    if (vnni) {
-        paired = torch::empty_like(qx.q);
-        vnni::pair_order(qx.q.data_ptr<int16_t>(), paired.data_ptr<int16_t>(), rows, groups);
-    }
     parallel_rows(out, grain(in / 2), [&](int64_t o0, int64_t o1) {
         by_row_groups(rows, [&](int64_t t0, auto t) {
             constexpr int T = decltype(t)::value;
             if (vnni)
-                vnni::int4_rows(T, pp, sp, mp, paired.data_ptr<int16_t>() + t0 * in,
+                vnni::int4_rows(T, pp, sp, mp, qx.q.data_ptr<int16_t>() + t0 * in,
                                 qx.scale.data_ptr<float>() + t0 * groups, qx.sum.data_ptr<float>() + t0 * groups, y0,
                                 t0, in, out, o0, o1);
             else

@@ -13,14 +13,15 @@
 #include <atomic>
 #include <stdexcept>
 #include <string>
-#include <vector>
+
+#include "gemv_parts.h"
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 namespace {
 
-constexpr int64_t GROUP = 32;
-constexpr int64_t PREFETCH = 2048;  // as gemv.cpp's: bytes ahead in the weight stream
+using symphony::gemv::GROUP;
+using symphony::gemv::PREFETCH;
 
 // One row of x alone leaves the loop waiting on one chain of FMAs: two chains, alternating groups.
 constexpr int chains(int t) { return t == 1 ? 2 : 1; }
@@ -101,16 +102,11 @@ VNNI INLINE __m512 int4_pair_fma(__m512 acc, __m512i lo, __m512i hi, const int16
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(c2)), acc);
 }
 
-// One odd last group (pair_order leaves it in its natural order), AVX2 as in gemv.cpp.
+// One odd last group (quantise_x leaves it in its natural order), AVX2 as in gemv.cpp.
 INLINE float int4_last_group(const uint8_t* p, const int16_t* xp) {
     const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi16(0x0F)), hi = _mm256_srli_epi16(v, 4);
-    const __m256i a = _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp)));
-    const __m256i b = _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 16)));
-    const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(a, b));
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    return symphony::gemv::hsum(symphony::gemv::group_dot(lo, hi, xp));
 }
 
 template <int T>
@@ -200,26 +196,6 @@ void int4_rows(int T, const uint8_t* packed, const float* scale, const float* mi
     by_rows(T, [&](auto t) {
         int4_rows_t<decltype(t)::value>(packed, scale, minimum, xq, xs, xsum, y, t0, in, out, o0, o1);
     });
-}
-
-void pair_order(const int16_t* xq, int16_t* dst, int64_t rows, int64_t groups) {
-    constexpr int64_t H = GROUP / 2;
-    for (int64_t r = 0; r < rows; ++r) {
-        const int16_t* s = xq + r * groups * GROUP;
-        int16_t* d = dst + r * groups * GROUP;
-        int64_t g = 0;
-        for (; g + 2 <= groups; g += 2) {
-            const int16_t *a = s + g * GROUP, *b = a + GROUP;
-            int16_t* o = d + g * GROUP;
-            for (int64_t i = 0; i < H; ++i) {
-                o[i] = a[i];
-                o[H + i] = b[i];
-                o[2 * H + i] = a[H + i];
-                o[3 * H + i] = b[H + i];
-            }
-        }
-        for (int64_t i = g * GROUP; i < groups * GROUP; ++i) d[i] = s[i];
-    }
 }
 
 }  // namespace symphony::vnni

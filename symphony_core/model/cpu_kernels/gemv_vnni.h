@@ -17,13 +17,9 @@ std::string get_isa();
 void int8_rows(int T, const int8_t* w, const float* scale, const int16_t* xq, const float* xs, const float* x,
                float* y, int64_t t0, int64_t in, int64_t out, int64_t groups, int64_t o0, int64_t o1);
 
-// gemv.cpp's int4_rows; xq in pair order (`pair_order`), from row t0 on, as xs and xsum.
+// gemv.cpp's int4_rows; xq in the paired order (gemv_parts.h's group_slots), from row t0 on, as xs and xsum.
 void int4_rows(int T, const uint8_t* packed, const float* scale, const float* minimum, const int16_t* xq,
                const float* xs, const float* xsum, float* y, int64_t t0, int64_t in, int64_t out, int64_t o0,
                int64_t o1);
-
-// The int4 kernel's activation order: for each two groups g, g + 1, elements 0-15 of both, then
-// 16-31 of both (the order the unpacked nibbles of their 32 bytes come in); an odd last group as is.
-void pair_order(const int16_t* xq, int16_t* dst, int64_t rows, int64_t groups);
 
 }  // namespace symphony::vnni

@@ -26,7 +26,7 @@ import torch
 
 NAME = "symphony_cpu_kernels"
 SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "gemv_vnni.cpp", "decode_ops.cpp", "decode_stack.cpp")]
-HEADERS = [Path(__file__).with_name(n) for n in ("kernels.h", "gemv_vnni.h")]
+HEADERS = [Path(__file__).with_name(n) for n in ("kernels.h", "gemv_parts.h", "gemv_vnni.h")]
 BUILD_DIR = Path(__file__).with_name("build")
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
 LDFLAGS = ["-fopenmp"]
