@@ -5,7 +5,8 @@ through: fp32 by MKL's sgemm (`W·xᵀ`, padded as llama.py pads rows for it) an
 fp32 kernel (symphony_core/model/cpu_kernels, the same tensors, unpadded) and by oneDNN's fp32 kernel on a packed
 copy (where torch has oneDNN; the fp32 tier above the compiled kernel where it measures faster), int8 weight-only and int4
 weight-only, each by torch's kernels (bf16 activations) and by the compiled ones (int16 activations; on a
-CPU with AVX-512 VNNI also through their AVX2 loops, the A/B of gemv_vnni.cpp), and
+CPU with AVX-512 VNNI also through their AVX2 loops, the A/B of gemv_vnni.cpp; the compiled fp32 kernel likewise,
+the A/B of gemv_f32_wide.cpp), and
 the weights rounded to bf16 through oneDNN (the quantised engines' wide tier on CPUs with native bf16); the
 compiled columns are skipped when not built (`make kernels`). The kernels alternate within each repeat (a
 noisy shared machine then slows all of them alike); the figure is the median. This is what set
@@ -52,6 +53,8 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
         forms = {"fp32 compiled": fp32c, "int8": torch8, "int4": torch4, "int8 compiled": int8, "int4 compiled": int4}
         if cpu_kernels.compiled().get_quantised_isa() == "avx512_vnni":  # the AVX2 loops too, for the A/B
             forms |= {"int8 compiled AVX2": int8, "int4 compiled AVX2": int4}
+        if cpu_kernels.compiled().get_f32_wide_isa() == "avx512":
+            forms["fp32 compiled AVX2"] = fp32c
     else:  # not built: the engine's own linears already run torch's kernels
         forms = {"int8": int8, "int4": int4}
     if onednn_fp32():
@@ -83,15 +86,19 @@ def measure(rows: list[int], repeats: int) -> list[dict]:
 
 
 def on_avx2(fn):
-    """`fn` with the compiled int8 / int4 kernels running their AVX2 loops (gemv.cpp) instead of AVX-512 VNNI."""
+    """`fn` with the compiled kernels running their AVX2 loops (gemv.cpp) instead of AVX-512 ones (the int8 /
+    int4 VNNI loops, the fp32 loop for 2-8 rows), putting the process's choice back after."""
     mod = cpu_kernels.compiled()
 
     def run():
+        before = mod.get_quantised_isa(), mod.get_f32_wide_isa()
         mod.set_quantised_isa("avx2")
+        mod.set_f32_wide_isa("avx2")
         try:
             return fn()
         finally:
-            mod.set_quantised_isa("avx512_vnni")
+            mod.set_quantised_isa(before[0])
+            mod.set_f32_wide_isa(before[1])
 
     return run
 
@@ -129,12 +136,13 @@ def main(argv=None) -> str:
         "",
         f"Machine: {describe()}",
         "",
-        "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | fp32, oneDNN (packed) | int8, torch (bf16 act.) "
+        "| rows | fp32, MKL W·xᵀ (padded) | fp32, compiled | fp32, compiled, AVX2 loops | fp32, oneDNN (packed) "
+        "| int8, torch (bf16 act.) "
         "| int4, torch (bf16 act.) | int8, compiled (int16 act.) | int4, compiled (int16 act.) "
         "| int8, compiled, AVX2 loops | int4, compiled, AVX2 loops | bf16, oneDNN (bf16 act.) | fastest |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "fp32 compiled", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled")
+    kinds = ("fp32", "fp32 compiled", "fp32 compiled AVX2", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled")
     kinds += ("int8 compiled AVX2", "int4 compiled AVX2", "bf16")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])
@@ -148,9 +156,10 @@ def main(argv=None) -> str:
         f"(this one: {'yes' if native_bf16() else 'no'}), where it measured faster than fp32 (kernel_tiers.py). "
         "fp32 oneDNN computes the fp32 products on a packed copy of the weights; every engine runs it from the rows "
         "where it measured faster than the compiled kernel and MKL (kernel_tiers.py). The compiled int8 / int4 "
-        "kernels run AVX-512 VNNI loops where the CPU has them (gemv_vnni.cpp); the AVX2 loops columns time the "
+        "kernels run AVX-512 VNNI loops where the CPU has them (gemv_vnni.cpp), the compiled fp32 kernel an "
+        "AVX-512 loop for 2-8 rows at a time (gemv_f32_wide.cpp); the AVX2 loops columns time the "
         "same weights through gemv.cpp's AVX2 loops on such a CPU. — : not built here (the "
-        "compiled kernels: `make kernels`), not in this torch (oneDNN) or no AVX-512 VNNI here.",
+        "compiled kernels: `make kernels`), not in this torch (oneDNN) or no AVX-512 (VNNI) here.",
     ]
     md = "\n".join(lines)
     print(md)

@@ -1,6 +1,7 @@
 """The compiled CPU kernels (symphony_core/model/cpu_kernels): same results as the dequantised weights and
-as torch's kernels, at the model's shapes and odd ones, with the AVX2 loops and the AVX-512 VNNI ones; the fp32 kernel as torch's fp32 matmul, on the fp32
-engine's own tensors; the fallback to torch's kernels when forced.
+as torch's kernels, at the model's shapes and odd ones, with the AVX2 loops and the AVX-512 VNNI ones; the fp32 kernel as
+torch's fp32 matmul (its AVX2 loops and its AVX-512 one for 2-8 rows), on the fp32 engine's own tensors; the fallback to
+torch's kernels when forced.
 
 `make setup` builds them (`make kernels`); on an AVX2 CPU they must load, so a failed build fails here.
 """
@@ -98,18 +99,35 @@ def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape, quantise
                 assert (int4_torch(x) - got4).abs().max() < 0.06 * ref4.abs().max()
 
 
+@pytest.fixture
+def f32_wide_isa(request):
+    """Run the fp32 kernel's loop for 2-8 rows of one instruction set (gemv.cpp's AVX2 one, or
+    gemv_f32_wide.cpp's where the CPU has AVX-512), putting the process's choice back after."""
+    mod = cpu_kernels.compiled()
+    before = mod.get_f32_wide_isa()
+    try:
+        mod.set_f32_wide_isa(request.param)
+    except ValueError as e:
+        pytest.skip(str(e))
+    yield request.param
+    mod.set_f32_wide_isa(before)
+
+
 @needs_avx2
-@pytest.mark.parametrize("shape", SHAPES)
-def test_compiled_fp32_matches_torchs_fp32_matmul(shape):
+@pytest.mark.parametrize("f32_wide_isa", ["avx2", "avx512"], indirect=True)
+@pytest.mark.parametrize("shape", SHAPES + [(5, 15), (7, 1)])
+def test_compiled_fp32_matches_torchs_fp32_matmul(shape, f32_wide_isa):
     torch.manual_seed(sum(shape) + 1)
     out_f, in_f = shape
     w = torch.randn(out_f, in_f) * 0.05
-    w[:, 3] *= 40
+    w[:, min(3, in_f - 1)] *= 40
     lin = CompiledDenseLinear(w)
     assert lin.weight is w  # read in place, never copied
-    for rows in (1, 2, 3, 4, 5, 9):  # the kernel runs up to 4 rows a pass, with 4 or 3 output rows at once
+    # AVX2: up to 4 rows a pass, 4 or 3 output rows at once; AVX-512: groups of 2-8 rows, 6 to 2 output
+    # rows at once, a last single row by the AVX2 loop; `in` not a multiple of 16 ends under a mask
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17):
         x = torch.randn(rows, in_f)
-        x[:, 7] *= 30
+        x[:, min(7, in_f - 1)] *= 30
         ref = x @ w.t()
         got = lin(x)
         assert got.shape == (rows, out_f) and got.dtype == torch.float32
@@ -194,6 +212,23 @@ def test_both_instruction_sets_give_the_same_sums_but_for_their_order(shape):
             mod.set_quantised_isa("sse")
     finally:
         mod.set_quantised_isa(before)
+
+
+@needs_avx2
+def test_fp32_wide_loop_is_refused_clearly_where_the_cpu_lacks_it():
+    mod = cpu_kernels.compiled()
+    before = mod.get_f32_wide_isa()
+    try:
+        with pytest.raises(ValueError, match="'avx2' or 'avx512'"):
+            mod.set_f32_wide_isa("avx10")
+        try:
+            mod.set_f32_wide_isa("avx512")
+        except ValueError as e:
+            assert "lacks AVX-512" in str(e) and mod.get_f32_wide_isa() == "avx2"
+        else:
+            assert mod.get_f32_wide_isa() == "avx512"
+    finally:
+        mod.set_f32_wide_isa(before)
 
 
 @needs_avx2

@@ -23,6 +23,7 @@
 // fp32: the model's own fp32 [out, in] tensor, read in place (no copy), fp32 activations. At 1 row this
 //       reads the weights at the memory's speed where MKL's sgemm (a GEMM kernel packing for many rows)
 //       reaches ~2/3 of it.
+#include "gemv_f32_wide.h"
 #include "gemv_parts.h"
 #include "gemv_vnni.h"
 #include "kernels.h"
@@ -306,9 +307,17 @@ torch::Tensor dot_linear(const W& wt, const torch::Tensor& x, int64_t out, int64
     auto y = torch::empty({rows, out}, x.options());
     const float* x0 = x.data_ptr<float>();
     float* y0 = y.data_ptr<float>();
+    // fp32 groups of 2-8 rows in one pass where the CPU has AVX-512 (gemv_f32_wide.cpp); a last row as below.
+    const bool wide = std::is_same_v<W, F32Weights> && rows >= symphony::f32wide::MIN_T && symphony::f32wide::active();
     parallel_rows(out, chunk, [&](int64_t o0, int64_t o1) {
-        by_row_groups(rows, [&](int64_t t0, auto t) {
-            dot_rows<W, decltype(t)::value>(wt, x0 + t0 * in, y0 + t0 * out, in, out, o0, o1);
+        int64_t done = 0;
+        while (wide && rows - done >= symphony::f32wide::MIN_T) {
+            const int T = int(std::min<int64_t>(symphony::f32wide::MAX_T, rows - done));
+            symphony::f32wide::rows(T, wt.w, x0 + done * in, y0 + done * out, in, out, o0, o1);
+            done += T;
+        }
+        by_row_groups(rows - done, [&](int64_t t0, auto t) {
+            dot_rows<W, decltype(t)::value>(wt, x0 + (done + t0) * in, y0 + (done + t0) * out, in, out, o0, o1);
         });
     });
     return y;
@@ -413,6 +422,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_quantised_isa", &symphony::vnni::set_isa,
           "'avx512_vnni' (the default where the CPU has it) or 'avx2': the int8 / int4 kernels' loops, for the process");
     m.def("get_quantised_isa", &symphony::vnni::get_isa, "which loops the int8 / int4 kernels run");
+    m.def("set_f32_wide_isa", &symphony::f32wide::set_isa,
+          "'avx512' (the default where the CPU has it) or 'avx2': the fp32 kernel's loop for 2-8 rows, for the process");
+    m.def("get_f32_wide_isa", &symphony::f32wide::get_isa, "which loop the fp32 kernel runs for 2-8 rows");
     add_decode_ops(m);
     add_decode_stack(m);
 }
