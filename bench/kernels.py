@@ -142,7 +142,16 @@ def main(argv=None) -> str:
         "| int8, compiled, AVX2 loops | int4, compiled, AVX2 loops | bf16, oneDNN (bf16 act.) | fastest |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    kinds = ("fp32", "fp32 compiled", "fp32 compiled AVX2", "fp32 oneDNN", "int8", "int4", "int8 compiled", "int4 compiled")
+    kinds = (
+        "fp32",
+        "fp32 compiled",
+        "fp32 compiled AVX2",
+        "fp32 oneDNN",
+        "int8",
+        "int4",
+        "int8 compiled",
+        "int4 compiled",
+    )
     kinds += ("int8 compiled AVX2", "int4 compiled AVX2", "bf16")
     for r in res:
         best = min((k for k in kinds if k in r), key=lambda k: r[k])

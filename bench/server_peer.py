@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from symphony_core import openmp_waits
+
 from .common import publish
 from .decode import TEXT
 from .machine import describe, wait_until_idle
@@ -79,7 +81,9 @@ class Server:
     def start(self, workdir: Path, port: int) -> None:
         log = workdir / f"{self.name.replace(' ', '_')}.log"
         with open(log, "w") as f:
-            self.proc = subprocess.Popen([*self.cmd, "--port", str(port)], stdout=f, stderr=subprocess.STDOUT)
+            # llama-server with the environment its users start it in: not the OpenMP waits symphony_core set here
+            env = openmp_waits.without_ours()
+            self.proc = subprocess.Popen([*self.cmd, "--port", str(port)], stdout=f, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://127.0.0.1:{port}"
         _wait_ready(self.proc, self.url, log, 600)
         import openai

@@ -11,6 +11,7 @@ import threading
 
 import torch
 
+from . import openmp_waits
 from .errors import SymphonyError
 from .events import EventBus
 from .executor import Executor, PredCall
@@ -109,6 +110,8 @@ class Engine:
         self.kv_dtype = choose_kv_dtype(kv_cache_dtype, self.device, self.dtype)
         if threads:
             torch.set_num_threads(threads)
+        if self.device.type == "cpu":
+            openmp_waits.note_if_missed()
         loaded = load_model(model, dtype=self.dtype, device=str(self.device))
         self.model_name = loaded.name
         self.model_dir = loaded.directory

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+
+# symphony_core before torch, as in users' programs: it sets OpenMP's waits (symphony_core/openmp_waits.py)
+import symphony_core  # noqa: F401
+
+# isort: split
 import torch
 
 torch.set_num_threads(2)

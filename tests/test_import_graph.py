@@ -19,7 +19,9 @@ LAYERS: list[list[str]] = [
         "symphony_core.events",
         "symphony_core.threadsafe_ast",
         "symphony_core.syscall_surface",
-    ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads; what `sym` offers
+        "symphony_core.openmp_waits",
+    ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads; what `sym` offers;
+    # OpenMP's waits, set before torch loads
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
     [
         "symphony_core.pred_args",
