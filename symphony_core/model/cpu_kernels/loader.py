@@ -25,7 +25,10 @@ from types import ModuleType
 import torch
 
 NAME = "symphony_cpu_kernels"
-SOURCES = [Path(__file__).with_name(n) for n in ("gemv.cpp", "gemv_vnni.cpp", "gemv_f32_wide.cpp", "decode_ops.cpp", "decode_stack.cpp")]
+SOURCES = [
+    Path(__file__).with_name(n)
+    for n in ("gemv.cpp", "gemv_vnni.cpp", "gemv_f32_wide.cpp", "decode_ops.cpp", "decode_stack.cpp")
+]
 HEADERS = [Path(__file__).with_name(n) for n in ("kernels.h", "gemv_parts.h", "gemv_vnni.h", "gemv_f32_wide.h")]
 BUILD_DIR = Path(__file__).with_name("build")
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
