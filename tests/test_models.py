@@ -19,6 +19,13 @@ from symphony_core.model.registry import resolve_model
 PROMPT = "The capital of France is"
 
 
+def same_logits(a: torch.Tensor, b: torch.Tensor) -> None:
+    """The same model's logits for the same text, up to the fp32 sums' order: the session engine may hold the
+    prompt's prefix from earlier tests (the prefix cache) and run only its last token, one row, where a fresh
+    engine runs the whole prompt, 5 rows, through another kernel loop (~2e-5 apart here)."""
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
 def last_logits(eng, text: str = PROMPT) -> torch.Tensor:
     kv = eng.kv_create()
     try:
@@ -42,7 +49,7 @@ def test_a_hugging_face_directory_loads_the_same_model(engine):
     try:
         for field in ("vocab_size", "hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim"):
             assert getattr(other.config, field) == getattr(engine.config, field), field
-        assert torch.allclose(last_logits(other), last_logits(engine), atol=1e-5)
+        same_logits(last_logits(other), last_logits(engine))
     finally:
         other.shutdown()
 
@@ -85,7 +92,7 @@ def test_a_gguf_path_converts_once_into_the_cache(engine, tmp_path, monkeypatch)
     try:
         assert len(converted) == 1 and Path(converted[0]).parent == tmp_path / "symphony" / "models"
         assert sorted(p.name for p in first.model_dir.glob("*.safetensors")) == ["model.safetensors"]
-        assert torch.allclose(last_logits(first), last_logits(engine), atol=1e-5)
+        same_logits(last_logits(first), last_logits(engine))
     finally:
         first.shutdown()
     t0 = time.perf_counter()
