@@ -27,8 +27,12 @@ set_here: dict[str, str] = {}  # what this process set (a peer's own process can
 _noted = False
 
 
+def _user_chose() -> bool:
+    return any(name in os.environ for name in WAITS)
+
+
 def tune() -> None:
-    if "torch" in sys.modules or any(name in os.environ for name in WAITS):
+    if "torch" in sys.modules or _user_chose():
         return
     for name, value in WAITS.items():
         os.environ[name] = value
@@ -38,13 +42,13 @@ def tune() -> None:
 def note_if_missed() -> None:
     """One line on stderr, once, where torch was loaded before `tune` could run and the user chose no waits."""
     global _noted
-    if _noted or set_here or any(name in os.environ for name in WAITS):
+    if _noted or set_here or _user_chose():
         return
     _noted = True
     settings = " ".join(f"{k}={v}" for k, v in WAITS.items())
     print(
         "symphony: torch was imported before symphony_core, so OpenMP's workers sleep between parallel regions "
-        f"once two threads run forward passes (a one-sequence decode step ~1.5x slower); import symphony_core "
+        "once two threads run forward passes (a one-sequence decode step ~1.5x slower); import symphony_core "
         f"first, or start Python with {settings}",
         file=sys.stderr,
     )

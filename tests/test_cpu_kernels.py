@@ -46,18 +46,25 @@ def test_compiled_kernels_load_here():
 ISAS = ["avx2", "avx512_vnni"]
 
 
-@pytest.fixture
-def quantised_isa(request):
-    """Run the int8 / int4 kernels' loops for one instruction set (gemv.cpp's AVX2 ones, or gemv_vnni.cpp's
-    where the CPU has AVX-512 VNNI), putting the process's choice back after."""
+def _running_loops(kind: str, isa: str):
+    """Run one of the compiled kernels' loop choices (`kind`: "quantised" or "f32_wide") for `isa`, putting the
+    process's choice back after; skipped where the CPU lacks it."""
     mod = cpu_kernels.compiled()
-    before = mod.get_quantised_isa()
+    get, set_ = getattr(mod, f"get_{kind}_isa"), getattr(mod, f"set_{kind}_isa")
+    before = get()
     try:
-        mod.set_quantised_isa(request.param)
+        set_(isa)
     except ValueError as e:
         pytest.skip(str(e))
-    yield request.param
-    mod.set_quantised_isa(before)
+    yield isa
+    set_(before)
+
+
+@pytest.fixture
+def quantised_isa(request):
+    """The int8 / int4 kernels' loops of one instruction set: gemv.cpp's AVX2 ones, or gemv_vnni.cpp's where
+    the CPU has AVX-512 VNNI."""
+    yield from _running_loops("quantised", request.param)
 
 
 @needs_avx2
@@ -101,16 +108,9 @@ def test_compiled_matches_dequantised_weights_and_torchs_kernels(shape, quantise
 
 @pytest.fixture
 def f32_wide_isa(request):
-    """Run the fp32 kernel's loop for 2-8 rows of one instruction set (gemv.cpp's AVX2 one, or
-    gemv_f32_wide.cpp's where the CPU has AVX-512), putting the process's choice back after."""
-    mod = cpu_kernels.compiled()
-    before = mod.get_f32_wide_isa()
-    try:
-        mod.set_f32_wide_isa(request.param)
-    except ValueError as e:
-        pytest.skip(str(e))
-    yield request.param
-    mod.set_f32_wide_isa(before)
+    """The fp32 kernel's loop for 2-8 rows of one instruction set: gemv.cpp's AVX2 one, or gemv_f32_wide.cpp's
+    where the CPU has AVX-512."""
+    yield from _running_loops("f32_wide", request.param)
 
 
 @needs_avx2

@@ -13,9 +13,10 @@
 // AVX2-only CPU, where gemv.cpp never calls this (`supported`).
 #include "gemv_f32_wide.h"
 
+#include "gemv_parts.h"
+
 #include <immintrin.h>
 
-#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -101,20 +102,15 @@ bool supported() {
 }
 
 namespace {
-std::atomic<bool> on{supported()};
+symphony::gemv::LoopChoice loops(supported(), "avx512", "the fp32 kernel's instruction set for 2-8 rows", "AVX-512",
+                                 "the fp32 kernel runs");
 }
 
-bool active() { return on.load(std::memory_order_relaxed); }
+bool active() { return loops.active(); }
 
-void set_isa(const std::string& isa) {
-    if (isa != "avx2" && isa != "avx512")
-        throw std::invalid_argument("the fp32 kernel's instruction set for 2-8 rows is 'avx2' or 'avx512', got '" + isa + "'");
-    if (isa == "avx512" && !supported())
-        throw std::invalid_argument("this CPU lacks AVX-512: the fp32 kernel runs 'avx2' here");
-    on = isa == "avx512";
-}
+void set_isa(const std::string& isa) { loops.set(isa); }
 
-std::string get_isa() { return active() ? "avx512" : "avx2"; }
+std::string get_isa() { return loops.get(); }
 
 void rows(int T, const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
     switch (T) {

@@ -1,10 +1,14 @@
-// What gemv.cpp's AVX2 loops and gemv_vnni.cpp's AVX-512 ones share: the group size, the weight
-// stream's prefetch distance, and the AVX2 helpers both use.
+// What gemv.cpp's AVX2 loops and the AVX-512 ones (gemv_vnni.cpp, gemv_f32_wide.cpp) share: the group size,
+// the weight stream's prefetch distance, the AVX2 helpers, and the process's choice between the two.
 #pragma once
 
 #include <immintrin.h>
 
+#include <atomic>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace symphony::gemv {
 
@@ -42,5 +46,32 @@ inline void group_slots(int64_t g, int64_t groups, bool paired, int64_t& lo, int
     lo = base + second;
     hi = base + GROUP + second;
 }
+
+// Which loops a kernel runs, for the whole process: the AVX-512 ones (named `wide`) where the CPU has them,
+// unless set to "avx2" (A/B runs and tests). `what` names the choice, `feature` what the CPU must have and
+// `runs` the kernel, for the errors.
+class LoopChoice {
+   public:
+    LoopChoice(bool supported, std::string wide, std::string what, std::string feature, std::string runs)
+        : supported_(supported), wide_(std::move(wide)), what_(std::move(what)), feature_(std::move(feature)),
+          runs_(std::move(runs)), on_(supported) {}
+
+    bool active() const { return on_.load(std::memory_order_relaxed); }
+
+    void set(const std::string& isa) {
+        if (isa != "avx2" && isa != wide_)
+            throw std::invalid_argument(what_ + " is 'avx2' or '" + wide_ + "', got '" + isa + "'");
+        if (isa == wide_ && !supported_)
+            throw std::invalid_argument("this CPU lacks " + feature_ + ": " + runs_ + " 'avx2' here");
+        on_ = isa == wide_;
+    }
+
+    std::string get() const { return active() ? wide_ : "avx2"; }
+
+   private:
+    const bool supported_;
+    const std::string wide_, what_, feature_, runs_;
+    std::atomic<bool> on_;
+};
 
 }  // namespace symphony::gemv

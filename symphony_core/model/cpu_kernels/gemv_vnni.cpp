@@ -10,9 +10,6 @@
 
 #include <immintrin.h>
 
-#include <atomic>
-#include <stdexcept>
-#include <string>
 
 #include "gemv_parts.h"
 
@@ -170,20 +167,15 @@ bool supported() {
 }
 
 namespace {
-std::atomic<bool> on{supported()};
+symphony::gemv::LoopChoice loops(supported(), "avx512_vnni", "the quantised kernels' instruction set", "AVX-512 VNNI",
+                                 "the quantised kernels run");
 }
 
-bool active() { return on.load(std::memory_order_relaxed); }
+bool active() { return loops.active(); }
 
-void set_isa(const std::string& isa) {
-    if (isa != "avx2" && isa != "avx512_vnni")
-        throw std::invalid_argument("the quantised kernels' instruction set is 'avx2' or 'avx512_vnni', got '" + isa + "'");
-    if (isa == "avx512_vnni" && !supported())
-        throw std::invalid_argument("this CPU lacks AVX-512 VNNI: the quantised kernels run 'avx2' here");
-    on = isa == "avx512_vnni";
-}
+void set_isa(const std::string& isa) { loops.set(isa); }
 
-std::string get_isa() { return active() ? "avx512_vnni" : "avx2"; }
+std::string get_isa() { return loops.get(); }
 
 void int8_rows(int T, const int8_t* w, const float* scale, const int16_t* xq, const float* xs, const float* x,
                float* y, int64_t t0, int64_t in, int64_t out, int64_t groups, int64_t o0, int64_t o1) {
