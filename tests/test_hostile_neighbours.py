@@ -590,11 +590,13 @@ def soak_server():
 
 @pytest.mark.slow
 def test_short_soak_rss_is_flat(soak_server):
-    """Six rounds of hostile programs (unread small-item messages, one-letter prints, bad
+    """Twelve rounds of hostile programs (unread small-item messages, one-letter prints, bad
     samplers, oversized calls) beside alice's exact generation, each round's records reaped
-    (--keep-finished 5): the server's RSS after each round has a least-squares slope under
-    30 MB per round over the last five rounds, and ends within 150 MB of the first. Measured on the 2-core
-    CI machine: +8 to +16 MB a round on a server of its own; the code before #53 grew +63 MB a round."""
+    (--keep-finished 5): past the first four rounds the server's RSS has a least-squares slope under
+    20 MB a round, and it ends within 250 MB of the first round. The allocator's arenas grow for the
+    first rounds and then level off: on the 2-core CI machine a server of its own grew +17 to +34 MB a
+    round over rounds 2-6 and then stayed within 3.34-3.45 GB over 16 rounds; the code before #53 grew
+    +63 MB every round."""
     import time
 
     from bench.soak import rss_slope
@@ -603,7 +605,7 @@ def test_short_soak_rss_is_flat(soak_server):
     rss = []
     with client(server) as alice, client(server, "mallory") as mallory:
         ref = outcome(alice, start(alice, "generate", 4))["result"]
-        for _ in range(6):
+        for _ in range(12):
             pids = [start(mallory, "many_small_items", 10) for _ in range(2)]
             pids += [start(mallory, "one_letter_prints", 5000), start(mallory, "bad_samplers", 1)]
             pids.append(start(mallory, "big_detokenize"))
@@ -613,7 +615,7 @@ def test_short_soak_rss_is_flat(soak_server):
             time.sleep(5.5)
             alice.get("/metrics")  # reaps the records past --keep-finished
             rss.append(_rss_mb(server.proc.pid))
-    slope = rss_slope(rss[1:])
+    slope = rss_slope(rss[4:])
     print(f"RSS after each round (MB): {[round(x) for x in rss]}; slope {slope:+.1f} MB/round")
-    assert slope < 30, rss
-    assert rss[-1] - rss[0] < 150, rss
+    assert slope < 20, rss
+    assert rss[-1] - rss[0] < 250, rss
