@@ -7,9 +7,11 @@ bench/decode.py), same threads; each repeat runs every engine once, in a rotated
 drift on a shared machine spreads over all of them; medians of the repeats. A 512-token prefill
 takes about a second and two runs of it can differ by 20% here, so each repeat runs the prefill
 `--prefill-runs` times per engine (rounds over all engines, the order rotated each round) and
-its median is over all of them. Ratios are Symphony ÷ peer.
+its median is over all of them; one sequence's decode of 64 tokens is as short and as noisy, and runs
+`--single-runs` times per repeat in the same way. Ratios are Symphony ÷ peer.
 
     python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3] [--prefill-runs 3]
+                            [--single-runs 3]
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ def _peer_files(threads: int, files: dict[str, Path]) -> tuple[dict[str, Path], 
     return peers, None
 
 
-def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None):
+def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None, single_runs=1):
     from symphony_core import Engine
 
     hi = 64
@@ -151,7 +153,8 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
         bandwidth.append(read_bandwidth())
         for kind, b in cases:
             prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
-            rounds = prefill_runs if kind == "prefill" else 1
+            # The shortest runs (a prefill, one sequence's decode) are the noisiest: more of them per repeat.
+            rounds = prefill_runs if kind == "prefill" else single_runs if b == 1 else 1
             for k in range(r * rounds, (r + 1) * rounds):
                 order = names[k % len(names) :] + names[: k % len(names)]  # rotate who goes first
                 for n in order:
@@ -267,10 +270,22 @@ def lip_verdicts(by: dict[str, dict], batches: list[int]) -> list[tuple[str, str
     return out
 
 
-def table(rows, batches, new, prefill_n, repeats, skipped, contended, floor=None, prefill_runs=None, model=None) -> str:
-    runs = f"median of {repeats}" + (
-        f" ({prefill_runs} runs for the prefill)" if prefill_runs not in (None, repeats) else ""
-    )
+def table(
+    rows,
+    batches,
+    new,
+    prefill_n,
+    repeats,
+    skipped,
+    contended,
+    floor=None,
+    prefill_runs=None,
+    model=None,
+    single_runs=None,
+) -> str:
+    more = [f"{n} runs for {what}" for n, what in ((prefill_runs, "the prefill"), (single_runs, "one sequence"))]
+    more = [m for m, n in zip(more, (prefill_runs, single_runs)) if n not in (None, repeats)]
+    runs = f"median of {repeats}" + (f" ({', '.join(more)})" if more else "")
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
         "",
@@ -339,6 +354,7 @@ def main(argv=None) -> str:
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prefill-runs", type=int, default=3, help="prefill runs per engine in each repeat")
+    ap.add_argument("--single-runs", type=int, default=3, help="one-sequence decode runs per engine in each repeat")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--model",
@@ -353,16 +369,17 @@ def main(argv=None) -> str:
         help="seconds to wait for idle CPUs before each run (default 10; quick 0)",
     )
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.prefill_runs < 1:
-        ap.error("--repeats and --prefill-runs take at least 1")
+    if args.repeats < 1 or args.prefill_runs < 1 or args.single_runs < 1:
+        ap.error("--repeats, --prefill-runs and --single-runs take at least 1")
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     new, prefill_n, repeats, prefill_runs = args.new, args.prefill, args.repeats, args.prefill_runs
+    single_runs = args.single_runs
     if args.quick:
-        batches, new, prefill_n, repeats, prefill_runs = [1, 4], 8, 64, 1, 1
+        batches, new, prefill_n, repeats, prefill_runs, single_runs = [1, 4], 8, 64, 1, 1, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
     rows, skipped, contended, floor = bench(
-        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model
+        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, single_runs
     )
     publish(
         __name__,
@@ -372,13 +389,26 @@ def main(argv=None) -> str:
             "new": new,
             "prefill": prefill_n,
             "prefill_runs": repeats * prefill_runs,
+            "single_runs": repeats * single_runs,
             "skipped": skipped,
             "model": args.model,
             "verdicts": [list(v) for v in verdicts(rows, batches)],
             **floor,
         },
     )
-    md = table(rows, batches, new, prefill_n, repeats, skipped, contended, floor, repeats * prefill_runs, args.model)
+    md = table(
+        rows,
+        batches,
+        new,
+        prefill_n,
+        repeats,
+        skipped,
+        contended,
+        floor,
+        repeats * prefill_runs,
+        args.model,
+        repeats * single_runs,
+    )
     print(md)
     return md
 
