@@ -7,11 +7,14 @@ bench/decode.py), same threads; each repeat runs every engine once, in a rotated
 drift on a shared machine spreads over all of them; medians of the repeats. A 512-token prefill
 takes about a second and two runs of it can differ by 20% here, so each repeat runs the prefill
 `--prefill-runs` times per engine (rounds over all engines, the order rotated each round) and
-its median is over all of them; one sequence's decode of 64 tokens is as short and as noisy, and runs
-`--single-runs` times per repeat in the same way. Ratios are Symphony ÷ peer.
+its median is over all of them; a decode of 64 tokens is as short and as noisy (one sequence's lasts
+0.3-1 s), and runs `--decode-runs` times per repeat in the same way. Ratios are Symphony ÷ peer. A
+format's LIPs run right after its `pred_batch` in every round, and "LIPs ÷ pred_batch" is the median of
+those adjacent pairs' ratios: apart by a few runs, one ratio swung from 0.77 to 1.08 between runs of
+the suite.
 
     python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3] [--prefill-runs 3]
-                            [--single-runs 3]
+                            [--decode-runs 3]
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ def _peer_files(threads: int, files: dict[str, Path]) -> tuple[dict[str, Path], 
     return peers, None
 
 
-def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None, single_runs=1):
+def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None, decode_runs=1):
     from symphony_core import Engine
 
     hi = 64
@@ -123,7 +126,11 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
             peers[ft] = llama_cpp_peer.Peer(path, threads, n_seq=seqs, n_ctx=seqs * (hi + new) + prefill_n)
         except Exception as e:  # noqa: BLE001
             print(f"  llama.cpp could not load {path.name}: {e}", flush=True)
-    names = [f"ours {f}" for f in OURS] + [f"ours {f} LIPs" for f in LIPS] + [f"llama.cpp {p}" for p in peers]
+    # Runs go in units: a format's pred_batch and its LIPs side by side (the pair's ratio compares runs taken
+    # together), every other engine alone.
+    units = [[f"ours {f}", f"ours {f} LIPs"] if f in LIPS else [f"ours {f}"] for f in OURS]
+    units += [[f"llama.cpp {p}"] for p in peers]
+    names = [n for u in units for n in u]
 
     def run_decode(name, prompts):
         if name.endswith("LIPs"):
@@ -153,10 +160,11 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
         bandwidth.append(read_bandwidth())
         for kind, b in cases:
             prompts = make_prompts(tok, b, 32, hi, seed=b) if b else None
-            # The shortest runs (a prefill, one sequence's decode) are the noisiest: more of them per repeat.
-            rounds = prefill_runs if kind == "prefill" else single_runs if b == 1 else 1
+            rounds = prefill_runs if kind == "prefill" else decode_runs
             for k in range(r * rounds, (r + 1) * rounds):
-                order = names[k % len(names) :] + names[: k % len(names)]  # rotate who goes first
+                # rotate which unit goes first, and within a pair which of the two
+                turn = units[k % len(units) :] + units[: k % len(units)]
+                order = [n for u in turn for n in (u if k % 2 == 0 else u[::-1])]
                 for n in order:
                     busy = wait_until_idle(idle_wait)
                     contended += int(busy is not None and busy >= 0.1)
@@ -183,6 +191,9 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
             ref = outs["ours fp32"][b]
             row[f"same8_{b}"] = sum(a[:8] == o[:8] for a, o in zip(outs[n][b], ref))
             row[f"same_{b}"] = sum(a == o for a, o in zip(outs[n][b], ref))
+            if n.endswith("LIPs"):  # its speed ÷ its pred_batch's, run by run (a time ratio inverted)
+                base = times[n.removesuffix(" LIPs")][b]
+                row[f"paired_{b}"] = med(t0 / t1 for t0, t1 in zip(base, times[n][b]))
         rows.append(row)
     # A one-row decode reads each fp32 weight once (the norms and the token's embedding row are a rounding error).
     floor = {"bandwidth_gbs": med(bandwidth), "fp32_weight_bytes": 4 * matmul_params(engines["fp32"].model)}
@@ -243,10 +254,16 @@ def lip_verdicts(by: dict[str, dict], batches: list[int]) -> list[tuple[str, str
     for f in LIPS:
         lip, ref = by.get(f"ours {f} LIPs"), by.get(f"ours {f}")
         if lip and ref:
-            xs = [lip[f"decode_{b}"] / ref[f"decode_{b}"] for b in batches]
+            xs = [lip.get(f"paired_{b}", lip[f"decode_{b}"] / ref[f"decode_{b}"]) for b in batches]
             shown = " / ".join(f"{x:.2f}×" for x in xs)
+            how = " (median of adjacent pairs)" if f"paired_{batches[0]}" in lip else ""
             out.append(
-                (f"LIPs ÷ pred_batch, {f}", f"{shown} at {'/'.join(map(str, batches))} seq", "≥ 0.95×", min(xs) >= 0.95)
+                (
+                    f"LIPs ÷ pred_batch, {f}",
+                    f"{shown} at {'/'.join(map(str, batches))} seq{how}",
+                    "≥ 0.95×",
+                    min(xs) >= 0.95,
+                )
             )
     for f, peer in (("fp32", "F32"), ("q4", "Q4_1")):
         lip, p = by.get(f"ours {f} LIPs"), by.get(f"llama.cpp {peer}")
@@ -281,10 +298,10 @@ def table(
     floor=None,
     prefill_runs=None,
     model=None,
-    single_runs=None,
+    decode_runs=None,
 ) -> str:
-    more = [f"{n} runs for {what}" for n, what in ((prefill_runs, "the prefill"), (single_runs, "one sequence"))]
-    more = [m for m, n in zip(more, (prefill_runs, single_runs)) if n not in (None, repeats)]
+    more = [f"{n} runs for {what}" for n, what in ((prefill_runs, "the prefill"), (decode_runs, "each decode"))]
+    more = [m for m, n in zip(more, (prefill_runs, decode_runs)) if n not in (None, repeats)]
     runs = f"median of {repeats}" + (f" ({', '.join(more)})" if more else "")
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
@@ -354,7 +371,7 @@ def main(argv=None) -> str:
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prefill-runs", type=int, default=3, help="prefill runs per engine in each repeat")
-    ap.add_argument("--single-runs", type=int, default=3, help="one-sequence decode runs per engine in each repeat")
+    ap.add_argument("--decode-runs", type=int, default=3, help="decode runs per engine and batch size in each repeat")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--model",
@@ -369,17 +386,17 @@ def main(argv=None) -> str:
         help="seconds to wait for idle CPUs before each run (default 10; quick 0)",
     )
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.prefill_runs < 1 or args.single_runs < 1:
-        ap.error("--repeats, --prefill-runs and --single-runs take at least 1")
+    if args.repeats < 1 or args.prefill_runs < 1 or args.decode_runs < 1:
+        ap.error("--repeats, --prefill-runs and --decode-runs take at least 1")
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     new, prefill_n, repeats, prefill_runs = args.new, args.prefill, args.repeats, args.prefill_runs
-    single_runs = args.single_runs
+    decode_runs = args.decode_runs
     if args.quick:
-        batches, new, prefill_n, repeats, prefill_runs, single_runs = [1, 4], 8, 64, 1, 1, 1
+        batches, new, prefill_n, repeats, prefill_runs, decode_runs = [1, 4], 8, 64, 1, 1, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
     rows, skipped, contended, floor = bench(
-        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, single_runs
+        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, decode_runs
     )
     publish(
         __name__,
@@ -389,7 +406,7 @@ def main(argv=None) -> str:
             "new": new,
             "prefill": prefill_n,
             "prefill_runs": repeats * prefill_runs,
-            "single_runs": repeats * single_runs,
+            "decode_runs": repeats * decode_runs,
             "skipped": skipped,
             "model": args.model,
             "verdicts": [list(v) for v in verdicts(rows, batches)],
@@ -407,7 +424,7 @@ def main(argv=None) -> str:
         floor,
         repeats * prefill_runs,
         args.model,
-        repeats * single_runs,
+        repeats * decode_runs,
     )
     print(md)
     return md
