@@ -288,21 +288,13 @@ def lip_verdicts(by: dict[str, dict], batches: list[int]) -> list[tuple[str, str
     return out
 
 
-def table(
-    rows,
-    batches,
-    new,
-    prefill_n,
-    repeats,
-    skipped,
-    contended,
-    floor=None,
-    prefill_runs=None,
-    model=None,
-    decode_runs=None,
-) -> str:
-    more = [f"{n} runs for {what}" for n, what in ((prefill_runs, "the prefill"), (decode_runs, "each decode"))]
-    more = [m for m, n in zip(more, (prefill_runs, decode_runs)) if n not in (None, repeats)]
+def table(numbers: dict, repeats: int, contended: str) -> str:
+    """The section's markdown from what `main` publishes (its floor keys included), the repeats and the
+    count of runs started under load."""
+    rows, batches, new, prefill_n = numbers["rows"], numbers["batches"], numbers["new"], numbers["prefill"]
+    model, skipped = numbers["model"], numbers["skipped"]
+    counts = [(numbers["prefill_runs"], "the prefill"), (numbers["decode_runs"], "each decode")]
+    more = [f"{n} runs for {what}" for n, what in counts if n != repeats]
     runs = f"median of {repeats}" + (f" ({', '.join(more)})" if more else "")
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
@@ -349,8 +341,8 @@ def table(
             lines.append(f"| {name} | {measured} | {goal} | {'met' if ok else '**missed**'} |")
     else:
         lines += ["", f"llama.cpp: skipped ({skipped})."]
-    if floor and 1 in batches:
-        lines += ["", floor_line(rows, floor) + "."]
+    if "bandwidth_gbs" in numbers and 1 in batches:
+        lines += ["", floor_line(rows, numbers) + "."]
     lines += [
         "",
         f"Runs started while other processes used ≥ 10% of the CPUs: {contended}. Decode tok/s counts "
@@ -399,34 +391,20 @@ def main(argv=None) -> str:
     rows, skipped, contended, floor = bench(
         batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, decode_runs
     )
-    publish(
-        __name__,
-        {
-            "rows": rows,
-            "batches": batches,
-            "new": new,
-            "prefill": prefill_n,
-            "prefill_runs": repeats * prefill_runs,
-            "decode_runs": repeats * decode_runs,
-            "skipped": skipped,
-            "model": args.model,
-            "verdicts": [list(v) for v in verdicts(rows, batches)],
-            **floor,
-        },
-    )
-    md = table(
-        rows,
-        batches,
-        new,
-        prefill_n,
-        repeats,
-        skipped,
-        contended,
-        floor,
-        repeats * prefill_runs,
-        args.model,
-        repeats * decode_runs,
-    )
+    numbers = {
+        "rows": rows,
+        "batches": batches,
+        "new": new,
+        "prefill": prefill_n,
+        "prefill_runs": repeats * prefill_runs,
+        "decode_runs": repeats * decode_runs,
+        "skipped": skipped,
+        "model": args.model,
+        "verdicts": [list(v) for v in verdicts(rows, batches)],
+        **floor,
+    }
+    publish(__name__, numbers)
+    md = table(numbers, repeats, contended)
     print(md)
     return md
 
