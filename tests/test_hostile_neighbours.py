@@ -592,11 +592,11 @@ def soak_server():
 def test_short_soak_rss_is_flat(soak_server):
     """Twelve rounds of hostile programs (unread small-item messages, one-letter prints, bad
     samplers, oversized calls) beside alice's exact generation, each round's records reaped
-    (--keep-finished 5): past the first four rounds the server's RSS has a least-squares slope under
-    20 MB a round, and it ends within 250 MB of the first round. The allocator's arenas grow for the
-    first rounds and then level off: on the 2-core CI machine a server of its own grew +17 to +34 MB a
-    round over rounds 2-6 and then stayed within 3.34-3.45 GB over 16 rounds; the code before #53 grew
-    +63 MB every round."""
+    (--keep-finished 5): past the first two rounds the server's RSS has a least-squares slope under
+    10 MB a round, and it ends within 100 MB of the first round. With glibc's default arenas (eight a
+    core) the same server grew ~15 MB a round for 16 rounds, by +17 to +34 MB some rounds, and failed
+    this in CI; with the two the server now asks for it grew +22 MB in all over 16 rounds, twice. The
+    code before #53 grew +63 MB every round."""
     import time
 
     from bench.soak import rss_slope
@@ -615,7 +615,7 @@ def test_short_soak_rss_is_flat(soak_server):
             time.sleep(5.5)
             alice.get("/metrics")  # reaps the records past --keep-finished
             rss.append(_rss_mb(server.proc.pid))
-    slope = rss_slope(rss[4:])
+    slope = rss_slope(rss[2:])
     print(f"RSS after each round (MB): {[round(x) for x in rss]}; slope {slope:+.1f} MB/round")
-    assert slope < 20, rss
-    assert rss[-1] - rss[0] < 250, rss
+    assert slope < 10, rss
+    assert rss[-1] - rss[0] < 100, rss
