@@ -13,7 +13,14 @@ import torch
 
 from symphony_core.model import cpu_kernels
 from symphony_core.model.cpu_kernels import loader
-from symphony_core.model.quant import CompiledDenseLinear, Int4Linear, Int8Linear, quantize_int4, quantize_int8
+from symphony_core.model.quant import (
+    CompiledDenseLinear,
+    Int4Linear,
+    Int8Linear,
+    onednn_fp32,
+    quantize_int4,
+    quantize_int8,
+)
 
 needs_avx2 = pytest.mark.skipif(not loader.cpu_ok(), reason="the compiled kernels need an x86 CPU with AVX2/FMA")
 
@@ -165,18 +172,49 @@ def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
 
     m = engine.model
     assert engine.stats()["weights"] == "fp32" and m.pad is False
-    # the compiled kernel up to its limit, then MKL; or up to where oneDNN's kernel measured faster here
+    # The compiled kernel up to its limit, then MKL; from where oneDNN's kernel measured faster here (kernel
+    # tiers are timed per machine), oneDNN: right after the compiled kernel, or after MKL's middle tier.
     top = min(FP32_KERNEL_MAX_ROWS, m.onednn_from - 1) if m.onednn_from else FP32_KERNEL_MAX_ROWS
     wide_kind = OnednnLinear if m.onednn_from else DenseLinear
+    middle = m.onednn_from > FP32_KERNEL_MAX_ROWS + 1  # MKL between the compiled kernel and oneDNN
     for lin in [m.layers[0].wqkv, m.layers[-1].w_down, m.lm_head]:
         assert isinstance(lin, RowsSwitchLinear)
-        (rows, fast), (_, wide) = lin.tiers
+        (rows, fast), (_, wide) = lin.tiers[0], lin.tiers[-1]
         assert rows == top and isinstance(fast, CompiledDenseLinear) and isinstance(wide, wide_kind)
-        assert fast.weight is wide.weight is fp32_weight(lin)  # one tensor, shared (oneDNN packs its own copy)
+        assert len(lin.tiers) == (3 if middle else 2), lin.tiers
+        assert all(t.weight is fp32_weight(lin) for _, t in lin.tiers)  # one tensor, shared (oneDNN packs its own copy)
         assert isinstance(lin.pick(1), CompiledDenseLinear)
-        assert isinstance(lin.pick(top + 1), wide_kind)
+        if middle:
+            assert lin.tiers[1][0] == m.onednn_from - 1 and isinstance(lin.tiers[1][1], DenseLinear)
+            assert isinstance(lin.pick(top + 1), DenseLinear)
+            assert isinstance(lin.pick(m.onednn_from), OnednnLinear)
+        else:
+            assert isinstance(lin.pick(top + 1), wide_kind)
     if engine.config.tie_embeddings:
         assert fp32_weight(m.lm_head) is m.embed
+
+
+@needs_avx2
+@pytest.mark.skipif(not onednn_fp32(), reason="torch has no oneDNN fp32 matmul here")
+@pytest.mark.parametrize(
+    "onednn_from, expected",
+    [
+        (0, [(63, "CompiledDenseLinear"), (1 << 30, "DenseLinear")]),
+        (2, [(1, "CompiledDenseLinear"), (1 << 30, "OnednnLinear")]),
+        (64, [(63, "CompiledDenseLinear"), (1 << 30, "OnednnLinear")]),
+        (256, [(63, "CompiledDenseLinear"), (255, "DenseLinear"), (1 << 30, "OnednnLinear")]),
+    ],
+)
+def test_fp32_tiers_wherever_onednn_starts(onednn_from, expected):
+    """The fp32 tiers for each place the machine's timing can put oneDNN's start (ONEDNN_ROWS_TRIED): a start past
+    the compiled kernel's limit keeps MKL in between (a 2-core CI machine measured 256 once)."""
+    from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, WIDE, _fp32_tiers
+
+    assert (FP32_KERNEL_MAX_ROWS, WIDE) == (63, 1 << 30)
+    w = torch.randn(96, 64)
+    tiers = _fp32_tiers(w, True, onednn_from)
+    assert [(rows, type(lin).__name__) for rows, lin in tiers] == expected
+    assert all(lin.weight is w for _, lin in tiers)
 
 
 @needs_avx2
