@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -30,6 +31,8 @@ if TYPE_CHECKING:  # imported on CUDA only (it needs Triton)
 
 _perf = time.perf_counter
 _thread_time = time.thread_time
+_is_decode = attrgetter("decode")
+_kv_of = attrgetter("kv")
 
 
 class PredCall:
@@ -241,29 +244,37 @@ class Executor:
         context_slots, max_pos = kvfs.cached_context_slots, self.max_pos
         prefixes = kvfs.prefix_cache
         prompts: list[tuple[KVFile, int]] = []  # files this pass writes a prompt into: for the prefix cache
-        dec_tokens, dec_positions, dec_slots, dec_contexts = (
-            decodes.tokens.append,
-            decodes.positions.append,
-            decodes.slots.append,
-            decodes.contexts.append,
-        )
-        append_decode = kvfs.append_decode
+        # Most calls are one token appended after the last: KVFS's fast path takes them all at once.
+        # Copy-on-write, eviction and the prefix cache's kept pages take `kvfs.reserve`, below. Other
+        # members' reservations never touch a decode's pages (eviction spares them), so its context
+        # slots, read now, stay right.
+        flags = list(map(_is_decode, calls))
+        if all(flags):
+            dec_at, dec_calls, rest = range(len(calls)), calls, []
+        else:
+            dec_at = [j for j, d in enumerate(flags) if d]
+            dec_calls = [calls[j] for j in dec_at]
+            rest = [j for j, d in enumerate(flags) if not d]
+        idx = idx if isinstance(idx, (list, range)) else list(idx)
         with kvfs.reserving():  # one hold for the whole batch
-            for i, c in zip(idx, calls):
+            if dec_calls:
+                lengths = kvfs.append_decodes(
+                    list(map(_kv_of, dec_calls)), [c.tokens[0] for c in dec_calls], max_pos, decodes
+                )
+                if -1 not in lengths:
+                    dec_members = list(zip([idx[j] for j in dec_at], dec_calls, lengths))
+                else:
+                    for j, c, n in zip(dec_at, dec_calls, lengths):
+                        if n < 0:
+                            rest.append(j)
+                        else:
+                            dec_members.append((idx[j], c, n))
+                    rest.sort()
+            for j in rest:
+                i, c = idx[j], calls[j]
                 kv = c.kv
                 f = kv.file
                 n = len(f.tokens)
-                # Most calls: one token appended after the last (KVFS's fast path); copy-on-write, eviction
-                # and the prefix cache's kept pages take `kvfs.reserve`, below. Other members' reservations
-                # never touch this file's pages (eviction spares them), so its context can be read now.
-                if c.decode and (d := append_decode(kv, c.tokens[0], max_pos)) is not None:
-                    p, slot, ctx = d
-                    dec_tokens(c.tokens[0])
-                    dec_positions(p)
-                    dec_slots(slot)
-                    dec_contexts(ctx)
-                    dec_members.append((i, c, n))
-                    continue
                 # A prompt written into an empty file at positions 0..: the prefix cache may hold its start.
                 prompt = n == 0 and c.positions is None and prefixes is not None and len(c.tokens) > 1
                 try:

@@ -13,6 +13,7 @@ import threading
 import time
 from array import array
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import KVError, KVNotFound, OutOfPages
 from .eviction import evict_until_free
@@ -20,6 +21,9 @@ from .file import KV, KVFile
 from .namespace import check_access, check_name_quota, resolve, visible
 from .pool import PagePool
 from .prefix_cache import PrefixCache
+
+if TYPE_CHECKING:
+    from ..model.forward_batch import DecodeRows
 
 _MODES = {"r": "r", "w": "w", "rw": "w", "r+": "w"}
 
@@ -212,45 +216,66 @@ class KVFS:
         the calls below take the same re-entrant lock, so one hold covers the batch."""
         return self.lock
 
-    def append_decode(self, kv: KV, token: int, max_pos: int) -> tuple[int, int, array] | None:
-        """The decode fast path: one token appended after the last, into room left in an unshared
-        last page or, when the last page is full, into a truly free page. Returns (its position, its
-        slot, the file's context slots with it) or None where it needs `reserve` (a closed or evicted
-        file, copy-on-write, eviction, the prefix cache's kept pages, or a position past `max_pos`)."""
-        f = kv.file
-        if kv.closed or f.evicted:
-            return None
+    def append_decodes(self, kvs: list[KV], tokens: list[int], max_pos: int, rows: DecodeRows) -> list[int]:
+        """The decode fast path for a batch: each file's one token appended after its last, into room
+        left in an unshared last page or, when that page is full, into a truly free page, its row
+        (token, position, slot, the file's context slots with it) added to `rows`' columns. Returns
+        each file's length before, or -1 for a file it left to `reserve` (closed or evicted, copy-on-write,
+        eviction, the prefix cache's kept pages, a position past `max_pos`). One loop under one hold of the
+        lock: per member this is the batch's costliest bookkeeping (W5)."""
         pool = self.pool
-        ps = pool.page_size
+        ps, refcount, take_free = pool.page_size, pool.refcount, pool.take_free
+        cached_context_slots = self.cached_context_slots
+        add_token, add_position = rows.tokens.append, rows.positions.append
+        add_slot, add_context = rows.slots.append, rows.contexts.append
+        lengths: list[int] = []
+        before = lengths.append
         with self.lock:
-            n = len(f.tokens)
-            p = f.positions[-1] + 1 if n else 0
-            off = n % ps
-            if p >= max_pos:
-                return None
-            if off:
-                page = f.pages[-1]
-                if pool.refcount[page] != 1:
-                    return None
-            else:
-                page = pool.take_free()
-                if page < 0:
-                    return None
-                f.pages.append(page)
-            slot = page * ps + off
-            f.tokens.append(token)
-            f.positions.append(p)
-            # The file's cached slot list grown by this one slot (as `cached_context_slots` would,
-            # without its checks when the cache is current).
-            cache = f.slot_cache
-            if cache is not None and len(cache[1]) == n:
-                if not off:
-                    cache[0].append(page)
-                if cache[0] == f.pages:
-                    ctx = cache[1]
-                    ctx.append(slot)
-                    return p, slot, ctx
-            return p, slot, self.cached_context_slots(f)
+            for kv, token in zip(kvs, tokens):
+                f = kv.file
+                if kv.closed or f.evicted:
+                    before(-1)
+                    continue
+                ftokens, fpositions = f.tokens, f.positions
+                n = len(ftokens)
+                p = fpositions[-1] + 1 if n else 0
+                off = n % ps
+                if p >= max_pos:
+                    before(-1)
+                    continue
+                if off:
+                    page = f.pages[-1]
+                    if refcount[page] != 1:
+                        before(-1)
+                        continue
+                else:
+                    page = take_free()
+                    if page < 0:
+                        before(-1)
+                        continue
+                    f.pages.append(page)
+                slot = page * ps + off
+                ftokens.append(token)
+                fpositions.append(p)
+                # The file's cached slot list grown by this one slot (as `cached_context_slots` would,
+                # without its checks when the cache is current).
+                cache = f.slot_cache
+                if cache is not None and len(cache[1]) == n:
+                    if not off:
+                        cache[0].append(page)
+                    if cache[0] == f.pages:
+                        ctx = cache[1]
+                        ctx.append(slot)
+                    else:
+                        ctx = cached_context_slots(f)
+                else:
+                    ctx = cached_context_slots(f)
+                before(n)
+                add_token(token)
+                add_position(p)
+                add_slot(slot)
+                add_context(ctx)
+        return lengths
 
     def _start_from_cache(self, f: KVFile, tokens: list[int], protect: frozenset[int] | set[int]) -> int:
         """Give the empty file `f` the cached pages of the longest cached start of `tokens` (shared
