@@ -241,3 +241,48 @@ def test_random_kvfs_operations(fresh_engine, page_size, examples):
     )
     assert eng.pool.free_pages == eng.pool.n_pages
     assert eng.kvfs.prefix_cache.reused_tokens > 0  # prompts did start alike, and the cache served them
+
+
+def test_batch_decode_fast_path_leaves_what_it_cannot_take_to_reserve():
+    """`KVFS.append_decodes` over one batch: a file with room in its last page and one at a page boundary
+    take their slot at once; a fork sharing its last page (copy-on-write), a closed handle, a file at the
+    position limit and one needing a page when none is free are left (-1) with nothing changed; the rows
+    line up with the files taken, in order, and the page accounting stays exact."""
+    from symphony_core.kvfs import KVFS
+    from symphony_core.kvfs.pool import PagePool
+    from symphony_core.model.forward_batch import DecodeRows
+
+    ps = 4
+    fs = KVFS(PagePool(7, ps, 1, 1, 2))
+
+    def grown(n: int):
+        kv = fs.create("u")
+        r = fs.reserve(kv, list(range(n)), list(range(n)), frozenset())
+        assert len(r.slots) == n
+        return kv
+
+    room, boundary, shared_src = grown(2), grown(4), grown(3)  # 1 + 1 + 1 pages
+    shared = fs.fork(shared_src, "u")  # shares the partly filled last page
+    closed = grown(1)
+    fs.close(closed)
+    limit = grown(5)  # 2 pages; its next position, 5, is the limit below
+    kvs = [room, boundary, shared, closed, limit]
+    before = [list(kv.file.tokens) if not kv.closed else None for kv in kvs]
+    rows = DecodeRows()
+    with fs.reserving():
+        lengths = fs.append_decodes(kvs, [70, 71, 72, 73, 74], 5, rows)
+    assert lengths == [2, 4, -1, -1, -1]
+    assert list(rows.tokens) == [70, 71] and list(rows.positions) == [2, 4]
+    assert list(rows.slots) == [room.file.pages[0] * ps + 2, boundary.file.pages[1] * ps]
+    assert [list(c) for c in rows.contexts] == [fs.context_slots(room.file), fs.context_slots(boundary.file)]
+    assert room.file.tokens == [0, 1, 70] and boundary.file.tokens == [0, 1, 2, 3, 71]
+    assert [shared.file.tokens, limit.file.tokens] == [before[2], before[4]]
+    fs.check()
+    # No free page left: a file at a page boundary is left to `reserve` (which may evict or wait).
+    full = grown(4)
+    assert fs.pool.free_pages == 0, fs.stats()
+    rows = DecodeRows()
+    with fs.reserving():
+        assert fs.append_decodes([full, room], [1, 2], 100, rows) == [-1, 3]
+    assert full.file.tokens == [0, 1, 2, 3] and list(rows.tokens) == [2]
+    fs.check()
