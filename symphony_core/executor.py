@@ -249,6 +249,8 @@ class Executor:
         # members' reservations never touch a decode's pages (eviction spares them), so its context
         # slots, read now, stay right.
         flags = list(map(_is_decode, calls))
+        dec_at: Sequence[int]
+        rest: list[int]
         if all(flags):
             dec_at, dec_calls, rest = range(len(calls)), calls, []
         else:
