@@ -247,7 +247,8 @@ class Executor:
         # Most calls are one token appended after the last: KVFS's fast path takes them all at once.
         # Copy-on-write, eviction and the prefix cache's kept pages take `kvfs.reserve`, below. Other
         # members' reservations never touch a decode's pages (eviction spares them), so its context
-        # slots, read now, stay right.
+        # slots, read now, stay right. The decodes take their slots before any other call reserves, so
+        # under page pressure they get the free pages first.
         flags = list(map(_is_decode, calls))
         dec_at: Sequence[int]
         rest: list[int]

@@ -126,8 +126,8 @@ class DecodeRows:
     """Single-token decodes as columns: token, position, write slot and context slots of each.
 
     Most batches are mostly these, and for them a `SeqInput` per row (four one-element lists)
-    cost more to build than the row's own data. The executor appends to the columns as it
-    reserves each decode's slot; their rows come first in the batch, in order. The columns are
+    cost more to build than the row's own data. `KVFS.append_decodes` appends to the columns as it
+    takes each decode's slot; their rows come first in the batch, in order. The columns are
     int64 arrays, which become tensors without a conversion per value."""
 
     __slots__ = ("tokens", "positions", "slots", "contexts")
