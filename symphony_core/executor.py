@@ -258,7 +258,6 @@ class Executor:
             dec_at = [j for j, d in enumerate(flags) if d]
             dec_calls = [calls[j] for j in dec_at]
             rest = [j for j, d in enumerate(flags) if not d]
-        idx = idx if isinstance(idx, (list, range)) else list(idx)
         with kvfs.reserving():  # one hold for the whole batch
             if dec_calls:
                 lengths = kvfs.append_decodes(

@@ -259,16 +259,14 @@ class KVFS:
                 fpositions.append(p)
                 # The file's cached slot list grown by this one slot (as `cached_context_slots` would,
                 # without its checks when the cache is current).
-                cache = f.slot_cache
+                cache, ctx = f.slot_cache, None
                 if cache is not None and len(cache[1]) == n:
                     if not off:
                         cache[0].append(page)
                     if cache[0] == f.pages:
                         ctx = cache[1]
                         ctx.append(slot)
-                    else:
-                        ctx = cached_context_slots(f)
-                else:
+                if ctx is None:
                     ctx = cached_context_slots(f)
                 before(n)
                 add_token(token)

@@ -49,26 +49,27 @@ def _port_taken(host: str, port: int) -> str | None:
     return None
 
 
+def _mallopt(param: int, value: int) -> None:
+    """glibc's mallopt, where the C library has it (a no-op elsewhere)."""
+    try:
+        ctypes.CDLL(None).mallopt(param, value)
+    except (OSError, AttributeError):
+        pass
+
+
 def _few_heap_arenas() -> None:
     """glibc gives threads heap arenas of their own, up to eight a core; the server's record, request and
     drain threads come and go, and memory they freed stayed spread over those arenas: a server's RSS rose
     ~15 MB a round over 16 rounds of the hostile soak with nothing live behind it, and stayed flat with
     two arenas (as the sandbox's workers run). MALLOC_ARENA_MAX in the environment, if set, wins."""
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return
-    try:
-        ctypes.CDLL(None).mallopt(-8, 2)  # M_ARENA_MAX, before the engine's and the server's threads start
-    except (OSError, AttributeError):
-        pass
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        _mallopt(-8, 2)  # M_ARENA_MAX, before the engine's and the server's threads start
 
 
 def _free_large_blocks_at_once() -> None:
     """Blocks of 256 KiB and more (large messages) come from mmap and go back to the OS when freed;
     glibc's default raises that threshold as blocks are freed, so freed memory stayed in the heap."""
-    try:
-        ctypes.CDLL(None).mallopt(-3, 256 << 10)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
+    _mallopt(-3, 256 << 10)  # M_MMAP_THRESHOLD
 
 
 def serve(
