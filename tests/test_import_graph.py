@@ -20,8 +20,9 @@ LAYERS: list[list[str]] = [
         "symphony_core.threadsafe_ast",
         "symphony_core.syscall_surface",
         "symphony_core.openmp_waits",
+        "symphony_core.startup_heap",
     ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads; what `sym` offers;
-    # OpenMP's waits, set before torch loads
+    # OpenMP's waits, set before torch loads; the startup heap out of the collector's sight
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
     [
         "symphony_core.pred_args",
