@@ -179,7 +179,6 @@ def main(argv=None) -> list[dict]:
     measure(eng, n_lips, min(n_preds, 5), False)
     quiet()
     split = host_split(eng, n_lips, n_preds)
-    pause = full_collection_ms()
     eng.shutdown()
     print(
         f"greenlets, where the scheduler's host µs per batch of {split['mean_batch']:.0f} go (one more run, each "
@@ -188,12 +187,6 @@ def main(argv=None) -> list[dict]:
         f"{split['loop']:.0f} (of {split['host']:.0f})"
     )
     rows[-1]["split"] = split
-    print(
-        f"a full garbage collection (Python's oldest generation), the runtime up: {pause['frozen_ms']:.1f} ms with "
-        f"its startup heap frozen, {pause['whole_ms']:.1f} ms over the whole heap (Python's default; "
-        f"symphony_core/startup_heap.py)"
-    )
-    rows[-1]["full_collection"] = pause
     print(
         f"runs started under other load: {contended} of {runs_total}"
         if idle_wait
@@ -212,30 +205,6 @@ def main(argv=None) -> list[dict]:
     )
     rows[0]["handoff_cpu_us"] = hand["cpu_us"]
     return rows
-
-
-def full_collection_ms(repeats: int = 3) -> dict:
-    """The pause of a full collection (median ms) as a runtime leaves it, its startup heap frozen, and over
-    the whole heap as Python would walk it otherwise: every program, batch and request waits that long."""
-    import gc
-
-    def timed() -> float:
-        ms = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            gc.collect()
-            ms.append(1e3 * (time.perf_counter() - t))
-        return statistics.median(ms)
-
-    frozen = timed()
-    held = gc.get_freeze_count()
-    gc.unfreeze()
-    try:
-        whole = timed()
-    finally:
-        if held:
-            gc.freeze()
-    return {"frozen_ms": frozen, "whole_ms": whole, "frozen_objects": held}
 
 
 def thread_handoff_cost(n_threads: int, rounds: int) -> dict:

@@ -95,7 +95,6 @@ for page, blocks in pages:
     if "symphony_lab.debugger.core" in sys.modules:  # the next page starts with no debugger attached
         import gc
         from symphony_lab.debugger.core import Debugger
-        gc.unfreeze()  # a runtime started since may have frozen it out of gc.get_objects() (startup_heap.py)
         for obj in gc.get_objects():
             if isinstance(obj, Debugger) and obj._attached:
                 obj.detach()

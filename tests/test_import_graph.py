@@ -20,9 +20,8 @@ LAYERS: list[list[str]] = [
         "symphony_core.threadsafe_ast",
         "symphony_core.syscall_surface",
         "symphony_core.openmp_waits",
-        "symphony_core.startup_heap",
     ],  # errors; the clock, events and their bus; ast.parse and tracebacks safe across threads; what `sym` offers;
-    # OpenMP's waits, set before torch loads; the startup heap out of the collector's sight
+    # OpenMP's waits, set before torch loads
     ["symphony_core.kvfs", "symphony_core.model"],  # the KV page pool and files; the model
     [
         "symphony_core.pred_args",

@@ -17,7 +17,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .. import startup_heap
 from ..errors import SymphonyError
 from ..events import Event, EventBus, now
 from ..executor import Executor, PredCall
@@ -90,7 +89,6 @@ class Runtime:
         self.on_process_start: list[Callable[[Process], None]] = []  # the debugger's stop-on-entry
         self.hub = self.batch.hub  # greenlets run on the batch scheduler's thread (sched/hub.py)
         _live.add(self)
-        self._froze_heap = startup_heap.hold()  # full collections walk only what serving makes (startup_heap.py)
 
     # --- launching -----------------------------------------------------------------------------
     def launch(
@@ -304,6 +302,3 @@ class Runtime:
                 if t.is_alive():
                     t.join(max(0.0, deadline - time.monotonic()))
         self.procs.stop()
-        if self._froze_heap:
-            self._froze_heap = False
-            startup_heap.release()

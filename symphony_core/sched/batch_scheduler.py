@@ -151,7 +151,6 @@ class BatchScheduler:
                 logger.exception("batch scheduler iteration failed")
         if self.hub is not None:
             self._finish_greenlets()
-            self.hub.unbind()
 
     def _run_greenlets(self) -> None:
         """Run every greenlet that can run now (until each waits again), its CPU time kept apart."""

@@ -97,10 +97,6 @@ class Hub:
         self.ident = threading.get_ident()
         self.thread = threading.current_thread()
 
-    def unbind(self) -> None:
-        """Called on the driver's thread as it ends: the hub keeps no greenlet of a thread that is gone."""
-        self._main = None
-
     # --- from any thread ---------------------------------------------------------------------
     def start(self, th: Any, run) -> None:
         """Run `run()` as LIP thread `th`'s greenlet, from the hub's next turn."""
