@@ -210,6 +210,7 @@ def bypass_probe(sym, port: int, path: str, victim_path: str) -> dict:
 
         out["kvfs_imported"] = True
         out["kvfs_instances"] = sum(1 for o in gc.get_objects() if isinstance(o, fs.KVFS))
+        out["frozen_objects"] = gc.get_freeze_count()  # objects gc.get_objects() would not have shown
     except Exception as e:
         out["kvfs_imported"] = f"{type(e).__name__}: {e}"
     out["open_victim"] = _outcome(lambda: sym.kv_open(victim_path))

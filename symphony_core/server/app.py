@@ -308,7 +308,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app):
         state.loop = asyncio.get_running_loop()
-        yield
+        try:
+            yield
+        finally:
+            state.metrics.gc.close()
 
     cors = Middleware(
         CORSMiddleware,  # browser clients of the OpenAI API (--allowed-origins; tokens travel as headers)

@@ -14,7 +14,8 @@ vLLM dashboards read), labelled `model_name`: `vllm:e2e_request_latency_seconds`
 `vllm:request_queue_time_seconds`, `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`,
 `vllm:request_success_total{finished_reason}`, and the gauges `vllm:num_requests_running` (its LIP
 has started and not ended) and `vllm:num_requests_waiting` (arrived, its LIP not started yet);
-plus the `process_*` metrics of the server process.
+plus the `process_*` metrics of the server process, and Python's garbage collections' pauses
+(gc_pauses.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..events import now
+from .gc_pauses import GCPauses
 
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -192,6 +194,8 @@ class ServerMetrics:
         r.register(_Live(engine, sandbox))
         r.register(_Requests(self))
         ProcessCollector(registry=r)
+        self.gc = GCPauses()
+        r.register(self.gc)
         blog = engine.runtime.batch.log
         for rec in list(blog.records):  # batches fired before the server started
             self.batch_size.observe(rec.size)

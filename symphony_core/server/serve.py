@@ -107,6 +107,7 @@ def serve(
     from ..sandbox.pool import SandboxManager
     from .app import create_app
     from .drain import start_drain
+    from .gc_pauses import freeze_startup_heap
     from .http_errors import JSONErrorH11Protocol
     from .plugins import PluginError, load_plugin
     from .state import ServerConfig
@@ -218,6 +219,9 @@ def serve(
             start_drain(state, lambda: stop(sig, frame))
 
     server = DrainingServer(uv)
+    frozen = freeze_startup_heap()  # the last thing before serving: gc_pauses.py
+    if frozen:
+        log.info("froze %d objects of the start-up heap out of the garbage collector's walks", frozen)
     auth = "no tokens (loopback only)" if users.open else f"{len(users.users)} user(s)"
     mounted = "".join(f", plugin {p} at {path}" for p, path in app.state.plugin_paths)
     print(
