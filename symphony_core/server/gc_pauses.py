@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 import os
 import time
 import weakref
@@ -81,12 +82,9 @@ class GCPauses(Collector):
             "Python garbage collections' pauses (the GIL held throughout), by generation (2: a full one).",
             labels=["generation"],
         )
+        les = (*map(str, PAUSE_BUCKETS), "+Inf")
         for g in range(3):
-            counts, running, buckets = self._counts[g], 0, []
-            for le, n in zip((*map(str, PAUSE_BUCKETS), "+Inf"), counts):
-                running += n
-                buckets.append((le, running))
-            h.add_metric([str(g)], buckets, self._sums[g])
+            h.add_metric([str(g)], list(zip(les, itertools.accumulate(self._counts[g]))), self._sums[g])
         yield h
         yield GaugeMetricFamily(
             "symphony_gc_frozen_objects",
