@@ -411,3 +411,28 @@ def test_a_view_that_fails_to_build_is_built_again(lab, monkeypatch):
     assert failed == [pid]
     run.process.cancel("test over")
     assert run.process.wait(30)
+
+
+def test_a_widget_made_as_its_process_stops_shows_the_stop(lab, monkeypatch):
+    """The widget's first view is built before the process stops, and the pump, finding no
+    widget yet, drops the stop's update: the widget must still come to show the stop (a stopped
+    process sends no further event)."""
+    from symphony_lab.notebook.view_pump import VIEW_INTERVAL
+
+    run = lab.run(complete, "Hi", 2, stop_on_entry=True, display=False)
+    pid = run.wait_launched()
+    lab.debugger.wait_stopped(pid, timeout=60)
+    time.sleep(3 * VIEW_INTERVAL)  # the pump's rounds take the stop's mark while the run has no widget
+    real = lab.run_views.run_view
+
+    def built_before_the_stop(r):
+        view = real(r)
+        return {**view, "status": "running", "stops": []} if r is run and run._widget is None else view
+
+    monkeypatch.setattr(lab.run_views, "run_view", built_before_the_stop)
+    w = run.widget
+    assert w.view["status"] == "running"
+    wait_for(lambda: w.view.get("status") == "stopped", timeout=10, what="the widget to show the stop")
+    assert w.view["stops"][0]["where"] == "entry"
+    run.process.cancel("test over")
+    assert run.process.wait(30)

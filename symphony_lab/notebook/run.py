@@ -65,6 +65,10 @@ class LabRun:
             from ..widgets import LIPWidget
 
             self._widget = LIPWidget(self)
+            # its first view may predate a stop whose update the pump dropped for want of a widget,
+            # and a stopped process sends no further event: rebuild it now the pump can see it
+            if self.pid is not None:
+                self.lab.mark_dirty(self.pid)
         return self._widget
 
     def _ipython_display_(self) -> None:
