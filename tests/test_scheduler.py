@@ -185,3 +185,90 @@ def test_a_prompt_failing_in_a_later_chunk_leaves_its_file_as_it_was(engine, mon
     assert "injected fault" in error
     assert length == 3 and tokens == [1, 2, 3]
     engine.kvfs.check()
+
+
+def _scanned(proc) -> int:
+    return sum(t.may_pred_soon for t in proc.threads)
+
+
+def test_the_count_of_threads_that_may_pred_follows_every_state_change():
+    """`Process.threads_may_pred` (what the batch policy reads instead of scanning threads) equals the
+    scan after each of LIPThread's state changes, for a `pred` and for other calls, waits for pages,
+    debugger stops and both ends."""
+    from symphony_core.sched.limits import Limits
+    from symphony_core.sched.process import Process
+
+    proc = Process(lambda sym: None, (), {}, "u", "p", 0, Limits())
+    a, b = proc.new_thread("a"), proc.new_thread("b")
+    seen = []
+
+    def check():
+        seen.append(proc.threads_may_pred)
+        assert proc.threads_may_pred == _scanned(proc), [(t.state, t.current_call) for t in proc.threads]
+
+    check()
+    for th in (a, b):
+        th.start_running()
+        check()
+    a.enter_syscall("pred")
+    check()
+    a.set_waiting_pages(True)
+    check()
+    prev = a.hold_stopped()
+    check()
+    a.release_stopped(prev)
+    check()
+    a.set_waiting_pages(False)
+    check()
+    a.leave_syscall()
+    check()
+    b.enter_syscall("recv")
+    check()
+    prev = b.hold_stopped()
+    check()
+    b.release_stopped(prev)
+    check()
+    b.leave_syscall()
+    check()
+    b.enter_syscall("join")
+    check()
+    a.finish(1, None)
+    check()
+    b.finish(None, RuntimeError("x"))
+    check()
+    assert seen == [0, 1, 2, 2, 2, 1, 2, 2, 2, 1, 1, 1, 2, 1, 0, 0]
+
+
+def _threads_and_waits(sym, n: int) -> list:
+    kv = sym.kv_create()
+    sym.pred(kv, [1])
+    helper = sym.spawn(lambda s: s.recv())  # asleep in recv until the launcher sends
+    sym.send("ready")
+    got = [sym.recv(), helper.join()]  # the two messages, whichever thread took which
+    for _ in range(n):
+        sym.pred(kv, [1])
+    sym.kv_close(kv)
+    return sorted(got)
+
+
+def test_runnable_counts_threads_asleep_in_recv_as_not_runnable(engine):
+    """On a live engine: with a program's two threads asleep in `recv` the policy's count leaves them
+    out, and once every program has ended it is back to what it was."""
+    procs = engine.runtime.batch.procs
+    base = procs.runnable()
+    p = engine.run(_threads_and_waits, 3)
+    assert p.messages(timeout=60).__next__() == "ready"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        calls = [t.current_call for t in p.threads]
+        if len(calls) == 2 and all(c == "recv" for c in calls):
+            break
+        time.sleep(0.01)
+    assert [t.current_call for t in p.threads] == ["recv", "recv"]
+    assert p.threads_may_pred == _scanned(p) == 0
+    assert procs.runnable() == base
+    p.send("one")
+    p.send("two")
+    assert p.result(timeout=60) == ["one", "two"]
+    assert p.threads_may_pred == _scanned(p) == 0
+    assert procs.runnable() == base

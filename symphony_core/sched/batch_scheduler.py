@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 _thread_time = time.thread_time
 STOP_GRACE_S = 2.0  # how long `stop` lets cancelled greenlets run to their end
 RAN_HEADS_KEPT = 1 << 16  # prompt heads remembered as run (PendingPred.prompt_head), then forgotten
+# With greenlets the loop never blocks while programs keep it busy: it lets go of the GIL at least this
+# often (wall seconds), so that the process's other threads wait for it at most this long.
+GIL_YIELD_EVERY_S = 0.001
 
 
 class BatchScheduler:
@@ -84,6 +87,7 @@ class BatchScheduler:
         self.hub = Hub(self.wake) if greenlets else None
         self._lip_cpu = 0.0
         self._lip_cpu_mark = 0.0
+        self._gil_let_go = 0.0  # time.monotonic() when this thread last let go of the GIL (a wait or a yield)
         # Prompt heads that have run: their prompts are in the prefix cache.
         self._ran_heads: set[PromptHead] = set()
         self._bound = threading.Event()
@@ -212,6 +216,7 @@ class BatchScheduler:
                         wait = min(wait, left)
                 if wait > 0:
                     self._cv.wait(wait)
+                    self._gil_let_go = time.monotonic()
                 self._notify_at = 0
         chosen, whole = self._select()
         if not chosen:
@@ -221,14 +226,17 @@ class BatchScheduler:
         progressed = self._fire(chosen, whole)
         if not progressed:
             self._stalled()
-        elif self.hub is not None:
+        elif self.hub is not None and time.monotonic() - self._gil_let_go >= GIL_YIELD_EVERY_S:
             # Between batches this thread runs the greenlets and fires again without ever blocking:
-            # let the process's other threads (a launcher, a server's event loop) have the GIL here
-            # rather than only at the interpreter's 5 ms switch interval. time.sleep(0) sleeps out the
-            # kernel's timer slack (~55 µs of wall time, next to no CPU), long enough for a waiting
-            # thread to take the GIL; os.sched_yield lets go of it for ~1 µs, and a launcher of 64
-            # programs then still lost the race often enough to start half of them a whole run late.
+            # let the process's other threads (a launcher, a notebook's kernel) have the GIL at least
+            # every GIL_YIELD_EVERY_S rather than only at the interpreter's 5 ms switch interval.
+            # time.sleep(0) sleeps out the kernel's timer slack (~55 µs of wall time), long enough for
+            # a waiting thread to take the GIL; os.sched_yield lets go of it for ~1 µs, and a launcher
+            # of 64 programs then still lost the race often enough to start half of them a whole run
+            # late. Not after every batch: the sleep costs ~20 µs of this thread's CPU (measured on
+            # the 2-core VM), a tenth of a 64-program batch's host time with the stub forward.
             time.sleep(0)
+            self._gil_let_go = time.monotonic()
 
     def _select(self) -> tuple[list[PendingPred], bool]:
         """The calls of the next batch, and whether each runs whole (else `_fire` cuts chunks)."""

@@ -111,9 +111,17 @@ class LIPThread:
             self.proc.checkpoint()
 
     # --- its state, changed under its process's lock ----------------------------------------------
+    def _become(self, state: ThreadState, call: str | None) -> None:
+        """Set its state and call (its process's lock held), keeping the process's count of threads
+        that may pred soon (`Process.threads_may_pred`) in step."""
+        was = self.may_pred_soon
+        self.state, self.current_call = state, call
+        if self.may_pred_soon is not was:
+            self.proc.threads_may_pred += 1 if not was else -1
+
     def start_running(self) -> None:
         with self.proc.lock:
-            self.state = ThreadState.RUNNING
+            self._become(_RUNNING, self.current_call)
 
     def enter_syscall(self, call: str) -> None:
         """The thread enters syscall `call`; a killed process's thread raises its kill reason instead."""
@@ -121,33 +129,40 @@ class LIPThread:
         with proc.lock:
             if proc.kill_reason is not None:
                 raise proc.kill_reason
-            self.state, self.current_call = _IN_SYSCALL, call
+            if call == "pred" and self.state is _RUNNING:  # it may pred soon before and after
+                self.state, self.current_call = _IN_SYSCALL, call
+            else:
+                self._become(_IN_SYSCALL, call)
 
     def leave_syscall(self) -> None:
         with self.proc.lock:
-            self.state, self.current_call = _RUNNING, None
+            if self.current_call == "pred" and self.state is _IN_SYSCALL:  # as in enter_syscall
+                self.state, self.current_call = _RUNNING, None
+            else:
+                self._become(_RUNNING, None)
 
     def set_waiting_pages(self, waiting: bool) -> None:
         """Its `pred` waits for free pages (or no longer does); a thread in another state keeps it."""
         with self.proc.lock:
             if self.state in PRED_STATES:
-                self.state = ThreadState.WAITING_PAGES if waiting else ThreadState.IN_SYSCALL
+                self._become(ThreadState.WAITING_PAGES if waiting else ThreadState.IN_SYSCALL, self.current_call)
 
     def hold_stopped(self) -> ThreadState:
         """A debugger holds the thread at a stop; returns the state to give back (`release_stopped`)."""
         with self.proc.lock:
-            prev, self.state = self.state, ThreadState.STOPPED
+            prev = self.state
+            self._become(ThreadState.STOPPED, self.current_call)
             return prev
 
     def release_stopped(self, prev: ThreadState) -> None:
         with self.proc.lock:
             if self.state is ThreadState.STOPPED:
-                self.state = prev
+                self._become(prev, self.current_call)
 
     def finish(self, result: Any, error: BaseException | None, then: Callable[[], None] | None = None) -> None:
         """Its function returned `result` or raised `error`; `then` runs under the same lock (before `ended`)."""
         with self.proc.lock:
-            self.state = ThreadState.FAILED if error is not None else ThreadState.FINISHED
+            self._become(ThreadState.FAILED if error is not None else ThreadState.FINISHED, self.current_call)
             self.result, self.error = result, error
             if then is not None:
                 then()
@@ -224,6 +239,9 @@ class Process:
         self.limits = limits
         self.status = "queued"  # queued | running | parked | finished | failed | cancelled
         self.threads: list[LIPThread] = []
+        # Its threads running code or inside `pred` (`LIPThread.may_pred_soon`), kept by their state
+        # changes under `lock`: the batch policy's count (ProcessScheduler.runnable) without a scan.
+        self.threads_may_pred = 0
         self.handles: set = set()  # open KV handles, closed when the process ends
         self.tokens_used = 0
         self.created_at = now()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from operator import attrgetter
 
 from ..errors import OutOfPages
 from ..events import now
@@ -27,6 +28,8 @@ from ..kvfs import KVFS
 from ..kvfs.swap import pages_to_swap_in, swap_in, swap_out
 from .pending import PendingPred
 from .process import LimitExceeded, Process, ThreadState
+
+_threads_may_pred = attrgetter("threads_may_pred")
 
 DECAY = 0.98  # fair share: what each charge leaves of a user's earlier tokens
 
@@ -98,13 +101,7 @@ class ProcessScheduler:
         """LIP threads that are running code or queued for `pred`: the batch policy's "how many
         calls may still join". Threads blocked in `recv`, `join` or a debugger stop do not count."""
         with self.lock:
-            procs = list(self.running.values())
-        n = 0
-        for proc in procs:
-            for t in proc.threads:
-                if t.may_pred_soon:
-                    n += 1
-        return n
+            return sum(map(_threads_may_pred, self.running.values()))
 
     # --- batch order ---------------------------------------------------------------------------
     def rank(self, p: PendingPred) -> tuple:
