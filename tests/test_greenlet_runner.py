@@ -334,3 +334,41 @@ def test_every_waiting_program_is_in_the_batch(geng):
     sizes = [len(r.members) for r in log.since(first)]
     assert sum(sizes) == 16 * 12
     assert max(sizes) == 16 and sizes.count(16) >= 10, sizes
+
+
+def test_a_busy_loop_lets_go_of_the_gil_at_most_once_a_millisecond(geng, monkeypatch):
+    """Programs that keep the loop busy never let it block: it lets the process's other threads have the
+    GIL (time.sleep(0)) during the run, but not after every batch, and never twice within
+    GIL_YIELD_EVERY_S (each costs the loop's thread ~20 µs of CPU)."""
+    import torch
+
+    import symphony_core.sched.batch_scheduler as bsm
+
+    loop_thread = geng.runtime.batch._thread
+    yields: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(s: float) -> None:
+        if s == 0 and threading.current_thread() is loop_thread:
+            yields.append(time.monotonic())
+        real_sleep(s)
+
+    zeros = torch.zeros(64, geng.config.vocab_size)  # a stub forward: batches of ~0.1 ms
+    monkeypatch.setattr(geng.model, "forward", lambda fb, k, v: zeros[: fb.output_rows.shape[0]])
+    monkeypatch.setattr(bsm.time, "sleep", sleep)
+
+    def steps(sym, n: int) -> int:
+        kv = sym.kv_create()
+        for _ in range(n):
+            sym.pred(kv, [1])
+        sym.kv_close(kv)
+        return n
+
+    log = geng.runtime.batch.log
+    first = log.total_batches
+    procs = [geng.run(steps, 200) for _ in range(4)]
+    assert [p.result(timeout=60) for p in procs] == [200] * 4
+    batches = log.total_batches - first
+    gaps = [b - a for a, b in zip(yields, yields[1:])]
+    assert yields and len(yields) < batches, (len(yields), batches)
+    assert min(gaps, default=bsm.GIL_YIELD_EVERY_S) >= bsm.GIL_YIELD_EVERY_S, min(gaps)
