@@ -45,7 +45,7 @@ def _lip(sym, n: int) -> int:
 # A timed run used to be 64 x 50 preds, ~50 ms: after `wait_until_idle`'s second of sleep its first
 # batches ran with cold caches, and the greenlet runner read 372-412 µs per batch against 213-238 in
 # runs without the wait. Each timed run now follows an untimed one of this many preds per LIP, and
-# lasts four times longer (N_PREDS; 64 files of 210 tokens stay within `_stub_engine`'s pages).
+# lasts four times longer (N_PREDS; 64 files of 200 tokens stay within `_stub_engine`'s pages).
 WARM_PREDS = 10
 N_PREDS = 200
 

@@ -435,3 +435,4 @@ class BatchScheduler:
         with self._cv:
             if self.hub is None or not self.hub.has_ready():
                 self._cv.wait(0.01)
+                self._gil_let_go = time.monotonic()
