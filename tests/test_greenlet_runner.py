@@ -316,20 +316,22 @@ def test_the_server_refuses_a_greenlet_engine(geng):
         create_app(geng)
 
 
+def _decode_steps(sym, n: int) -> int:
+    """`n` one-token preds on a file of its own."""
+    kv = sym.kv_create()
+    for _ in range(n):
+        sym.pred(kv, [1])
+    sym.kv_close(kv)
+    return n
+
+
 def test_every_waiting_program_is_in_the_batch(geng):
     """The scheduler fires only once no greenlet can run: programs launched together decode together,
     one batch a step, however the launcher's thread and the scheduler's take turns."""
 
-    def steps(sym, n: int) -> int:
-        kv = sym.kv_create()
-        for _ in range(n):
-            sym.pred(kv, [1])
-        sym.kv_close(kv)
-        return n
-
     log = geng.runtime.batch.log
     first = log.total_batches
-    procs = [geng.run(steps, 12) for _ in range(16)]
+    procs = [geng.run(_decode_steps, 12) for _ in range(16)]
     assert [p.result(timeout=60) for p in procs] == [12] * 16
     sizes = [len(r.members) for r in log.since(first)]
     assert sum(sizes) == 16 * 12
@@ -361,16 +363,9 @@ def test_a_busy_loop_lets_go_of_the_gil_at_most_once_a_millisecond(geng, monkeyp
     monkeypatch.setattr(geng.model, "forward", lambda fb, k, v: zeros[: fb.output_rows.shape[0]])
     monkeypatch.setattr(bsm, "time", SeenTime())
 
-    def steps(sym, n: int) -> int:
-        kv = sym.kv_create()
-        for _ in range(n):
-            sym.pred(kv, [1])
-        sym.kv_close(kv)
-        return n
-
     log = geng.runtime.batch.log
     first = log.total_batches
-    procs = [geng.run(steps, 200) for _ in range(4)]
+    procs = [geng.run(_decode_steps, 200) for _ in range(4)]
     assert [p.result(timeout=60) for p in procs] == [200] * 4
     batches = log.total_batches - first
     gaps = [b - a for a, b in zip(yields, yields[1:])]
