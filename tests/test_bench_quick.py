@@ -46,6 +46,8 @@ def test_bench_quick_runs_every_workload_and_reports_ratios(tmp_path):
         assert lip["decode_1"] > 0 and lip["decode_4"] > 0 and lip["prefill"] > 0, lip
     # the LIP loop decodes what pred_batch decodes (a batch of other rows may flip one fp32 near tie)
     assert wrows["ours fp32 LIPs"]["same_4"] >= 3, wrows
+    # fp32 from the GGUF's exact blocks and on its dense tensors: one sequence decodes the same tokens (bit for bit)
+    assert wrows["ours fp32-dense"]["same_1"] == 1 and wrows["ours fp32-dense"]["decode_1"] > 0, wrows
     assert any(v[0] == "LIPs ÷ pred_batch, fp32" for v in numbers["weights"]["verdicts"])
     sp_rows = numbers["server_peer"]["rows"]
     assert numbers["server_peer"].get("skipped") or {r["server"] for r in sp_rows} == {

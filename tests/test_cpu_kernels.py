@@ -167,6 +167,8 @@ def test_both_one_row_fp32_kernels_give_the_same_sums(shape):
 
 @needs_avx2
 def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
+    from symphony_core.model.exact_blocks import MAX_ROWS as BLOCKS_MAX_ROWS
+    from symphony_core.model.exact_blocks import BlocksLinear
     from symphony_core.model.quant import DenseLinear, OnednnLinear, RowsSwitchLinear
     from symphony_core.model.weight_formats import FP32_KERNEL_MAX_ROWS, fp32_weight
 
@@ -179,11 +181,17 @@ def test_fp32_engine_runs_the_compiled_kernel_on_its_own_tensors(engine):
     middle = m.onednn_from > FP32_KERNEL_MAX_ROWS + 1  # MKL between the compiled kernel and oneDNN
     for lin in [m.layers[0].wqkv, m.layers[-1].w_down, m.lm_head]:
         assert isinstance(lin, RowsSwitchLinear)
-        (rows, fast), (_, wide) = lin.tiers[0], lin.tiers[-1]
+        tiers = lin.tiers
+        if isinstance(
+            tiers[0][1], BlocksLinear
+        ):  # decode's fewest rows from the GGUF's exact blocks (test_exact_blocks.py)
+            (below, blocks), tiers = tiers[0], tiers[1:]
+            assert below == BLOCKS_MAX_ROWS and blocks.weight is fp32_weight(lin) and lin.pick(1) is blocks
+        (rows, fast), (_, wide) = tiers[0], tiers[-1]
         assert rows == top and isinstance(fast, CompiledDenseLinear) and isinstance(wide, wide_kind)
-        assert len(lin.tiers) == (3 if middle else 2), lin.tiers
+        assert len(tiers) == (3 if middle else 2), tiers
         assert all(t.weight is fp32_weight(lin) for _, t in lin.tiers)  # one tensor, shared (oneDNN packs its own copy)
-        assert isinstance(lin.pick(1), CompiledDenseLinear)
+        assert isinstance(lin.pick(BLOCKS_MAX_ROWS + 1), CompiledDenseLinear)
         if middle:
             assert lin.tiers[1][0] == m.onednn_from - 1 and isinstance(lin.tiers[1][1], DenseLinear)
             assert isinstance(lin.pick(top + 1), DenseLinear)

@@ -14,7 +14,9 @@ import json
 import pytest
 import torch
 
+from symphony_core.model.exact_blocks import BlocksLinear
 from symphony_core.model.random_models import FAMILIES, QUIRKS, make_random_model
+from tests.exact_blocks_helpers import dense_only
 from tests.lips_for_tests import greedy
 
 pytestmark = pytest.mark.slow  # six engines and six transformers models: ~1.5 min alone, several under load
@@ -269,20 +271,37 @@ def test_its_gguf_loads_exactly_and_q4_runs_the_files_blocks(family, tmp_path, m
     assert len(blocks) == per_layer * eng.config.n_layers
     # Decoding a token at a time runs the int4 kernel on those blocks; the same file's dequantised weights in fp32
     # are what it must reproduce, up to the activations' rounding inside the dot products.
-    engines = [Engine(str(q4_file), num_pages=64, weights=w) for w in ("q4", "fp32")]
+    # (no prefix cache: the second fp32 decode below must compute what the first did, not reuse its pages)
+    engines = [Engine(str(q4_file), num_pages=64, weights=w, prefix_cache=False) for w in ("q4", "fp32")]
     try:
-        rows = []
-        for e in engines:
+
+        def decode(e):
             kv = e.kv_create()
             e.pred(kv, ids[:40])
-            rows.append(torch.stack([e.pred(kv, [t]).logits for t in ids[40:]]))
+            logits = torch.stack([e.pred(kv, [t]).logits for t in ids[40:]])
             e.kv_close(kv)
+            return logits
+
+        rows = [decode(e) for e in engines]
+        # fp32 decodes from the very blocks (exact_blocks.py), the dense kernel's logits bit for bit
+        fp32 = engines[1].model
+        from_blocks = [lin for layer in fp32.layers for lin in vars(layer).values() if _runs_blocks(lin)]
+        assert len(from_blocks) == per_layer * eng.config.n_layers, f"{fam}: {len(from_blocks)} projections from blocks"
+        with dense_only(fp32):
+            assert not any(_runs_blocks(lin) for layer in fp32.layers for lin in vars(layer).values())
+            assert torch.equal(decode(engines[1]), rows[1]), (
+                f"{fam}: fp32 from the blocks differs from the dense tensors"
+            )
         agree = (rows[0].argmax(-1) == rows[1].argmax(-1)).float().mean().item()
         print(f"{fam}: q4 decode on the file's Q4_1 blocks picks fp32-of-those-blocks' token at {agree:.0%} of 40")
         assert agree >= 0.9, f"{fam}: q4 on the Q4_1 blocks agrees with their fp32 at only {agree:.0%}"
     finally:
         for e in engines:
             e.shutdown()
+
+
+def _runs_blocks(lin) -> bool:
+    return isinstance(getattr(lin, "tiers", [(0, None)])[0][1], BlocksLinear)
 
 
 @pytest.mark.parametrize("fam", ["mistral", "gemma3"])

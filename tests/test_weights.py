@@ -208,6 +208,7 @@ def test_the_command_line_offers_what_the_engine_takes():
 def test_fp32_on_onednn_is_fp32_whichever_rows_it_starts_from(monkeypatch, engine):
     """oneDNN's fp32 kernel (on packed weights) computes the same fp32 products as the compiled kernel and MKL, in
     another order: from 2 rows it gives the default tiers' logits to float tolerance and their greedy tokens."""
+    monkeypatch.setenv("SYMPHONY_FP32_BLOCKS", "off")  # the dense tiers alone, down to one row (test_exact_blocks.py)
     monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "off")
     plain = Engine(num_pages=64)
     monkeypatch.setenv("SYMPHONY_ONEDNN_FROM_ROWS", "2")

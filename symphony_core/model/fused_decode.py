@@ -7,7 +7,7 @@ tensors in C++, so its result is bit for bit the loop's.
 
 A step qualifies when every row is a single-token decode read from the pool in place (one
 `CompiledDecode` group, no shared prefix) and, at its row count, every projection runs one of
-the compiled kernels (fp32, int8 or int4: gemv.cpp) or oneDNN's fp32 matmul on its packed weight
+the compiled kernels (fp32, int8 or int4: gemv.cpp; fp32 from exact blocks: gemv_blocks.cpp) or oneDNN's fp32 matmul on its packed weight
 (quant.OnednnLinear; the stack calls it through torch's dispatcher). Which kernel a projection runs
 depends on the rows (weight_formats.py's tiers), so a stack is made per row count on first use,
 over the same weight tensors.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .exact_blocks import BlocksLinear
 from .quant import CompiledDenseLinear, Int4Linear, Int8Linear, OnednnLinear, RowsSwitchLinear
 
 # The projections of a layer in the order DecodeStack takes them.
@@ -35,6 +36,8 @@ def kernel_form(linear, rows: int) -> tuple[int, list[torch.Tensor]] | None:
         return 2, [tier.packed, tier.scale, tier.minimum]
     if isinstance(tier, OnednnLinear):
         return 3, [tier.packed]
+    if isinstance(tier, BlocksLinear):
+        return (4 if tier.fmt == "Q4_1" else 5), [tier.blocks]
     return None
 
 

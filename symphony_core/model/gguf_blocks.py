@@ -1,4 +1,4 @@
-"""Read a GGUF's Q4_1 blocks as 4-bit weights, under the Hugging Face tensor names.
+"""Read a GGUF's Q4_1 blocks as 4-bit weights, under the Hugging Face tensor names (and a Q8_0 LM head).
 
 A Q4_1 block is 32 weights along a row: an fp16 scale d, an fp16 minimum m and 16 bytes of
 nibbles (weights 0-15 in the low nibbles, 16-31 in the high ones); w = q * d + m. That is
@@ -27,6 +27,7 @@ FUSED_PARTS = {
 # (transformers' GGUF loader undoes it for the same ones).
 PERMUTED_QK = ("llama",)
 Q4_1_BLOCK_BYTES = 20
+Q8_0_BLOCK_BYTES = 34  # an fp16 scale d, then 32 int8: w = q * d
 
 
 def _unpermute_rows(n_rows: int, n_head: int) -> np.ndarray:
@@ -74,6 +75,21 @@ def read_q4_1(
                     out[layer, attr] = tuple(torch.cat([b[i] for b in blocks]) for i in range(3))
                     break
     return out  # type: ignore[return-value]
+
+
+def read_q8_0(path: Path, names: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The first of `names` the file has, if it is Q8_0: (q int8 [rows, cols], d fp32 [rows, cols / 32]); else None."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    t = next((tensors[n] for n in names if n in tensors), None)
+    if t is None or t.tensor_type != GGMLQuantizationType.Q8_0:
+        return None
+    raw = np.asarray(t.data)
+    blocks = raw.reshape(raw.shape[0], -1, Q8_0_BLOCK_BYTES)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(raw.shape[0], -1)
+    return torch.from_numpy(q), torch.from_numpy(d)
 
 
 def dequantize(blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -32,6 +32,7 @@ from types import ModuleType
 import torch
 
 from .cpu_kernels import compiled
+from .exact_blocks import BlocksLinear
 
 INT4_GROUP = 32
 # The batch size oneDNN's fp32 weights are packed for: one packing serves every row count (on the Zen 5 EPYC a
@@ -221,7 +222,7 @@ def quantize_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 TierLinear = (
-    Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | OnednnLinear | Bf16Linear
+    Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | OnednnLinear | Bf16Linear | BlocksLinear
 )  # one form a RowsSwitchLinear may run
 
 
@@ -246,7 +247,16 @@ class RowsSwitchLinear:
         return self.pick(x.shape[0])(x)
 
 
-QuantLinear = Int8Linear | Int4Linear | DenseLinear | CompiledDenseLinear | OnednnLinear | Bf16Linear | RowsSwitchLinear
+QuantLinear = (
+    Int8Linear
+    | Int4Linear
+    | DenseLinear
+    | CompiledDenseLinear
+    | OnednnLinear
+    | Bf16Linear
+    | BlocksLinear
+    | RowsSwitchLinear
+)
 
 
 def sgemm_weight(linear: torch.Tensor | QuantLinear, rows: int) -> torch.Tensor | None:

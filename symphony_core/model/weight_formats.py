@@ -4,7 +4,9 @@
   kernels load, each projection and the LM head runs the compiled fp32 kernel up to `FP32_KERNEL_MAX_ROWS`
   rows and MKL's sgemm above, on the same tensors (no copy; fp32 throughout, only the summation order
   differs) — and oneDNN's fp32 kernel, on a packed copy, from the rows where it measured faster than both
-  (kernel_tiers.py; on AVX-512 CPUs).
+  (kernel_tiers.py; on AVX-512 CPUs). Below `exact_blocks.MAX_ROWS` rows, a tensor that came from GGUF
+  blocks which hold it exactly runs from those blocks instead (exact_blocks.py: the same fp32 arithmetic on
+  a sixth of the bytes).
 - q8: every projection and the LM head as per-row int8 weights, quantised from the fp32 weights
   (the activations rounded only for the dot products: to int16 per group of 32 in the compiled kernels,
   bf16 in torch's).
@@ -35,6 +37,8 @@ import torch
 from ..errors import ModelError
 from .cpu_kernels import compiled
 from .cpu_kernels import digest as kernels_digest
+from .exact_blocks import MAX_ROWS as BLOCKS_MAX_ROWS
+from .exact_blocks import exact_blocks
 from .huge_pages import into_huge_pages
 from .kernel_tiers import BF16_ENV, SAMPLE_LAYERS, f32_one_row, int8_max_rows, onednn_from_rows, wide_bf16
 from .quant import (
@@ -229,7 +233,7 @@ def _fp32_kind(onednn_from: int) -> str:
     return f"fp32, oneDNN from {onednn_from} rows" if onednn_from else "fp32"
 
 
-def _apply_fp32(model, cache_dir: Path | None) -> None:
+def _apply_fp32(model, gguf_path: Path | None, cache_dir: Path | None) -> None:
     if model.device.type != "cpu" or model.dtype != torch.float32 or (ops := compiled()) is None:
         return  # llama.py's plain torch.mm on the tensors, padded as MKL likes
     onednn_from = model.onednn_from = _onednn_from(model, True, cache_dir)
@@ -243,6 +247,17 @@ def _apply_fp32(model, cache_dir: Path | None) -> None:
     # whole model's 420 MB showed streamed's 3-10%.
     sample = [getattr(layer, attr).pick(1) for layer in model.layers for attr in PARTS]
     ops.set_f32_one_row(f32_one_row(sample, ops.set_f32_one_row, kernels_digest(), cache_dir))
+    # Decode's few rows from the GGUF's blocks where they hold these very weights (exact_blocks.py).
+    dense = {f"{i}.{attr}": fp32_weight(getattr(layer, attr)) for i, layer in enumerate(model.layers) for attr in PARTS}
+    dense["lm_head"] = fp32_weight(model.lm_head)
+    blocks = exact_blocks(dense, model.cfg.n_heads, model.cfg.n_kv_heads, gguf_path, cache_dir)
+    for lin, packed in zip(blocks.values(), into_huge_pages([lin.blocks for lin in blocks.values()])):
+        lin.blocks = packed
+    for key, lin in blocks.items():
+        owner, attr = (
+            (model, "lm_head") if key == "lm_head" else (model.layers[int(key.split(".")[0])], key.split(".")[1])
+        )
+        setattr(owner, attr, RowsSwitchLinear(_reachable([(BLOCKS_MAX_ROWS, lin), *getattr(owner, attr).tiers])))
     model.fused.clear()
 
 
@@ -280,7 +295,7 @@ def _wide_tiers(model, use_compiled: bool, cache_dir: Path | None) -> tuple[dict
 def apply_weight_format(model, fmt: str, gguf_path: Path | None = None, cache_dir: Path | None = None) -> None:
     """Replace `model`'s projections and LM head (fp32 tensors) by row-switched linears, in place."""
     if fmt == "fp32":
-        _apply_fp32(model, cache_dir)
+        _apply_fp32(model, gguf_path, cache_dir)
         return
     t = _load_or_compute(model, fmt, gguf_path, cache_dir)
     # The weights a decode step streams go into huge pages, as the fp32 ones did (huge_pages.py).

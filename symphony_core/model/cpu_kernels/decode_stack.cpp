@@ -7,8 +7,8 @@
 // layers. Here the loop and the glue between the kernels are C++.
 //
 // A `DecodeStack` holds one model's weights as the kernels take them, for one choice of kernel per
-// projection (the tier the row count picks: fp32, int8, int4, or oneDNN's fp32 matmul on its packed
-// weight, which wide decode batches run), made once and run every step.
+// projection (the tier the row count picks: fp32, int8, int4, oneDNN's fp32 matmul on its packed
+// weight, which wide decode batches run, or fp32 from exact GGUF blocks), made once and run every step.
 #include "kernels.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -17,7 +17,7 @@
 
 namespace {
 
-enum Kind : int64_t { F32 = 0, INT8 = 1, INT4 = 2, ONEDNN = 3 };
+enum Kind : int64_t { F32 = 0, INT8 = 1, INT4 = 2, ONEDNN = 3, Q4_1_F32 = 4, Q8_0_F32 = 5 };
 
 // quant.OnednnLinear's call, `torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")`,
 // through torch's dispatcher (boxed: the op's C++ signature is not part of torch's public headers).
@@ -32,13 +32,16 @@ torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& packed)
 
 struct Linear {
     int64_t kind;
-    std::vector<torch::Tensor> t;  // F32: {w}; INT8: {q, scale}; INT4: {packed, scale, minimum}; ONEDNN: {packed}
+    std::vector<torch::Tensor> t;  // F32: {w}; INT8: {q, scale}; INT4: {packed, scale, minimum}; ONEDNN: {packed};
+                                   // Q4_1_F32, Q8_0_F32: {blocks}
 
     torch::Tensor operator()(const torch::Tensor& x) const {
         switch (kind) {
             case F32: return symphony::f32_linear(x, t[0]);
             case INT8: return symphony::int8_linear(x, t[0], t[1]);
             case INT4: return symphony::int4_linear(x, t[0], t[1], t[2]);
+            case Q4_1_F32: return symphony::q4_1_f32_linear(x, t[0]);
+            case Q8_0_F32: return symphony::q8_0_f32_linear(x, t[0]);
             default: return onednn_linear(x, t[0]);
         }
     }
@@ -49,7 +52,7 @@ struct Layer {
     Linear qkv, o, gate_up, down;
 };
 
-constexpr size_t WEIGHTS_PER_KIND[] = {1, 2, 3, 1};
+constexpr size_t WEIGHTS_PER_KIND[] = {1, 2, 3, 1, 1, 1};
 
 class DecodeStack {
    public:
@@ -62,7 +65,7 @@ class DecodeStack {
                     "DecodeStack takes 2 norms and 4 projections a layer: got ", norms.size(), " norms, ",
                     kinds.size(), " kinds and ", weights.size(), " weight lists");
         for (size_t i = 0; i < kinds.size(); ++i)
-            TORCH_CHECK(kinds[i] >= F32 && kinds[i] <= ONEDNN && weights[i].size() == WEIGHTS_PER_KIND[kinds[i]],
+            TORCH_CHECK(kinds[i] >= F32 && kinds[i] <= Q8_0_F32 && weights[i].size() == WEIGHTS_PER_KIND[kinds[i]],
                         "projection ", i, ": kind ", kinds[i], " with ", weights[i].size(), " tensors");
         for (size_t l = 0; l < n; ++l) {
             auto lin = [&](size_t j) { return Linear{kinds[4 * l + j], weights[4 * l + j]}; };
@@ -110,7 +113,7 @@ void add_decode_stack(pybind11::module_& m) {
     py::class_<DecodeStack>(m, "DecodeStack",
                             "A decode step's layers as one call (decode_stack.cpp): DecodeStack(norms, kinds, weights, "
                             "heads, eps); kinds 0 fp32 {w}, 1 int8 {q, scale}, 2 int4 {packed, scale, minimum}, "
-                            "3 oneDNN fp32 {packed}")
+                            "3 oneDNN fp32 {packed}, 4 / 5 fp32 from exact Q4_1 / Q8_0 blocks {blocks}")
         .def(py::init<std::vector<torch::Tensor>, std::vector<int64_t>, std::vector<std::vector<torch::Tensor>>,
                       int64_t, double>(),
              py::arg("norms"), py::arg("kinds"), py::arg("weights"), py::arg("heads"), py::arg("eps"))

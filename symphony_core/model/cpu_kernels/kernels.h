@@ -1,4 +1,4 @@
-// The compiled kernels' entry points, shared by the files that define them (gemv.cpp, decode_ops.cpp)
+// The compiled kernels' entry points, shared by the files that define them (gemv.cpp, gemv_blocks.cpp, decode_ops.cpp)
 // and decode_stack.cpp, which chains them through a decode step's layers. Each is also bound to
 // Python on its own (see the PYBIND11_MODULE in gemv.cpp).
 #pragma once
@@ -15,6 +15,10 @@ void set_f32_one_row(const std::string& kernel);  // "blocked" or "streamed": wh
 std::string get_f32_one_row();
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor w, torch::Tensor scale);
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scale, torch::Tensor minimum);
+
+// gemv_blocks.cpp: the same for fp32 weights held exactly as Q4_1 / Q8_0 blocks (fp32 results).
+torch::Tensor q4_1_f32_linear(torch::Tensor x, torch::Tensor blocks);
+torch::Tensor q8_0_f32_linear(torch::Tensor x, torch::Tensor blocks);
 
 // decode_ops.cpp: a layer's small steps, one call each.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps);

@@ -1,4 +1,4 @@
-"""Build and load gemv.cpp (with gemv_vnni.cpp), decode_ops.cpp and decode_stack.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
+"""Build and load gemv.cpp (with gemv_blocks.cpp, gemv_vnni.cpp), decode_ops.cpp and decode_stack.cpp as a torch C++ extension (pybind11; torch's OpenMP thread pool).
 
 `build()` compiles it with `torch.utils.cpp_extension.load` into `BUILD_DIR` (inside the package,
 git-ignored) and records a digest of the source, flags and torch version beside it. `compiled()`
@@ -27,9 +27,11 @@ import torch
 NAME = "symphony_cpu_kernels"
 SOURCES = [
     Path(__file__).with_name(n)
-    for n in ("gemv.cpp", "gemv_vnni.cpp", "gemv_f32_wide.cpp", "decode_ops.cpp", "decode_stack.cpp")
+    for n in ("gemv.cpp", "gemv_blocks.cpp", "gemv_vnni.cpp", "gemv_f32_wide.cpp", "decode_ops.cpp", "decode_stack.cpp")
 ]
-HEADERS = [Path(__file__).with_name(n) for n in ("kernels.h", "gemv_parts.h", "gemv_vnni.h", "gemv_f32_wide.h")]
+HEADERS = [
+    Path(__file__).with_name(n) for n in ("kernels.h", "gemv_parts.h", "gemv_rows.h", "gemv_vnni.h", "gemv_f32_wide.h")
+]
 BUILD_DIR = Path(__file__).with_name("build")
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]  # -fopenmp: at::parallel_for runs on torch's OpenMP pool
 LDFLAGS = ["-fopenmp"]
