@@ -207,11 +207,11 @@ class Debugger:
                 self.views.changed("timeline", "kv_tree")
         elif kind == "thread_exit" or kind == "process_exit":
             proc = self.runtime.processes.get(ev.pid)
-            if proc is not None:
-                self.stepping.thread_exited(proc, ev.tid)
+            if proc is not None:  # a step it carried goes on, or lands on a held thread that another joins
+                self.hook.land(proc.pid, self.stepping.thread_exited(proc, ev.tid))
             self.hook.thread_exited(ev.pid, ev.tid)
         if kind == "process_exit":
-            self.stepping.clear(ev.pid)
+            self.stepping.process_exited(ev.pid)
             self.launcher.forget(ev.pid)
             self.replayer.process_exited(ev.pid)
             self.bp_table.drop_temporary(ev.pid)

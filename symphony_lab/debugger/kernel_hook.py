@@ -59,6 +59,11 @@ class KernelHook:
         self.stop_scope = stop_scope
         self.prev: Any = None  # the hook this one chains to (set when installed)
         self._lock = threading.Lock()
+        # A stop's id, its place in the stop table and its `stopped` event, given under one lock: the
+        # stops of two threads that get there at once (two followed threads' first preds) are held
+        # and announced in the order of their ids, so a front-end that takes the first `stopped`
+        # event of a step as its landing (DAP, TUI) sees the stop `wait_stopped` answers (the oldest).
+        self._announce = threading.Lock()
         self._awaiting_fed: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (stop id, seq) of a pred
         self._after_bp: dict[Any, tuple[int, list[int], str]] = {}  # LIPThread -> (seq, breakpoint ids, reason)
 
@@ -85,6 +90,8 @@ class KernelHook:
     def before(self, th, ev: Event) -> None:
         if self.prev is not None:
             self.prev.before(th, ev)
+        if ev.call == "join":  # told at every join: a step handed on later may find the thread waiting in it
+            self.stepping.joining(th.proc.pid, th.tid, ev.args.get("tid"))
         if not self._busy():
             return
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
@@ -111,11 +118,7 @@ class KernelHook:
         if self.stepping.active():
             step_reasons, wakes = self.stepping.before(th, call, ev.args, sys._getframe(1))
             reasons.extend(step_reasons)
-            for joined, step in wakes:  # the thread a step blocks on is held: the step lands there
-                for s in self.stop_table.matching(pid, joined):
-                    self.stop_table.retag(s, step)
-                    self.stepping.landed(pid)
-                    self._emit("stopped", self.stop_table.info(s))
+            self.land(pid, wakes)
         if self.stop_table.take_pause(th):
             reasons.append("pause")
         bp_ids, after_ids, why = self.breakpoints.hit(pid, tid, call, ev.args, tokens, self.tokenizer.detokenize)
@@ -128,9 +131,25 @@ class KernelHook:
         if reasons:
             self._hold(th, ev, "before", reasons, bp_ids, None, tokens() if call == "pred" else None)
 
+    def land(self, pid: int, wakes: list[tuple[int, int]]) -> None:
+        """Steps that land on threads already held (`wakes`: (tid, step), from `Stepping.before` or
+        `thread_exited`: the thread a stepping thread joins): each stop carries its step from now
+        on and is announced again."""
+        for joined, step in wakes:
+            for s in self.stop_table.matching(pid, joined):
+                with self._announce:
+                    self.stop_table.retag(s, step)
+                    self.stepping.landed(pid)
+                    try:
+                        self._emit("stopped", self.stop_table.info(s))
+                    except Exception:  # the step landed all the same (`wait_stopped` answers it)
+                        log.warning("the stopped event of %s.%s could not be built", pid, joined, exc_info=True)
+
     def after(self, th, ev: Event, result: Any) -> Any:
         if self.prev is not None:
             result = self.prev.after(th, ev, result)
+        if ev.call == "join":
+            self.stepping.join_returned(th.proc.pid, th.tid)
         if not self._busy():
             return result
         pid, tid, call, seq = th.proc.pid, th.tid, ev.call, ev.seq
@@ -173,6 +192,8 @@ class KernelHook:
         if on_error is not None:
             on_error(th, ev, error)
         pid = th.proc.pid
+        if ev.call == "join":
+            self.stepping.join_returned(pid, th.tid)
         if th.proc.kill_reason is not None:  # cancelled (a step back, a restart): no outcome of the call's own
             return
         if self.replayer.is_recording(pid):
@@ -215,7 +236,7 @@ class KernelHook:
         frames = ins.capture_frames(sys._getframe(1))
         depth = max(1, ins.lip_depth(sys._getframe(1)))
         stop = Stop(
-            id=self.stop_table.next_id(),
+            id=0,  # given when it is announced
             thread=th,
             reason=reasons[0],
             reasons=reasons,
@@ -236,16 +257,18 @@ class KernelHook:
             step=self.stepping.take_landing(proc.pid, th.tid) if "step" in reasons else None,
         )
         prev_state = th.hold_stopped()  # not runnable: the batch policy must not wait for it
-        self.stop_table.hold(stop)
-        self.stepping.landed(proc.pid)
         self.runtime.batch.wake()
         ids = {"pid": proc.pid, "tid": th.tid}
-        why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
-        self._trace({"kind": "dbg_stop", "ts": stop.ts, **ids, **why})
-        try:
-            self._emit("stopped", self.stop_table.info(stop))
-        except Exception:  # the thread stops all the same (`stops` lists it); only the event is lost
-            log.warning("the stopped event of %s.%s could not be built", stop.pid, stop.tid, exc_info=True)
+        with self._announce:
+            stop.id = self.stop_table.next_id()
+            self.stop_table.hold(stop)
+            self.stepping.landed(proc.pid)
+            why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
+            self._trace({"kind": "dbg_stop", "ts": stop.ts, **ids, **why})
+            try:
+                self._emit("stopped", self.stop_table.info(stop))
+            except Exception:  # the thread stops all the same (`stops` lists it); only the event is lost
+                log.warning("the stopped event of %s.%s could not be built", stop.pid, stop.tid, exc_info=True)
         if self.stop_scope == "process":
             self.stop_table.ask_pause([t for t in proc.threads if t is not th])
         try:

@@ -18,8 +18,10 @@ The thread rules (docs/architecture.md, "Stepping and threads"):
 - **The stepped thread ends**: the step goes on to the next stop point of the *process*: every
   other thread that runs (is not held by the debugger) gets a *next* plan — stop after its next
   `pred`, or when its `join` returns — and the first of them to get there ends the step. A thread
-  joining the one that ended stops when that `join` returns. With no thread left to carry it the
-  step is *lost*: `wait_stopped(after=...)` then answers the oldest stop still held.
+  joining the one that ended stops when that `join` returns. A thread that waits in `join` on a
+  thread the debugger holds cannot carry it (that `join` returns only once the held thread is
+  resumed): the step lands on that held stop at once, as below. With no thread left to carry it
+  the step is *lost*: `wait_stopped(after=...)` then answers the oldest stop still held.
 - **The stepped thread blocks in `join`** (step into): it cannot return a pred until the thread
   it joins ends, so the step stops at the next `pred` of any thread of the process (or when the
   `join` returns, whichever comes first). When the debugger holds the joined thread (a spawned
@@ -77,6 +79,7 @@ class Stepping:
         self._plans: dict[tuple[int, int], StepPlan] = {}
         self._follows: dict[int, Follow] = {}  # pid -> its follow
         self._lost: set[int] = set()  # pids whose last step found no thread to carry it
+        self._joining: dict[tuple[int, int], int] = {}  # thread -> the tid its `join` waits for, now
         self._steps = 0
         self.landing: dict[tuple[int, int], int] = {}  # thread -> the step its stop about to be held ends
 
@@ -107,12 +110,24 @@ class Stepping:
             if f is not None and f.spawner == (pid, tid):
                 del self._follows[pid]
 
+    def joining(self, pid: int, tid: int, joined: object) -> None:
+        """Thread (pid, tid) waits in `join` on thread `joined` (told at every join, stepped or not)."""
+        if isinstance(joined, int):
+            with self._lock:
+                self._joining[(pid, tid)] = joined
+
+    def join_returned(self, pid: int, tid: int) -> None:
+        with self._lock:
+            self._joining.pop((pid, tid), None)
+
     def clear(self, pid: int | None = None) -> None:
+        """End the steps (of `pid`, or all of them: at detach, when the joins seen go too)."""
         with self._lock:
             if pid is None:
                 self._plans.clear()
                 self._follows.clear()
                 self._lost.clear()
+                self._joining.clear()
             else:
                 self._plans = {k: v for k, v in self._plans.items() if k[0] != pid}
                 self._follows.pop(pid, None)
@@ -200,24 +215,46 @@ class Stepping:
             self.landing[key] = plan.step
         self._plans = {k: p for k, p in self._plans.items() if k[0] != key[0] or p.kind != "next"}
 
-    def thread_exited(self, proc, tid: int) -> None:
-        """A thread ended: a step it carried goes on to the next stop point of the process."""
+    def process_exited(self, pid: int) -> None:
+        """Process `pid` ended: its steps end and the joins seen in it are forgotten."""
+        self.clear(pid)
         with self._lock:
+            self._joining = {k: j for k, j in self._joining.items() if k[0] != pid}
+
+    def _held_joined(self, proc, threads: list) -> int | None:
+        """The held thread that one of `threads` waits for in `join`, if any (its tid)."""
+        for t in threads:
+            joined = self._joining.get((proc.pid, t.tid))
+            if joined is not None and t.current_call == "join" and self._held(proc.pid, joined):
+                return joined
+        return None
+
+    def thread_exited(self, proc, tid: int) -> list[tuple[int, int]]:
+        """A thread ended: a step it carried goes on to the next stop point of the process. When a
+        thread that would carry it waits in `join` on a held thread, the step lands on that held
+        stop at once: the answer is `[(its tid, the step)]`, for the caller to land it (as
+        `before` answers a join on a held thread); else `[]`."""
+        with self._lock:
+            self._joining.pop((proc.pid, tid), None)
             plan = self._plans.pop((proc.pid, tid), None)
             f = self._follows.get(proc.pid)
             if f is not None and f.spawner == (proc.pid, tid):
                 del self._follows[proc.pid]
             self.landing.pop((proc.pid, tid), None)
             if plan is None or tid == 1:
-                return
+                return []
             others = self._running_others(proc, {tid})
             if plan.kind == "out":  # step out of a spawned thread: the main thread's next stop point
                 others = [t for t in others if t.tid == 1]
+            held = self._held_joined(proc, others)
+            if held is not None:  # e.g. the main thread joins a spawned thread held at its first pred
+                return [(held, plan.step)]
             for t in others:
                 kind = "syscall" if plan.kind == "out" else "next"
                 self._plans.setdefault((proc.pid, t.tid), StepPlan(kind, 0, plan.step))
             if not others:
                 self._lost.add(proc.pid)
+            return []
 
 
 def lands_on(stop: dict, answer: dict, stepped_tid: int | None = None) -> bool:
