@@ -38,16 +38,7 @@
 
 namespace {
 
-using symphony::gemv::GROUP;
-using symphony::gemv::group_dot;
-using symphony::gemv::hsum;
-using symphony::gemv::PREFETCH;
-using symphony::gemv::by_row_groups;
-using symphony::gemv::check_x;
-using symphony::gemv::dot_rows;
-using symphony::gemv::grain;
-using symphony::gemv::MAX_T;
-using symphony::gemv::parallel_rows;
+using namespace symphony::gemv;  // the shared parts (gemv_parts.h) and row machinery (gemv_rows.h)
 
 // fp32 rows are long, contiguous streams: prefetch along the chunk's bytes in memory order (not per row),
 // this far ahead. Neutral at 1 row, where the hardware prefetcher keeps up; at 2-4 rows, where the FMAs

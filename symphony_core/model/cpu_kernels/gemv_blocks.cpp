@@ -18,12 +18,7 @@
 
 namespace {
 
-using symphony::gemv::by_row_groups;
-using symphony::gemv::check_x;
-using symphony::gemv::dot_rows;
-using symphony::gemv::grain;
-using symphony::gemv::GROUP;
-using symphony::gemv::parallel_rows;
+using namespace symphony::gemv;  // the shared parts (gemv_parts.h) and row machinery (gemv_rows.h)
 
 // Software prefetch this many bytes ahead in each weight row's stream. Widening costs more time a byte than the
 // dense kernel spends, so fewer loads are in flight and the hardware prefetcher alone fell behind: the 120
