@@ -274,7 +274,7 @@ def table(rows: list[dict], conc, max_tokens, repeats, per_client, contended) ->
         f"{per_client} request(s) per client thread; medians of {repeats}; {contended} runs started while "
         "something else used the CPUs. The server path users run: HTTP, the chat template, one program per request. "
         "Symphony's fp32 decodes its fewest rows from the GGUF blocks that hold its fp32 weights exactly (the same "
-        "logits bit for bit at one row, a sixth of the bytes: symphony_core/model/exact_blocks.py); llama-server's "
+        "logits bit for bit, a sixth of the bytes: symphony_core/model/exact_blocks.py); llama-server's "
         "F32 streams its dense file.",
         "",
         "| server | concurrency | tok/s | TTFT p50 ms | ITL p50 ms | prompt / reply tokens (median) |",

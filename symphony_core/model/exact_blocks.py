@@ -4,7 +4,7 @@ A model that came as a GGUF has fp32 weights that are its blocks dequantised: Q4
 Q8_0's w = q · d, each exact in fp32 (cpu_kernels/gemv_blocks.cpp says why). Where a projection's (or the
 LM head's) blocks give back its fp32 tensor bit for bit — checked here, per tensor, before use — the fp32
 engine's decode rows run `BlocksLinear`, which widens the blocks in registers and multiplies in fp32:
-the dense kernel's products and sums, in its order at one row, from a sixth of the bytes (SmolLM2-135M:
+the dense kernel's products and sums in its order, from a sixth of the bytes (SmolLM2-135M:
 538 MB a one-row step in fp32, ~100 MB as blocks). Wider batches keep the dense tiers, which are
 compute-bound there. Nothing is rounded: engines with and without it give the same tokens.
 
@@ -20,10 +20,13 @@ from pathlib import Path
 import torch
 
 from .cpu_kernels import compiled
+from .loader import is_derived_cache
 
 ENV = "SYMPHONY_FP32_BLOCKS"
 GROUP = 32
-# Rows up to which the blocks run, the dense tiers above (measured below).
+# Rows up to which the blocks run, the dense tiers above: SmolLM2-135M's 120 projections, AVX-512 loops, 2-core
+# Zen 4 EPYC, blocks / dense ms: 1 row 4.6 / 9.3, 4 rows 8.2 / 12.4, 6 rows 12.1 / 12.5, 8 rows 14.9 / 14.0 (AVX2
+# loops: 4 rows 11.7 / 17.0, 6 rows 19.0 / 19.9); 4 leaves a margin on both.
 MAX_ROWS = 4
 CACHE_VERSION = "1"
 
@@ -60,6 +63,32 @@ def dequantize_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.
 def dequantize_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     out, cols = q.shape
     return (q.float().view(out, -1, GROUP) * d[..., None]).view(out, cols)
+
+
+def unpack(fmt: str, packed: torch.Tensor) -> torch.Tensor:
+    """Packed rows (either layout above) back to the fp32 weights they hold."""
+    rows = packed.shape[0]
+    g = packed.view(rows, -1, 24 if fmt == "Q4_1" else 36)
+    if fmt == "Q4_1":
+        q = torch.cat([g[..., :16] & 0x0F, g[..., :16] >> 4], dim=-1).reshape(rows, -1)
+        d, m = (g[..., a : a + 4].contiguous().view(torch.float32)[..., 0] for a in (16, 20))
+        return dequantize_q4_1(q, d, m)
+    q = g[..., :32].contiguous().view(torch.int8).reshape(rows, -1)
+    return dequantize_q8_0(q, g[..., 32:36].contiguous().view(torch.float32)[..., 0])
+
+
+def _still_exact(found: dict[str, tuple[str, torch.Tensor]], weights: dict[str, torch.Tensor]) -> bool:
+    """Cached blocks against the weights now: shapes, and a first, middle and last row of each bit for bit (a
+    change to how a model's tensors are laid out would otherwise pass a cache keyed by files alone)."""
+    for key, (fmt, packed) in found.items():
+        w = weights.get(key)
+        width = w.shape[1] // GROUP * (24 if fmt == "Q4_1" else 36) if w is not None else -1
+        if w is None or tuple(packed.shape) != (w.shape[0], width):
+            return False
+        rows = sorted({0, w.shape[0] // 2, w.shape[0] - 1})
+        if not torch.equal(unpack(fmt, packed[rows]), w[rows]):
+            return False
+    return True
 
 
 class BlocksLinear:
@@ -107,11 +136,8 @@ def _checked_against(cache_dir: Path | None) -> str:
     """The converted fp32 weights a cache of blocks was checked against (converted again: checked again)."""
     if cache_dir is None:
         return ""
-    return ";".join(
-        f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        for p in sorted(cache_dir.glob("*.safetensors"))
-        if not p.name.startswith(("quant-", "fp32-blocks"))
-    )
+    files = sorted(p for p in cache_dir.glob("*.safetensors") if not is_derived_cache(p))
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 
 def exact_blocks(
@@ -124,17 +150,22 @@ def exact_blocks(
         return {}
     if any(w.device.type != "cpu" or w.dtype != torch.float32 for w in weights.values()):
         return {}
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file, save_file
 
     path = cache_dir / "fp32-blocks.safetensors" if cache_dir is not None else None
     checked = _checked_against(cache_dir)
     found: dict[str, tuple[str, torch.Tensor]] | None = None
     if path is not None and path.exists():
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-        if meta.get("version") == CACHE_VERSION and meta.get("checked against") == checked:
-            found = {k: (meta[k], t) for k, t in load_file(str(path)).items()}
+        try:
+            with safe_open(str(path), "pt") as f:
+                meta = f.metadata() or {}
+            if meta.get("version") == CACHE_VERSION and meta.get("checked against") == checked:
+                found = {k: (meta[k], t) for k, t in load_file(str(path)).items()}
+        except (OSError, SafetensorError) as e:  # unreadable: read the GGUF again, and write a good one
+            print(f"symphony: the cached fp32 blocks could not be read ({e}); reading the GGUF", file=sys.stderr)
+        if found is not None and not _still_exact(found, weights):
+            found = None
     if found is None:
         found = _read(weights, n_heads, n_kv_heads, gguf_path)
         if path is not None:
@@ -147,7 +178,7 @@ def exact_blocks(
                 }
                 save_file({k: t for k, (_, t) in found.items()}, str(tmp), metadata=meta)
                 tmp.replace(path)
-            except OSError as e:  # a read-only cache still runs; it reads the GGUF again next time
+            except (OSError, SafetensorError) as e:  # a read-only cache still runs; it reads the GGUF again next time
                 print(f"symphony: could not cache the fp32 blocks: {e}", file=sys.stderr)
                 tmp.unlink(missing_ok=True)
     return {k: BlocksLinear(fmt, blocks, weights[k]) for k, (fmt, blocks) in found.items() if k in weights}

@@ -38,6 +38,14 @@ class LoadedModel:
     gguf_path: Path | None = None  # the GGUF it was converted from (its Q4_1 blocks feed weights="q4")
 
 
+DERIVED_CACHES = ("quant-", "fp32-blocks")  # files derived from the weights and kept beside them
+
+
+def is_derived_cache(path: Path) -> bool:
+    """A file beside the converted weights that was derived from them (weight_formats.py, exact_blocks.py)."""
+    return path.name.startswith(DERIVED_CACHES)
+
+
 def _cache_dir_for(src: ModelSource) -> Path:
     st = src.path.stat()
     key = hashlib.sha256(f"{src.path}|{st.st_size}|{int(st.st_mtime)}".encode()).hexdigest()[:12]
@@ -135,8 +143,8 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
     index = directory / "model.safetensors.index.json"
     if index.exists():  # a sharded checkpoint names its files
         files = sorted({directory / f for f in json.loads(index.read_text())["weight_map"].values()})
-    else:  # not the quant-*.safetensors caches weight_formats.py writes beside the weights
-        files = sorted(f for f in directory.glob("*.safetensors") if not f.name.startswith("quant-"))
+    else:  # not the caches weight_formats.py and exact_blocks.py write beside the weights
+        files = sorted(f for f in directory.glob("*.safetensors") if not is_derived_cache(f))
     if not files:
         raise ModelError(f"{directory} holds no .safetensors weights")
     for f in files:

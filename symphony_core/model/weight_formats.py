@@ -157,7 +157,7 @@ def _compute(model, fmt: str, gguf_path: Path | None) -> dict[str, torch.Tensor]
 
 
 def _load_or_compute(model, fmt: str, gguf_path: Path | None, cache_dir: Path | None) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file, save_file
 
     path = cache_dir / f"quant-{fmt}.safetensors" if cache_dir is not None else None
@@ -173,7 +173,7 @@ def _load_or_compute(model, fmt: str, gguf_path: Path | None, cache_dir: Path | 
         try:
             save_file(tensors, str(tmp), metadata={"version": CACHE_VERSION, "source": str(gguf_path or "fp32")})
             tmp.replace(path)
-        except OSError as e:  # a read-only cache still runs, it just quantises again next time
+        except (OSError, SafetensorError) as e:  # a read-only cache still runs, it just quantises again next time
             print(f"symphony: could not cache the {fmt} weights: {e}", file=sys.stderr)
             tmp.unlink(missing_ok=True)
     return tensors

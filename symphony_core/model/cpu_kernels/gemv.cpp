@@ -75,6 +75,7 @@ struct F32StreamedWeights : F32Weights {
 enum class F32OneRow : int { blocked = 0, streamed = 1 };
 std::atomic<int> f32_one_row{int(F32OneRow::blocked)};
 
+// Activations quantised for the int16 kernels: q [rows, groups * 32] int16, scale [rows, groups] fp32.
 // With `sums`, also each group's fp32 Σ x [rows, groups] (int4's minimum term), from the same pass;
 // with `paired`, q's groups in the AVX-512 int4 loop's order (gemv_parts.h's group_slots).
 struct QuantisedX {
@@ -329,7 +330,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "'avx512_vnni' (the default where the CPU has it) or 'avx2': the int8 / int4 kernels' loops, for the process");
     m.def("get_quantised_isa", &symphony::vnni::get_isa, "which loops the int8 / int4 kernels run");
     m.def("set_f32_wide_isa", &symphony::f32wide::set_isa,
-          "'avx512' (the default where the CPU has it) or 'avx2': the fp32 kernel's loop for 2-8 rows, for the process");
+          "'avx512' (the default where the CPU has it) or 'avx2': the fp32 kernel's loop for 2-8 rows and the fp32 "
+          "blocks kernels' loops (gemv_blocks.cpp), for the process");
     m.def("get_f32_wide_isa", &symphony::f32wide::get_isa, "which loop the fp32 kernel runs for 2-8 rows");
     add_decode_ops(m);
     add_decode_stack(m);

@@ -26,19 +26,20 @@ using namespace symphony::gemv;  // the shared parts (gemv_parts.h) and row mach
 // without, 4.8-5.3 at 1 KiB ahead, 4.5-4.6 at 2 KiB, 4.1-4.3 at 4 and 8 KiB; the dense kernel 8.8-9.4.
 constexpr int64_t BLOCKS_PREFETCH = 4096;
 
+inline float f32_at(const uint8_t* p) {  // a scale stored in the byte rows (memcpy: no aliasing, no alignment)
+    float v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
 template <int64_t GROUP_BYTES>
 struct BlockRows {
-    static constexpr int64_t PER_LINE = 64;  // prefetch once every two groups: about a line of each row read
+    static constexpr int64_t PER_LINE = 32;  // dot_block prefetches once a group: a line of each row per 64 bytes or less
     static constexpr int rows_at_once(int t) { return t == 1 ? 4 : 3; }
     static constexpr int accumulators(int t) { return t == 1 ? 2 : 1; }  // gemv.cpp's fp32 loop's, for its sums
     const uint8_t* w;
     int64_t stride;  // bytes a row
     const uint8_t* group(int64_t row, int64_t k) const { return w + row * stride + (k / GROUP) * GROUP_BYTES; }
-    float scale(const uint8_t* g, int64_t at) const {
-        float s;
-        std::memcpy(&s, g + at, sizeof s);
-        return s;
-    }
     float finish(int64_t, float sum) const { return sum; }
     void prefetch(int64_t o, int rows, int64_t k) const {
         const char* ahead =
@@ -54,14 +55,14 @@ struct Q41Rows : BlockRows<24> {
         __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + j % 16));
         b = _mm_and_si128(_mm_srl_epi16(b, _mm_cvtsi64_si128(j / 16 * 4)), _mm_set1_epi8(0x0F));
         const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-        return _mm256_fmadd_ps(q, _mm256_broadcast_ss(reinterpret_cast<const float*>(g + 16)),
-                               _mm256_broadcast_ss(reinterpret_cast<const float*>(g + 20)));
+        return _mm256_fmadd_ps(q, _mm256_set1_ps(f32_at(g + 16)),
+                               _mm256_set1_ps(f32_at(g + 20)));
     }
     float at(int64_t row, int64_t j) const {
         const uint8_t* g = group(row, j);
         const int64_t i = j % GROUP;
         const int q = i < 16 ? g[i] & 0x0F : g[i - 16] >> 4;
-        return std::fma(float(q), scale(g, 16), scale(g, 20));
+        return std::fma(float(q), f32_at(g + 16), f32_at(g + 20));
     }
 };
 
@@ -70,18 +71,18 @@ struct Q80Rows : BlockRows<36> {
         const uint8_t* g = group(row, k);
         const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + k % GROUP));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
-                             _mm256_broadcast_ss(reinterpret_cast<const float*>(g + 32)));
+                             _mm256_set1_ps(f32_at(g + 32)));
     }
     float at(int64_t row, int64_t j) const {
         const uint8_t* g = group(row, j);
-        return float(int8_t(g[j % GROUP])) * scale(g, 32);
+        return float(int8_t(g[j % GROUP])) * f32_at(g + 32);
     }
 };
 
 // The AVX-512 loop (where f32wide's choice is on): a group's 32 weights widened as two 16-lane vectors, one
 // accumulator of 16 lanes per (weight row, x row). Its lanes 0-7 and 8-15 are dot_block's two 8-lane
-// accumulators at one row (elements 16n + i and 16n + 8 + i), added and summed the same way at the end, so
-// one row's result is bit for bit the AVX2 loop's, and the dense kernel's.
+// accumulators at one row (elements 16n + i and 16n + 8 + i), and gemv_f32_wide.cpp's one accumulator at 2-8
+// rows; each is summed at the end in that kernel's order, so the result is the dense kernel's bit for bit.
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE inline __attribute__((always_inline))
 
@@ -93,8 +94,8 @@ struct Q41Widen {
     static constexpr int64_t GROUP_BYTES = 24;
     AVX512 INLINE static void widen(const uint8_t* g, __m512& lo, __m512& hi) {
         const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(*reinterpret_cast<const float*>(g + 16)),
-                                             _mm512_set1_ps(*reinterpret_cast<const float*>(g + 20)));
+        const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(f32_at(g + 16)),
+                                             _mm512_set1_ps(f32_at(g + 20)));
         const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
         lo = _mm512_permutexvar_ps(bytes, table);
         hi = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
@@ -104,7 +105,7 @@ struct Q41Widen {
 struct Q80Widen {
     static constexpr int64_t GROUP_BYTES = 36;
     AVX512 INLINE static void widen(const uint8_t* g, __m512& lo, __m512& hi) {
-        const __m512 d = _mm512_set1_ps(*reinterpret_cast<const float*>(g + 32));
+        const __m512 d = _mm512_set1_ps(f32_at(g + 32));
         lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)))), d);
         hi = _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 16)))), d);
@@ -119,7 +120,7 @@ AVX512 void block512(const uint8_t* w, int64_t stride, const float* x, float* y,
     const int64_t groups = in / GROUP;
     const char* rows = reinterpret_cast<const char*>(w + o * stride);
     for (int64_t gi = 0; gi < groups; ++gi) {
-        if (gi % 2 == 0)  // about a cache line of each row every two groups
+        if ((gi * F::GROUP_BYTES) % 64 < F::GROUP_BYTES)  // a group that starts a new cache line of its row
             for (int r = 0; r < R; ++r) _mm_prefetch(rows + r * stride + gi * F::GROUP_BYTES + BLOCKS_PREFETCH, _MM_HINT_T0);
         __m512 xl[T], xh[T];
         for (int t = 0; t < T; ++t) {
@@ -133,9 +134,17 @@ AVX512 void block512(const uint8_t* w, int64_t stride, const float* x, float* y,
         }
     }
     for (int r = 0; r < R; ++r)
-        for (int t = 0; t < T; ++t)
-            y[t * out + o + r] = symphony::gemv::hsum(
-                _mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1))));
+        for (int t = 0; t < T; ++t) {
+            const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][t]),
+                                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][t]), 1)));
+            if (T == 1) {  // dot_block's order, as the dense kernel sums one row
+                y[o + r] = hsum(h);
+            } else {  // gemv_f32_wide.cpp's `reduce` order, as the dense kernel sums 2-8 rows
+                alignas(32) float v[8];
+                _mm256_store_ps(v, h);
+                y[t * out + o + r] = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+            }
+        }
 }
 
 template <class F, int T>

@@ -64,7 +64,6 @@ void dot_rows(const W& wt, const float* x, float* y, int64_t in, int64_t out, in
     for (; o < o1; ++o) dot_block<W, T, 1, U>(wt, x, y, in, out, o);
 }
 
-
 // f(t0, T) for each group of up to MAX_T rows of x, T a compile-time constant.
 template <class F>
 void by_row_groups(int64_t rows, const F& f) {
