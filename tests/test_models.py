@@ -91,7 +91,10 @@ def test_a_gguf_path_converts_once_into_the_cache(engine, tmp_path, monkeypatch)
     first = Engine(str(gguf), num_pages=32)
     try:
         assert len(converted) == 1 and Path(converted[0]).parent == tmp_path / "symphony" / "models"
-        assert sorted(p.name for p in first.model_dir.glob("*.safetensors")) == ["model.safetensors"]
+        files = sorted(p.name for p in first.model_dir.glob("*.safetensors"))
+        # the weights, and the fp32 blocks checked against them (exact_blocks.py), which the loader leaves out
+        assert files == ["fp32-blocks.safetensors", "model.safetensors"], files
+        assert [n for n in files if not loader.is_derived_cache(first.model_dir / n)] == ["model.safetensors"]
         same_logits(last_logits(first), last_logits(engine))
     finally:
         first.shutdown()
