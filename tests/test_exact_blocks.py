@@ -12,6 +12,7 @@ import torch
 from symphony_core import PredCall
 from symphony_core.model import exact_blocks as eb
 from symphony_core.model.cpu_kernels import compiled, loader
+from symphony_core.model.gguf_blocks import dequantize
 from symphony_core.model.registry import resolve_model
 from tests.exact_blocks_helpers import dense_only
 
@@ -54,7 +55,7 @@ def test_blocks_give_the_dense_kernels_sums(fmt, shape, f32_wide_isa):
     out, cols = shape
     if fmt == "Q4_1":
         parts = _q4_1(out, cols, sum(shape))
-        w, packed = eb.dequantize_q4_1(*parts), eb.pack_q4_1(*parts)
+        w, packed = dequantize(parts), eb.pack_q4_1(*parts)
     else:
         parts = _q8_0(out, cols, sum(shape))
         w, packed = eb.dequantize_q8_0(*parts), eb.pack_q8_0(*parts)

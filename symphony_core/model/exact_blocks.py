@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .cpu_kernels import compiled
+from .gguf_blocks import dequantize
 from .loader import is_derived_cache
 
 ENV = "SYMPHONY_FP32_BLOCKS"
@@ -55,11 +56,6 @@ def pack_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     return torch.cat([g, d.float().contiguous().view(torch.uint8).view(out, cols // GROUP, 4)], dim=-1).reshape(out, -1)
 
 
-def dequantize_q4_1(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    out, cols = q.shape
-    return (q.float().view(out, -1, GROUP) * d[..., None] + m[..., None]).view(out, cols)
-
-
 def dequantize_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     out, cols = q.shape
     return (q.float().view(out, -1, GROUP) * d[..., None]).view(out, cols)
@@ -72,7 +68,7 @@ def unpack(fmt: str, packed: torch.Tensor) -> torch.Tensor:
     if fmt == "Q4_1":
         q = torch.cat([g[..., :16] & 0x0F, g[..., :16] >> 4], dim=-1).reshape(rows, -1)
         d, m = (g[..., a : a + 4].contiguous().view(torch.float32)[..., 0] for a in (16, 20))
-        return dequantize_q4_1(q, d, m)
+        return dequantize((q, d, m))
     q = g[..., :32].contiguous().view(torch.int8).reshape(rows, -1)
     return dequantize_q8_0(q, g[..., 32:36].contiguous().view(torch.float32)[..., 0])
 
@@ -119,12 +115,12 @@ class BlocksLinear:
 
 def _read(weights: dict[str, torch.Tensor], n_heads: int, n_kv_heads: int, gguf_path: Path) -> dict[str, tuple]:
     """{key: (fmt, packed blocks)} for every tensor of `weights` whose blocks in the file equal it."""
-    from .gguf_blocks import read_q4_1, read_q8_0
+    from .gguf_blocks import read_q4_1, read_q8_0  # the GGUF reader: only on a cache miss
 
     out: dict[str, tuple[str, torch.Tensor]] = {}
     for (layer, attr), parts in read_q4_1(gguf_path, n_heads, n_kv_heads).items():
         w = weights.get(f"{layer}.{attr}")
-        if w is not None and torch.equal(dequantize_q4_1(*parts), w):
+        if w is not None and torch.equal(dequantize(parts), w):
             out[f"{layer}.{attr}"] = ("Q4_1", pack_q4_1(*parts))
     head = read_q8_0(gguf_path, ("output.weight", "token_embd.weight"))
     if head is not None and "lm_head" in weights and torch.equal(dequantize_q8_0(*head), weights["lm_head"]):

@@ -254,9 +254,8 @@ def _apply_fp32(model, gguf_path: Path | None, cache_dir: Path | None) -> None:
     for lin, packed in zip(blocks.values(), into_huge_pages([lin.blocks for lin in blocks.values()])):
         lin.blocks = packed
     for key, lin in blocks.items():
-        owner, attr = (
-            (model, "lm_head") if key == "lm_head" else (model.layers[int(key.split(".")[0])], key.split(".")[1])
-        )
+        layer, _, attr = key.partition(".")
+        owner, attr = (model, "lm_head") if key == "lm_head" else (model.layers[int(layer)], attr)
         setattr(owner, attr, RowsSwitchLinear(_reachable([(BLOCKS_MAX_ROWS, lin), *getattr(owner, attr).tiers])))
     model.fused.clear()
 

@@ -55,8 +55,7 @@ struct Q41Rows : BlockRows<24> {
         __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + j % 16));
         b = _mm_and_si128(_mm_srl_epi16(b, _mm_cvtsi64_si128(j / 16 * 4)), _mm_set1_epi8(0x0F));
         const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
-        return _mm256_fmadd_ps(q, _mm256_set1_ps(f32_at(g + 16)),
-                               _mm256_set1_ps(f32_at(g + 20)));
+        return _mm256_fmadd_ps(q, _mm256_set1_ps(f32_at(g + 16)), _mm256_set1_ps(f32_at(g + 20)));
     }
     float at(int64_t row, int64_t j) const {
         const uint8_t* g = group(row, j);
@@ -70,8 +69,7 @@ struct Q80Rows : BlockRows<36> {
     __m256 load(int64_t row, int64_t k) const {
         const uint8_t* g = group(row, k);
         const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + k % GROUP));
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)),
-                             _mm256_set1_ps(f32_at(g + 32)));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(f32_at(g + 32)));
     }
     float at(int64_t row, int64_t j) const {
         const uint8_t* g = group(row, j);
