@@ -322,6 +322,88 @@ def test_batch_argmax_is_taken_once_and_never_goes_stale(engine, story):
             engine.kv_close(kv)
 
 
+def test_a_greedy_rows_argmax_comes_with_its_next_batch(engine, story):
+    """A decode row whose file's last Dist had its argmax read gets its argmax taken with the batch
+    (one call, while the logits are in cache); a row whose last Dist was sampled or read otherwise
+    gets none (nobody pays for an argmax they do not read). Whole batch, some rows, or none; the
+    pre-taken argmax is the logits' own, and goes stale like any other when the logits change."""
+    assert not engine.runtime.bus.active, "an earlier test left an event-bus subscriber attached"
+    kvs = [engine.kv_create() for _ in range(3)]
+    try:
+        first = engine.pred_batch([PredCall(kv, story[i : i + 5]) for i, kv in enumerate(kvs)])
+        assert all(d._argmax is None for d in first), "fresh files: no argmax was read yet"
+        greedy = [first[0].argmax(), first[1].argmax()]  # files 0 and 1 greedy; file 2 reads its logits
+        int(first[2].logits.topk(3).indices[0])
+
+        def step(tokens: list[int]) -> list[Dist]:
+            return engine.pred_batch([PredCall(kv, [t]) for kv, t in zip(kvs, tokens)])
+
+        some = step([*greedy, 7])
+        assert [d._argmax is not None for d in some] == [True, True, False]
+        for d in some[:2]:
+            best = d.argmax()
+            assert d._logits is None, "a pre-taken argmax made the row view after all"
+            assert best == int(torch.argmax(d.logits))
+        all_read = [d.argmax() for d in some]  # now every file's Dist had it read
+        every = step(all_read)
+        assert all(d._argmax is not None for d in every)
+        assert [d.argmax() for d in every] == [int(torch.argmax(d.logits)) for d in every]
+        none = step([9, 9, 9])  # `every`'s argmax was read: taken again; this batch's rows go unread
+        assert all(d._argmax is not None for d in none)
+        after = step([9, 9, 9])
+        assert all(d._argmax is None for d in after), "rows nobody read the argmax of were charged one"
+        d = after[0]
+        assert d.argmax() == int(torch.argmax(d.logits))
+        d.logits = torch.zeros(engine.config.vocab_size).index_fill_(0, torch.tensor([11]), 1.0)
+        assert d.argmax() == 11
+    finally:
+        for kv in kvs:
+            engine.kv_close(kv)
+
+
+@pytest.mark.parametrize("runner", ["threads", "greenlets"])
+def test_greedy_programs_get_their_argmax_with_the_batch(fresh_engine, runner, story):
+    """Through LIPs (the path users run), on either runner: after a program's first `.argmax()`, every
+    decode step's Dist arrives with it, the tokens those give are the logits' own argmax, and a program
+    that samples instead is never handed one."""
+    eng = fresh_engine(num_pages=128, lip_runner=runner)
+
+    def greedy(sym, prompt, n):
+        kv = sym.kv_create()
+        d = sym.pred(kv, prompt)
+        toks, pre = [d.argmax()], []
+        for _ in range(n):
+            d = sym.pred(kv, [toks[-1]])
+            pre.append(d._argmax is not None)
+            toks.append(d.argmax())
+            assert toks[-1] == int(torch.argmax(d.logits))
+        sym.kv_close(kv)
+        return toks, pre
+
+    def sampling(sym, prompt, n):
+        kv = sym.kv_create()
+        d = sym.pred(kv, prompt)
+        pre = []
+        for _ in range(n):
+            tok = d.sample(temperature=0.8)
+            d = sym.pred(kv, [tok])
+            pre.append(d._argmax is not None)
+        sym.kv_close(kv)
+        return pre
+
+    procs = [eng.run(greedy, story[i : i + 6], 8) for i in range(3)] + [eng.run(sampling, story[:6], 8)]
+    outs = [p.result(timeout=120) for p in procs]
+    for _, pre in outs[:3]:
+        assert all(pre), f"a greedy program's decode steps came without their argmax: {pre}"
+    assert not any(outs[3]), "a sampling program was handed an argmax it never reads"
+    kv = eng.kv_create()
+    ref = [eng.pred(kv, story[0:6]).argmax()]
+    for _ in range(8):
+        ref.append(eng.pred(kv, [ref[-1]]).argmax())
+    eng.kv_close(kv)
+    assert outs[0][0] == ref, "greedy tokens through LIPs differ from the engine's own"
+
+
 def test_dist_api_for_all_outputs(engine, story):
     ids = story[:12]
     kv, kv2, kv3 = engine.kv_create(), engine.kv_create(), engine.kv_create()

@@ -34,6 +34,7 @@ class KVFile:
     # (pages, slots): `KVFS.cached_context_slots`'s array of every slot of this file, grown by
     # one slot per decode step instead of rebuilt; valid while `pages` equals the copy kept here.
     slot_cache: tuple[list[int], array] | None = field(default=None, repr=False)
+    argmax_read: bool = False  # its latest pred's Dist had its argmax read (see model.dist.ArgmaxReader)
 
     @property
     def length(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from ..errors import PredError
@@ -31,6 +33,14 @@ def version_of(t: torch.Tensor) -> int:
     return -1 if t.is_inference() else t._version
 
 
+class ArgmaxReader(Protocol):
+    """Where a batch row's `Dist` notes that its argmax was read (the row's KV file): the executor
+    takes the next batch's argmax, in one call while the logits are still in cache, for the rows
+    whose last distribution had it read (a greedy loop), and for no other row."""
+
+    argmax_read: bool
+
+
 class Dist:
     """Logits for one position (`.logits` is [V]) or several (`[n, V]`; index to get one).
 
@@ -53,7 +63,7 @@ class Dist:
     `torch.inference_mode`.)
     """
 
-    __slots__ = ("_logits", "_batch", "_row", "token", "_probs", "_argmax")
+    __slots__ = ("_logits", "_batch", "_row", "token", "_probs", "_argmax", "_reader")
 
     def __init__(self, logits: torch.Tensor, token: int | list[int] | None = None) -> None:
         self._logits: torch.Tensor | None = logits
@@ -64,14 +74,17 @@ class Dist:
         # `logits` is that same tensor and nothing has written into it since.
         self._probs: tuple | None = None
         self._argmax: tuple | None = None
+        self._reader: ArgmaxReader | None = None
 
     @classmethod
-    def row_of(cls, batch: torch.Tensor, row: int, argmax: tuple | None = None) -> Dist:
+    def row_of(
+        cls, batch: torch.Tensor, row: int, argmax: tuple | None = None, reader: ArgmaxReader | None = None
+    ) -> Dist:
         """Row `row` of a batch's logits [B, V]. The row view is taken on the first read of
         `.logits`, on the reading LIP's thread: completing a batch then makes no tensor call per
         member (the scheduler's thread is the bottleneck), and a caller that only wants `.token`
         never makes one. `argmax`: (this row's argmax, batch, version_of(batch)) when the
-        executor took the whole batch's argmax at once."""
+        executor took it with the batch's; `reader`: told when this row's argmax is read."""
         d = cls.__new__(cls)
         d._logits = None
         d._batch = batch
@@ -79,6 +92,7 @@ class Dist:
         d.token = None
         d._probs = None
         d._argmax = argmax
+        d._reader = reader
         return d
 
     @property
@@ -138,7 +152,14 @@ class Dist:
 
         Ties go to the lowest id. Computed once and kept while the logits are unchanged.
         """
-        best = self._kept("_argmax", fast_argmax)
+        memo, batch = self._argmax, self._batch
+        if memo is not None and batch is not None and memo[1] is batch and version_of(batch) == memo[2]:
+            best = memo[0]  # taken with the batch's, and the row not read yet: no row view to make
+        else:
+            best = self._kept("_argmax", fast_argmax)
+        reader = self._reader
+        if reader is not None:
+            reader.argmax_read = True
         return best if isinstance(best, int) else list(best)
 
     def topk(self, k: int = 5) -> list[tuple[int, float]]:
