@@ -9,12 +9,12 @@ takes about a second and two runs of it can differ by 20% here, so each repeat r
 `--prefill-runs` times per engine (rounds over all engines, the order rotated each round) and
 its median is over all of them; a decode of 64 tokens is as short and as noisy (one sequence's lasts
 0.3-1 s), and runs `--decode-runs` times per repeat in the same way. Ratios are Symphony ÷ peer. A
-format's LIPs run right after its `pred_batch` in every round, and "LIPs ÷ pred_batch" is the median of
-those adjacent pairs' ratios: apart by a few runs, one ratio swung from 0.77 to 1.08 between runs of
-the suite.
+format's LIPs run beside its `pred_batch` in every round, `--lip-pairs` times (ABBA...), and "LIPs ÷
+pred_batch" is the median of those adjacent pairs' ratios: apart by a few runs, one ratio swung from
+0.77 to 1.08 between runs of the suite.
 
     python -m bench.weights [--quick] [--batches 1,8,32] [--new 64] [--prefill 512] [--repeats 3] [--prefill-runs 3]
-                            [--decode-runs 3]
+                            [--decode-runs 3] [--lip-pairs 2]
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _engine(Engine, source: Path, pages: int, fmt: str):
             os.environ[exact_blocks.ENV] = saved
 
 
-def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None, decode_runs=1):
+def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, model=None, decode_runs=1, lip_pairs=1):
     from symphony_core import Engine
 
     hi = 64
@@ -184,7 +184,16 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
             for k in range(r * rounds, (r + 1) * rounds):
                 # rotate which unit goes first, and within a pair which of the two
                 turn = units[k % len(units) :] + units[: k % len(units)]
-                order = [n for u in turn for n in (u if k % 2 == 0 else u[::-1])]
+                # A decode's pred_batch and LIPs run `lip_pairs` times each, ABBA..., so a round adds that
+                # many adjacent pairs: one pair's ratio spreads over ±8% here (0.87-1.07 the middle half of
+                # 15 pairs at q4 on a quiet machine), and 9 of them left a median several percent off.
+                paired = 1 if kind == "prefill" else lip_pairs
+                order = [
+                    n
+                    for u in turn
+                    for j in range(paired if len(u) == 2 else 1)
+                    for n in (u if (k + j) % 2 == 0 else u[::-1])
+                ]
                 for n in order:
                     busy = wait_until_idle(idle_wait)
                     contended += int(busy is not None and busy >= 0.1)
@@ -214,6 +223,7 @@ def bench(batches, new, prefill_n, repeats, idle_wait, threads, prefill_runs=1, 
             if n.endswith("LIPs"):  # its speed ÷ its pred_batch's, run by run (a time ratio inverted)
                 base = times[n.removesuffix(" LIPs")][b]
                 row[f"paired_{b}"] = med(t0 / t1 for t0, t1 in zip(base, times[n][b]))
+                row["pairs"] = len(base)
         rows.append(row)
     # A one-row decode reads each fp32 weight once (the norms and the token's embedding row are a rounding error).
     floor = {"bandwidth_gbs": med(bandwidth), "fp32_weight_bytes": 4 * matmul_params(engines["fp32"].model)}
@@ -283,7 +293,8 @@ def lip_verdicts(by: dict[str, dict], batches: list[int]) -> list[tuple[str, str
             xs = [lip.get(f"paired_{b}", lip[f"decode_{b}"] / ref[f"decode_{b}"]) for b in batches]
             # two decimals, or three where two would round across the goal (0.948 shown as 0.95 and missed)
             shown = " / ".join(f"{x:.3f}×" if (round(x, 2) >= 0.95) != (x >= 0.95) else f"{x:.2f}×" for x in xs)
-            how = " (median of adjacent pairs)" if f"paired_{batches[0]}" in lip else ""
+            pairs = lip.get("pairs")
+            how = f" (median of {pairs} adjacent pair{'s' if pairs != 1 else ''})" if pairs else ""
             out.append(
                 (
                     f"LIPs ÷ pred_batch, {f}",
@@ -322,6 +333,9 @@ def table(numbers: dict, repeats: int, contended: str) -> str:
     model, skipped = numbers["model"], numbers["skipped"]
     counts = [(numbers["prefill_runs"], "the prefill"), (numbers["decode_runs"], "each decode")]
     more = [f"{n} runs for {what}" for n, what in counts if n != repeats]
+    pairs = max((r.get("pairs", 0) for r in rows), default=0)
+    if pairs > numbers["decode_runs"]:
+        more.append(f"{pairs} runs each of a pred_batch and its LIPs, in adjacent pairs")
     runs = f"median of {repeats}" + (f" ({', '.join(more)})" if more else "")
     lines = [
         f"### Weight formats against llama.cpp: prefill {prefill_n}, greedy decode of {new} tokens, {runs}",
@@ -395,6 +409,12 @@ def main(argv=None) -> str:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prefill-runs", type=int, default=3, help="prefill runs per engine in each repeat")
     ap.add_argument("--decode-runs", type=int, default=3, help="decode runs per engine and batch size in each repeat")
+    ap.add_argument(
+        "--lip-pairs",
+        type=int,
+        default=2,
+        help="in each decode run, a format's pred_batch and LIPs run this many adjacent pairs (their ratio's noise)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--model",
@@ -409,17 +429,17 @@ def main(argv=None) -> str:
         help="seconds to wait for idle CPUs before each run (default 10; quick 0)",
     )
     args = ap.parse_args(argv)
-    if args.repeats < 1 or args.prefill_runs < 1 or args.decode_runs < 1:
-        ap.error("--repeats, --prefill-runs and --decode-runs take at least 1")
+    if args.repeats < 1 or args.prefill_runs < 1 or args.decode_runs < 1 or args.lip_pairs < 1:
+        ap.error("--repeats, --prefill-runs, --decode-runs and --lip-pairs take at least 1")
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     new, prefill_n, repeats, prefill_runs = args.new, args.prefill, args.repeats, args.prefill_runs
     decode_runs = args.decode_runs
     if args.quick:
-        batches, new, prefill_n, repeats, prefill_runs, decode_runs = [1, 4], 8, 64, 1, 1, 1
+        batches, new, prefill_n, repeats, prefill_runs, decode_runs, args.lip_pairs = [1, 4], 8, 64, 1, 1, 1, 1
     idle = args.idle_wait if args.idle_wait is not None else (0.0 if args.quick else 10.0)
     rows, skipped, contended, floor = bench(
-        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, decode_runs
+        batches, new, prefill_n, repeats, idle, args.threads, prefill_runs, args.model, decode_runs, args.lip_pairs
     )
     numbers = {
         "rows": rows,
