@@ -25,6 +25,7 @@ from .loader import is_derived_cache
 
 ENV = "SYMPHONY_FP32_BLOCKS"
 GROUP = 32
+GROUP_BYTES = {"Q4_1": 24, "Q8_0": 36}  # one group's bytes in the packed rows below (gemv_blocks.cpp's layout)
 # Rows up to which the blocks run, the dense tiers above: SmolLM2-135M's 120 projections, AVX-512 loops, 2-core
 # Zen 4 EPYC, blocks / dense ms: 1 row 4.6 / 9.3, 4 rows 8.2 / 12.4, 6 rows 12.1 / 12.5, 8 rows 14.9 / 14.0 (AVX2
 # loops: 4 rows 11.7 / 17.0, 6 rows 19.0 / 19.9); 4 leaves a margin on both.
@@ -64,7 +65,7 @@ def dequantize_q8_0(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 def unpack(fmt: str, packed: torch.Tensor) -> torch.Tensor:
     """Packed rows (either layout above) back to the fp32 weights they hold."""
     rows = packed.shape[0]
-    g = packed.view(rows, -1, 24 if fmt == "Q4_1" else 36)
+    g = packed.view(rows, -1, GROUP_BYTES[fmt])
     if fmt == "Q4_1":
         q = torch.cat([g[..., :16] & 0x0F, g[..., :16] >> 4], dim=-1).reshape(rows, -1)
         d, m = (g[..., a : a + 4].contiguous().view(torch.float32)[..., 0] for a in (16, 20))
@@ -78,7 +79,7 @@ def _still_exact(found: dict[str, tuple[str, torch.Tensor]], weights: dict[str, 
     change to how a model's tensors are laid out would otherwise pass a cache keyed by files alone)."""
     for key, (fmt, packed) in found.items():
         w = weights.get(key)
-        width = w.shape[1] // GROUP * (24 if fmt == "Q4_1" else 36) if w is not None else -1
+        width = w.shape[1] // GROUP * GROUP_BYTES[fmt] if w is not None else -1
         if w is None or tuple(packed.shape) != (w.shape[0], width):
             return False
         rows = sorted({0, w.shape[0] // 2, w.shape[0] - 1})
