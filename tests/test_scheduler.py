@@ -269,3 +269,85 @@ def test_a_programs_threads_asleep_in_recv_do_not_count_as_runnable(engine):
     p.send("two")
     assert p.result(timeout=60) == ["one", "two"]
     assert p.threads_may_pred == _scanned(p) == 0
+
+
+def _forward_threads(monkeypatch, eng) -> list[tuple[int, int]]:
+    """(thread ident, rows) of every forward pass `eng`'s executor runs from now on."""
+    import threading
+
+    seen: list[tuple[int, int]] = []
+    orig = eng.executor._forward
+
+    def spy(calls, idx, results, argmax):
+        seen.append((threading.get_ident(), len(calls)))
+        return orig(calls, idx, results, argmax)
+
+    monkeypatch.setattr(eng.executor, "_forward", spy)
+    return seen
+
+
+def _greedy_on(sym, prompt: str, n: int) -> tuple[int, list[int]]:
+    import threading
+
+    return threading.get_ident(), greedy(sym, prompt, n)
+
+
+def test_a_lone_program_runs_its_batches_on_its_own_thread_and_programs_together_share_the_loops(engine, monkeypatch):
+    prompts = ["The capital of France is", "Water boils at"]
+    refs = [greedy_reference(engine, p, 8) for p in prompts]
+    log = engine.runtime.batch.log
+    seen = _forward_threads(monkeypatch, engine)
+    start, host0 = log.total_batches, log.host_s
+    me, out = engine.run(_greedy_on, prompts[0], 8).result(timeout=60)
+    assert out == refs[0]
+    # Alone, each pred's batch ran on the program's own thread (no hand-off to the loop and back),
+    # and was recorded and charged like any other batch.
+    assert seen == [(me, 1)] * 8
+    recs = log.since(start)
+    assert [r.size for r in recs] == [1] * 8
+    assert log.host_s > host0 and all(r.host_s > 0 for r in recs)
+    seen.clear()
+    procs = [engine.launch(_greedy_on, p, 8) for p in prompts]
+    results = [p.result(timeout=60) for p in procs]
+    assert [r[1] for r in results] == refs
+    mine = {r[0] for r in results}
+    pairs = [ident for ident, rows in seen if rows == 2]
+    assert pairs, f"two programs decoding together never shared a batch: {seen}"
+    assert not mine & set(pairs), "a batch of two ran on one of its programs' threads, not the loop's"
+
+
+def test_a_lone_call_waits_for_the_policy_and_a_prompt_over_the_budget_goes_through_the_loop(engine, monkeypatch):
+    """The lone path is only a shortcut: a policy that does not fire on one call, and a prompt cut into
+    chunks, keep the loop's behaviour."""
+    import threading
+
+    ref = greedy_reference(engine, "Once upon a time", 4)
+    batch = engine.runtime.batch
+
+    class TwoOrLater:
+        name = "two-or-later"
+
+        def __init__(self) -> None:
+            self.asked: list[int] = []
+
+        def decide(self, queued, runnable, oldest_wait, last_forward):  # the four-argument interface of a lab's policy
+            self.asked.append(queued)
+            return Decision(queued >= 2 or oldest_wait >= 0.003, 0.003)
+
+    seen = _forward_threads(monkeypatch, engine)
+    policy = TwoOrLater()
+    monkeypatch.setattr(batch, "policy", policy)
+    me, out = engine.run(_greedy_on, "Once upon a time", 4).result(timeout=60)
+    assert out == ref
+    assert 1 in policy.asked
+    assert seen and all(ident != me for ident, _ in seen), "a lone call fired where its policy said wait"
+    monkeypatch.undo()
+    seen = _forward_threads(monkeypatch, engine)
+    monkeypatch.setattr(batch, "token_budget", 2)  # the 4-token prompt runs as chunks of 2, through the loop
+    me, out = engine.run(_greedy_on, "Once upon a time", 4).result(timeout=60)
+    assert out == ref
+    chunks = -(-len(engine.tokenize("Once upon a time")) // 2)
+    assert chunks >= 2
+    prompt_passes = [ident for ident, _ in seen[:chunks]]
+    assert me not in prompt_passes and threading.get_ident() not in prompt_passes
+    assert [ident for ident, _ in seen[chunks:]] == [me] * 3, "the decodes after it ran alone on the program's thread"

@@ -27,12 +27,13 @@ from typing import cast
 
 import torch
 
-from ..errors import OutOfPages, SymphonyError
+from ..errors import SymphonyError
 from ..events import Event, EventBus, now
 from ..executor import Executor
 from ..model.dist import Dist
 from .batch_choice import choose_ranked
 from .batch_log import BatchLog, BatchRecord
+from .batch_outcome import take_results
 from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
 from .hub import Hub
 from .pending import PendingPred, PromptHead, Signal
@@ -76,6 +77,7 @@ class BatchScheduler:
         self.idle_since = 0.0
         self._queue: list[PendingPred] = []
         self._cv = threading.Condition()
+        self._firing = threading.Lock()  # held by whoever chooses and runs a batch: the loop, or a lone caller
         # While the loop waits, a submit wakes it only once the queue holds this many calls: the
         # policy cannot fire on fewer (0: wake on every submit, for policies that do not say).
         self._notify_at = 0
@@ -112,11 +114,47 @@ class BatchScheduler:
         return p.outcome()
 
     def submit(self, p: PendingPred) -> None:
+        """Queue an OS thread's call, waking the loop when its policy could fire; or run the call's
+        batch here, on the caller's thread, when it is the only call that can come (`_fire_alone`)."""
+        if self._fire_alone(p):
+            return
         with self._cv:
             q = self._queue
             q.append(p)
             if len(q) >= self._notify_at:
                 self._cv.notify()
+
+    def _fire_alone(self, p: PendingPred) -> bool:
+        """Run `p` as a batch of its own on the calling thread, as `Engine.pred_batch` would, when nothing
+        is queued, no other LIP thread could join it, the policy fires on one call and the call runs whole
+        in one pass. Through the loop, one program's step pays two thread hand-offs (its submit wakes the
+        loop; the loop, done, wakes it), ~0.15 ms of a 4-5 ms q4 decode step on the 2-core VM. Whoever
+        chooses and runs a batch holds `_firing`, the loop included: a lone caller never races it, and
+        while the loop holds it (a batch, the debugger's gate) callers queue as before. False: queue `p`."""
+        if self.hub is not None or self.gate is not None or self.procs.parked or not self._firing.acquire(False):
+            return False
+        try:
+            c0 = _thread_time()
+            with self._cv:
+                if (
+                    self._stop
+                    or self._queue
+                    or not runs_whole([p], self.token_budget, self.shared_chunk)
+                    or self.procs.runnable() != 1
+                    or not ask(self.policy, 1, 1, 0.0, self.last_forward, 0.0).fire
+                ):
+                    return False
+                self._queue.append(p)
+            try:
+                progressed = self._fire([p], True, cpu_from=c0)
+            except Exception:  # as in the loop: logged, and the call left queued for the loop to run
+                logger.exception("batch scheduler: a lone caller's batch failed")
+                progressed = False
+            if not progressed:
+                self.wake()  # it waits for pages (or failed above): the loop takes it from here
+            return True
+        finally:
+            self._firing.release()
 
     def submit_from_hub(self, p: PendingPred) -> None:
         """Queue a greenlet's call: it runs on this scheduler's own thread, which looks at the queue
@@ -218,15 +256,17 @@ class BatchScheduler:
                     self._cv.wait(wait)
                     self._gil_let_go = time.monotonic()
                 self._notify_at = 0
-        chosen, whole = self._select()
-        if not chosen:
-            return
-        if self.gate is not None:
-            self.gate(chosen)
-        progressed = self._fire(chosen, whole)
-        if not progressed:
-            self._stalled()
-        elif self.hub is not None and time.monotonic() - self._gil_let_go >= GIL_YIELD_EVERY_S:
+        with self._firing:
+            chosen, whole = self._select()
+            if not chosen:
+                return
+            if self.gate is not None:
+                self.gate(chosen)
+            progressed = self._fire(chosen, whole)
+            if not progressed:
+                self._stalled()
+                return
+        if self.hub is not None and time.monotonic() - self._gil_let_go >= GIL_YIELD_EVERY_S:
             # Between batches this thread runs the greenlets and fires again without ever blocking:
             # let the process's other threads (a launcher, a notebook's kernel) have the GIL at least
             # every GIL_YIELD_EVERY_S rather than only at the interpreter's 5 ms switch interval.
@@ -261,9 +301,10 @@ class BatchScheduler:
             ran.clear()
         return choose_ranked(ready, budget, self.max_batch, self.procs.rank, ran), False
 
-    def _fire(self, chosen: list[PendingPred], whole: bool = False) -> bool:
+    def _fire(self, chosen: list[PendingPred], whole: bool = False, cpu_from: float | None = None) -> bool:
         """Run `chosen` as one forward pass and complete what finished. `whole`: every call runs
-        whole within the token budget (`_select` checked), so none is cut into chunks."""
+        whole within the token budget (`_select` checked), so none is cut into chunks. `cpu_from`:
+        a lone caller's thread CPU clock when it began (`_fire_alone`); else this is the loop's thread."""
         if whole and not any(map(attrgetter("done_tokens"), chosen)):
             calls = list(map(attrgetter("call"), chosen))
             spans = None
@@ -301,7 +342,7 @@ class BatchScheduler:
             members = list(map(attrgetter("member"), chosen))
             tokens, errors = sum(map(attrgetter("n_tokens"), chosen)), 0
         else:
-            members, finished, tokens, errors = self._complete(chosen, spans, results)
+            members, finished, tokens, errors = take_results(chosen, spans, results, self.executor.vocab, self.kvfs)
             if finished:
                 self._finish_many([p for p, _ in finished], [r for _, r in finished])
         if members:
@@ -318,79 +359,32 @@ class BatchScheduler:
                 self.policy.name,
                 errors,
             )
-            self._account(rec, t1 - t0, fwd_cpu)
+            self._account(rec, t1 - t0, fwd_cpu, cpu_from)
             self.log.add(rec)
             if self.bus.active:
                 self.bus.publish(Event("batch", t1, args=rec.to_dict, duration=t1 - t0))
         else:
-            self._account(None, t1 - t0, fwd_cpu)
+            self._account(None, t1 - t0, fwd_cpu, cpu_from)
         return bool(members)
 
-    def _complete(self, chosen: list[PendingPred], spans: list[tuple[int, int]] | None, results: list) -> tuple:
-        """Each member's outcome: a chunk recorded, a call finished (or failed), or a call left
-        waiting for pages. Returns (member tuples, finished calls, tokens run, errors)."""
-        members: list[tuple] = []
-        finished: list[tuple[PendingPred, Dist | BaseException]] = []
-        tokens = errors = 0
-        for k, (p, r) in enumerate(zip(chosen, results)):
-            c = p.call
-            total = len(c.tokens)
-            a, b = spans[k] if spans is not None else (0, total)
-            if isinstance(r, OutOfPages):
-                if not p.waiting_pages:
-                    self._mark_waiting_pages(p, True)
-                continue
-            if p.waiting_pages:
-                self._mark_waiting_pages(p, False)
-            members.append(
-                p.member
-                if a == 0 and b == total
-                else (p.pid, p.tid, p.user, p.fid, b - a, "decode" if total == 1 else "prefill", (a, b, total))
-            )
-            tokens += b - a
-            if isinstance(r, BaseException):
-                errors += 1
-                if a > 0:  # undo the chunks already written: a failed pred changes nothing
-                    self._truncate_quietly(p)
-                finished.append((p, r))
-                continue
-            p.done_tokens = b
-            if a == 0 and b == total:  # the whole call ran in one piece
-                finished.append((p, r))
-                continue
-            rows = r.logits if r.logits.dim() == 2 else r.logits[None]
-            if rows.shape[0]:
-                p.logits.append(rows)
-                if r.token is not None:
-                    p.picks.extend(r.token if isinstance(r.token, list) else [r.token])
-            if b == total:
-                finished.append((p, p.assemble(self.executor.vocab)))
-        return members, finished, tokens, errors
-
-    @staticmethod
-    def _mark_waiting_pages(p: PendingPred, waiting: bool) -> None:
-        """The call waits for free pages (or no longer does); its thread's state says so too."""
-        p.waiting_pages = waiting
-        if p.thread is not None:
-            p.thread.set_waiting_pages(waiting)
-
-    def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float) -> None:
+    def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float, cpu_from: float | None) -> None:
         """Charge the scheduler thread's CPU time since the last batch, less the forward's, to
-        this batch: select, assemble, complete and wake, and the policy checks in between."""
+        this batch: select, assemble, complete and wake, and the policy checks in between. A lone
+        caller's batch (`cpu_from`) is charged its thread's CPU from its submit, less the forward's."""
         t = _thread_time()
-        mark = self._cpu_mark if self._cpu_mark is not None else t
-        self._cpu_mark = t
-        lip_cpu, self._lip_cpu_mark = self._lip_cpu - self._lip_cpu_mark, self._lip_cpu
-        host = max(0.0, (t - mark) - fwd_cpu - lip_cpu)
+        if cpu_from is not None:
+            host = max(0.0, t - cpu_from - fwd_cpu)
+        else:
+            mark = self._cpu_mark if self._cpu_mark is not None else t
+            self._cpu_mark = t
+            lip_cpu, self._lip_cpu_mark = self._lip_cpu - self._lip_cpu_mark, self._lip_cpu
+            host = max(0.0, (t - mark) - fwd_cpu - lip_cpu)
         log = self.log
         log.host_s += host
         log.forward_s += fwd_wall
         log.forward_cpu_s += fwd_cpu
         if rec is not None:
             rec.host_s = host
-
-    def _truncate_quietly(self, p: PendingPred) -> None:
-        self.kvfs.cut_back(p.call.kv, p.start_len)
 
     def _finish_many(self, done: list[PendingPred], results: list[Dist | BaseException]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,
@@ -422,8 +416,8 @@ class BatchScheduler:
 
     def fail(self, p: PendingPred, error: BaseException) -> None:
         """End a queued call with an error (its process was killed, or it can never fit)."""
-        if p.done_tokens > 0:
-            self._truncate_quietly(p)
+        if p.done_tokens > 0:  # undo the chunks already written: a failed pred changes nothing
+            self.kvfs.cut_back(p.call.kv, p.start_len)
         self._finish(p, error)
 
     def _stalled(self) -> None:

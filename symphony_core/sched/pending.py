@@ -200,6 +200,12 @@ class PendingPred:
         fin.pass_on()  # wake the next thread of the batch (the scheduler woke only the first)
         return True
 
+    def mark_waiting_pages(self, waiting: bool) -> None:
+        """The call waits for free pages (or no longer does); its thread's state says so too."""
+        self.waiting_pages = waiting
+        if self.thread is not None:
+            self.thread.set_waiting_pages(waiting)
+
     def outcome(self) -> Dist:
         """The result the scheduler set: the distribution, or its error raised."""
         result = self.result
