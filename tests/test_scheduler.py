@@ -292,7 +292,10 @@ def _greedy_on(sym, prompt: str, n: int) -> tuple[int, list[int]]:
     return threading.get_ident(), greedy(sym, prompt, n)
 
 
-def test_a_lone_program_runs_its_batches_on_its_own_thread_and_programs_together_share_the_loops(engine, monkeypatch):
+def test_a_lone_program_runs_its_batches_on_its_own_thread_and_programs_together_share_the_loops(
+    fresh_engine, monkeypatch
+):
+    engine = fresh_engine()  # no other test's program left running: this one must be the only runnable thread
     prompts = ["The capital of France is", "Water boils at"]
     refs = [greedy_reference(engine, p, 8) for p in prompts]
     log = engine.runtime.batch.log
@@ -314,12 +317,15 @@ def test_a_lone_program_runs_its_batches_on_its_own_thread_and_programs_together
     pairs = [ident for ident, rows in seen if rows == 2]
     assert pairs, f"two programs decoding together never shared a batch: {seen}"
     assert not mine & set(pairs), "a batch of two ran on one of its programs' threads, not the loop's"
+    engine.shutdown()
 
 
-def test_a_lone_call_waits_for_the_policy_and_a_prompt_over_the_budget_goes_through_the_loop(engine, monkeypatch):
+def test_a_lone_call_waits_for_the_policy_and_a_prompt_over_the_budget_goes_through_the_loop(fresh_engine, monkeypatch):
     """The lone path is only a shortcut: a policy that does not fire on one call, and a prompt cut into
     chunks, keep the loop's behaviour."""
     import threading
+
+    engine = fresh_engine()
 
     ref = greedy_reference(engine, "Once upon a time", 4)
     batch = engine.runtime.batch
@@ -351,3 +357,4 @@ def test_a_lone_call_waits_for_the_policy_and_a_prompt_over_the_budget_goes_thro
     prompt_passes = [ident for ident, _ in seen[:chunks]]
     assert me not in prompt_passes and threading.get_ident() not in prompt_passes
     assert [ident for ident, _ in seen[chunks:]] == [me] * 3, "the decodes after it ran alone on the program's thread"
+    engine.shutdown()
