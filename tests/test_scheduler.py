@@ -358,3 +358,35 @@ def test_a_lone_call_waits_for_the_policy_and_a_prompt_over_the_budget_goes_thro
     assert me not in prompt_passes and threading.get_ident() not in prompt_passes
     assert [ident for ident, _ in seen[chunks:]] == [me] * 3, "the decodes after it ran alone on the program's thread"
     engine.shutdown()
+
+
+def test_a_program_cancelled_while_its_lone_batch_runs_stops_there(fresh_engine, monkeypatch):
+    """Its thread runs the forward itself, so no wake-up tells it of the cancel: `pred` must still raise
+    it (through the loop, the cancel woke the waiting thread), and the process end as cancelled."""
+    import threading
+
+    engine = fresh_engine()
+    running, after = threading.Event(), []
+    orig = engine.executor._forward
+
+    def slow(calls, idx, results, argmax):
+        running.set()
+        time.sleep(0.3)
+        return orig(calls, idx, results, argmax)
+
+    monkeypatch.setattr(engine.executor, "_forward", slow)
+
+    def prog(sym):
+        kv = sym.kv_create()
+        sym.pred(kv, [1, 2, 3])
+        after.append("pred returned")  # pure Python: nothing would interrupt it had pred returned
+        return "finished"
+
+    proc = engine.run(prog)
+    assert running.wait(30)
+    proc.cancel()
+    with pytest.raises(Exception, match="cancelled"):
+        proc.result(timeout=30)
+    assert proc.status == "cancelled" and after == []
+    engine.kvfs.check()
+    engine.shutdown()

@@ -111,6 +111,8 @@ class BatchScheduler:
         if not p.await_result(th):
             self.wake()  # the loop drops the cancelled call
             raise th.proc.kill_reason or SymphonyError("pred: woken without a result")
+        if th.proc.kill_reason is not None:  # killed while its call ran (on this very thread, for a lone call)
+            raise th.proc.kill_reason
         return p.outcome()
 
     def submit(self, p: PendingPred) -> None:
@@ -125,36 +127,52 @@ class BatchScheduler:
                 self._cv.notify()
 
     def _fire_alone(self, p: PendingPred) -> bool:
-        """Run `p` as a batch of its own on the calling thread, as `Engine.pred_batch` would, when nothing
-        is queued, no other LIP thread could join it, the policy fires on one call and the call runs whole
-        in one pass. Through the loop, one program's step pays two thread hand-offs (its submit wakes the
-        loop; the loop, done, wakes it), ~0.15 ms of a 4-5 ms q4 decode step on the 2-core VM. Whoever
-        chooses and runs a batch holds `_firing`, the loop included: a lone caller never races it, and
-        while the loop holds it (a batch, the debugger's gate) callers queue as before. False: queue `p`."""
-        if self.hub is not None or self.gate is not None or self.procs.parked or not self._firing.acquire(False):
+        """Run `p` as a batch of its own on the calling thread, as `Engine.pred_batch` would, when it is
+        the only call that can come (`_alone`). Through the loop, one program's step pays two thread
+        hand-offs (its submit wakes the loop; the loop, done, wakes it), ~0.15 ms of a 4-5 ms q4 decode
+        step on the 2-core VM. Whoever chooses and runs a batch holds `_firing`, the loop included, so a
+        lone caller never races it. The call is not queued while it runs (the loop, looking meanwhile,
+        has nothing to fire); one left waiting for pages is queued for the loop. False: queue `p`."""
+        if self.hub is not None or not self._firing.acquire(False):
             return False
         try:
             c0 = _thread_time()
             with self._cv:
-                if (
-                    self._stop
-                    or self._queue
-                    or not runs_whole([p], self.token_budget, self.shared_chunk)
-                    or self.procs.runnable() != 1
-                    or not ask(self.policy, 1, 1, 0.0, self.last_forward, 0.0).fire
-                ):
+                if not self._alone(p):
                     return False
-                self._queue.append(p)
             try:
                 progressed = self._fire([p], True, cpu_from=c0)
-            except Exception:  # as in the loop: logged, and the call left queued for the loop to run
+            except Exception:  # as in the loop: logged, and the call left to the loop
                 logger.exception("batch scheduler: a lone caller's batch failed")
                 progressed = False
-            if not progressed:
-                self.wake()  # it waits for pages (or failed above): the loop takes it from here
+            if not progressed and p.result is None:  # it waits for pages (or failed above)
+                with self._cv:
+                    self._queue.append(p)
+                    self._cv.notify()
             return True
         finally:
             self._firing.release()
+
+    def _alone(self, p: PendingPred) -> bool:
+        """Under `_cv`: nothing is queued, no other LIP thread could join (`runnable` is 1), the policy
+        fires on one call, the call runs whole in one pass, and neither the debugger's gate, a parked
+        process nor a kill of `p`'s own process asks for the loop."""
+        th = p.thread
+        if (
+            self._stop
+            or self._queue
+            or self.gate is not None
+            or self.procs.parked
+            or (th is not None and th.proc.kill_reason is not None)
+            or not runs_whole([p], self.token_budget, self.shared_chunk)
+            or self.procs.runnable() != 1
+        ):
+            return False
+        try:
+            return ask(self.policy, 1, 1, 0.0, self.last_forward, 0.0).fire
+        except Exception:  # a lab's or a user's policy: the loop logs it too, and goes on
+            logger.exception("batch policy failed")
+            return False
 
     def submit_from_hub(self, p: PendingPred) -> None:
         """Queue a greenlet's call: it runs on this scheduler's own thread, which looks at the queue
@@ -321,7 +339,7 @@ class BatchScheduler:
                 calls.append(p.call if a == 0 and b == total else p.chunk(a, b))
                 spans.append((a, b))
         with self._cv:
-            depth = len(self._queue)
+            depth = len(self._queue) + (cpu_from is not None)  # a lone call is not queued while it runs
         executor = self.executor
         fwd_cpu0 = executor.forward_cpu_s
         t0 = now()

@@ -4,7 +4,8 @@ The collector is a bus subscriber. Syscall and thread events are published by th
 itself, so at each of them the collector reads that thread's own CPU clock
 (`time.thread_time`): between two syscalls of a thread, the CPU seconds are the program's own
 Python and the rest of the wall time is blocking (sleeps, sockets, tools). Batch events (from
-the scheduler thread) charge each member's thread a share of the forward pass, by tokens.
+the scheduler thread, or from a lone caller's own thread inside its `pred`: sched/batch_scheduler.py)
+charge each member's thread a share of the forward pass, by tokens.
 
 Which line a stretch between two syscalls belongs to is found by sampling: a small thread reads
 `sys._current_frames()` every `interval` seconds for the LIP threads that are outside any
