@@ -390,3 +390,21 @@ def test_a_program_cancelled_while_its_lone_batch_runs_stops_there(fresh_engine,
     assert proc.status == "cancelled" and after == []
     engine.kvfs.check()
     engine.shutdown()
+
+
+def test_on_cuda_a_lone_program_still_goes_through_the_loop(fresh_engine, monkeypatch):
+    """On a GPU each thread that runs forwards would keep a cuBLAS handle and workspace: the scheduler
+    reads the model's device once, when the runtime starts, and keeps the lone path to the CPU."""
+    import torch
+
+    engine = fresh_engine()
+    real = engine.executor.model.device
+    engine.executor.model.device = torch.device("cuda")  # only while the runtime is built: it runs on the CPU
+    try:
+        assert engine.runtime is not None  # built here
+    finally:
+        engine.executor.model.device = real
+    seen = _forward_threads(monkeypatch, engine)
+    me, out = engine.run(_greedy_on, "Hello", 3).result(timeout=60)
+    assert len(out) == 3 and seen and all(ident != me for ident, _ in seen)
+    engine.shutdown()

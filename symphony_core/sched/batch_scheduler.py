@@ -87,6 +87,8 @@ class BatchScheduler:
         # `Engine(lip_runner="greenlets")`: this thread also runs the programs' greenlets (sched/hub.py),
         # between batches; `_lip_cpu` adds up its CPU seconds spent in them, which are not the scheduler's.
         self.hub = Hub(self.wake) if greenlets else None
+        # `_fire_alone` on the CPU only: a thread that runs forwards keeps an idle OpenMP team there, on CUDA cuBLAS's workspace.
+        self._lone_ok = not greenlets and executor.model.device.type == "cpu"
         self._lip_cpu = 0.0
         self._lip_cpu_mark = 0.0
         self._gil_let_go = 0.0  # time.monotonic() when this thread last let go of the GIL (a wait or a yield)
@@ -127,13 +129,12 @@ class BatchScheduler:
                 self._cv.notify()
 
     def _fire_alone(self, p: PendingPred) -> bool:
-        """Run `p` as a batch of its own on the calling thread, as `Engine.pred_batch` would, when it is
-        the only call that can come (`_alone`). Through the loop, one program's step pays two thread
-        hand-offs (its submit wakes the loop; the loop, done, wakes it), ~0.15 ms of a 4-5 ms q4 decode
-        step on the 2-core VM. Whoever chooses and runs a batch holds `_firing`, the loop included, so a
-        lone caller never races it. The call is not queued while it runs (the loop, looking meanwhile,
-        has nothing to fire); one left waiting for pages is queued for the loop. False: queue `p`."""
-        if self.hub is not None or not self._firing.acquire(False):
+        """Run `p` as a batch of its own on the calling thread, as `Engine.pred_batch` would, when it is the
+        only call that can come (`_alone`). Through the loop, one program's step pays two hand-offs (its submit
+        wakes the loop; the loop wakes it), ~0.15 ms of a 4-5 ms q4 decode step on the 2-core VM. Whoever
+        chooses and runs a batch holds `_firing`, the loop too, so a lone caller never races it. The call is
+        not queued while it runs; one left waiting for pages is queued for the loop. False: queue `p`."""
+        if not self._lone_ok or not self._firing.acquire(False):
             return False
         try:
             c0 = _thread_time()
@@ -429,14 +430,11 @@ class BatchScheduler:
         if hub_waits:
             hub_waits[0].hub.fire_many(hub_waits)
 
-    def _finish(self, p: PendingPred, result) -> None:
-        self._finish_many([p], [result])
-
     def fail(self, p: PendingPred, error: BaseException) -> None:
         """End a queued call with an error (its process was killed, or it can never fit)."""
         if p.done_tokens > 0:  # undo the chunks already written: a failed pred changes nothing
             self.kvfs.cut_back(p.call.kv, p.start_len)
-        self._finish(p, error)
+        self._finish_many([p], [error])
 
     def _stalled(self) -> None:
         queued = self.queued()
