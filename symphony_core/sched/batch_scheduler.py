@@ -134,8 +134,8 @@ class BatchScheduler:
         wakes the loop; the loop wakes it), ~0.15 ms of a 4-5 ms q4 decode step on the 2-core VM. Whoever
         chooses and runs a batch holds `_firing`, the loop too, so a lone caller never races it. The call is
         not queued while it runs; one left waiting for pages is queued for the loop. False: queue `p`."""
-        if not self._lone_ok or not self._firing.acquire(False):
-            return False
+        if not self._lone_ok or self._queue or not self._firing.acquire(False):
+            return False  # (the queue read unlocked, as a hint: most calls of a batch of many stop here)
         try:
             c0 = _thread_time()
             with self._cv:
