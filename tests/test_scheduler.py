@@ -408,3 +408,43 @@ def test_on_cuda_a_lone_program_still_goes_through_the_loop(fresh_engine, monkey
     me, out = engine.run(_greedy_on, "Hello", 3).result(timeout=60)
     assert len(out) == 3 and seen and all(ident != me for ident, _ in seen)
     engine.shutdown()
+
+
+def test_only_a_few_live_threads_run_batches_of_their_own(fresh_engine, monkeypatch):
+    """Each thread that runs a forward keeps an OpenMP team until it ends (sched/lone_threads.py): past the
+    limit, a lone program's call takes the loop, and the slot of a thread that ended is free again."""
+    import threading
+
+    engine = fresh_engine()
+    monkeypatch.setattr(engine.runtime.batch._lone, "limit", 2)
+    seen = _forward_threads(monkeypatch, engine)
+
+    def chat(sym):  # one pred, then waits between turns as a chat session does; a pred per message
+        kv = sym.kv_create()
+        sym.pred(kv, [1, 2, 3])
+        sym.send(threading.get_ident())
+        while sym.recv() != "bye":
+            sym.pred(kv, [4])
+        return "done"
+
+    def start():
+        n = len(seen)
+        proc = engine.run(chat)
+        ident = next(proc.messages(timeout=60))  # its first pred has run; the program waits in recv
+        return proc, ident, [t for t, _ in seen[n:]]
+
+    (a, ta, ran_a), (b, tb, ran_b), (c, tc, ran_c) = start(), start(), start()
+    assert ran_a == [ta] and ran_b == [tb], "the first two lone programs ran their batch on their own threads"
+    assert ran_c and tc not in ran_c, "a third live thread ran a batch of its own past the limit of 2"
+    n = len(seen)
+    a.send("again")  # a's thread has its team already: it runs alone again
+    a.send("bye")
+    assert a.result(timeout=60) == "done"
+    assert [t for t, _ in seen[n:]] == [ta]
+    d, td, ran_d = start()
+    assert ran_d == [td], "the slot of a program that ended was not given to the next one"
+    for p in (b, c, d):
+        p.send("bye")
+        assert p.result(timeout=60) == "done"
+    engine.kvfs.check()
+    engine.shutdown()

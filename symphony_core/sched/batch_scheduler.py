@@ -35,7 +35,9 @@ from .batch_choice import choose_ranked
 from .batch_log import BatchLog, BatchRecord
 from .batch_outcome import take_results
 from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
+from .host_time import HostClock
 from .hub import Hub
+from .lone_threads import LoneThreads
 from .pending import PendingPred, PromptHead, Signal
 from .policy import AdaptiveWatermark, ask
 from .process import LIPThread
@@ -83,14 +85,13 @@ class BatchScheduler:
         self._notify_at = 0
         self._bids = itertools.count(1)
         self._stop = False
-        self._cpu_mark: float | None = None  # scheduler thread CPU clock at the end of the last batch
-        # `Engine(lip_runner="greenlets")`: this thread also runs the programs' greenlets (sched/hub.py),
-        # between batches; `_lip_cpu` adds up its CPU seconds spent in them, which are not the scheduler's.
+        self._clock = HostClock()
+        # `Engine(lip_runner="greenlets")`: this thread also runs the programs' greenlets (sched/hub.py).
         self.hub = Hub(self.wake) if greenlets else None
-        # `_fire_alone` on the CPU only: a thread that runs forwards keeps an idle OpenMP team there, on CUDA cuBLAS's workspace.
+        # `_fire_alone` on the CPU only, on a few threads: each keeps an OpenMP team (lone_threads.py); on CUDA
+        # each would keep cuBLAS's handle and workspace.
         self._lone_ok = not greenlets and executor.model.device.type == "cpu"
-        self._lip_cpu = 0.0
-        self._lip_cpu_mark = 0.0
+        self._lone = LoneThreads()
         self._gil_let_go = 0.0  # time.monotonic() when this thread last let go of the GIL (a wait or a yield)
         # Prompt heads that have run: their prompts are in the prefix cache.
         self._ran_heads: set[PromptHead] = set()
@@ -141,6 +142,8 @@ class BatchScheduler:
             with self._cv:
                 if not self._alone(p):
                     return False
+            if not self._lone.admit(threading.current_thread()):
+                return False
             try:
                 progressed = self._fire([p], True, cpu_from=c0)
             except Exception:  # as in the loop: logged, and the call left to the loop
@@ -204,7 +207,7 @@ class BatchScheduler:
         if self.hub is not None:
             self.hub.bind()
         self._bound.set()
-        self._cpu_mark = _thread_time()
+        self._clock.start()
         while not self._stop:
             try:
                 self._iteration()
@@ -219,7 +222,7 @@ class BatchScheduler:
         assert hub is not None
         c0 = _thread_time()
         if hub.run_ready():
-            self._lip_cpu += _thread_time() - c0
+            self._clock.add_programs(_thread_time() - c0)
 
     def _finish_greenlets(self) -> None:
         """After `stop`: let the greenlets (their processes cancelled) run to their end, for STOP_GRACE_S at most."""
@@ -378,32 +381,13 @@ class BatchScheduler:
                 self.policy.name,
                 errors,
             )
-            self._account(rec, t1 - t0, fwd_cpu, cpu_from)
+            self._clock.charge(self.log, rec, t1 - t0, fwd_cpu, cpu_from)
             self.log.add(rec)
             if self.bus.active:
                 self.bus.publish(Event("batch", t1, args=rec.to_dict, duration=t1 - t0))
         else:
-            self._account(None, t1 - t0, fwd_cpu, cpu_from)
+            self._clock.charge(self.log, None, t1 - t0, fwd_cpu, cpu_from)
         return bool(members)
-
-    def _account(self, rec: BatchRecord | None, fwd_wall: float, fwd_cpu: float, cpu_from: float | None) -> None:
-        """Charge the scheduler thread's CPU time since the last batch, less the forward's, to
-        this batch: select, assemble, complete and wake, and the policy checks in between. A lone
-        caller's batch (`cpu_from`) is charged its thread's CPU from its submit, less the forward's."""
-        t = _thread_time()
-        if cpu_from is not None:
-            host = max(0.0, t - cpu_from - fwd_cpu)
-        else:
-            mark = self._cpu_mark if self._cpu_mark is not None else t
-            self._cpu_mark = t
-            lip_cpu, self._lip_cpu_mark = self._lip_cpu - self._lip_cpu_mark, self._lip_cpu
-            host = max(0.0, (t - mark) - fwd_cpu - lip_cpu)
-        log = self.log
-        log.host_s += host
-        log.forward_s += fwd_wall
-        log.forward_cpu_s += fwd_cpu
-        if rec is not None:
-            rec.host_s = host
 
     def _finish_many(self, done: list[PendingPred], results: list[Dist | BaseException]) -> None:
         """Take finished calls off the queue (one pass for all of them) and wake their threads,
