@@ -254,7 +254,7 @@ class KernelHook:
             result=result,
             overridden=overridden,
             original=original,
-            step=self.stepping.take_landing(proc.pid, th.tid) if "step" in reasons else None,
+            step=self.stepping.landing_of(proc.pid, th.tid) if "step" in reasons else None,
         )
         prev_state = th.hold_stopped()  # not runnable: the batch policy must not wait for it
         self.runtime.batch.wake()
@@ -262,7 +262,9 @@ class KernelHook:
         with self._announce:
             stop.id = self.stop_table.next_id()
             self.stop_table.hold(stop)
-            self.stepping.landed(proc.pid)
+            step = self.stepping.landed(proc.pid, th.tid)
+            if step is not None and step != stop.step:  # a step handed on while it was on its way landed here
+                self.stop_table.retag(stop, step)
             why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
             self._trace({"kind": "dbg_stop", "ts": stop.ts, **ids, **why})
             try:

@@ -22,6 +22,8 @@ The thread rules (docs/architecture.md, "Stepping and threads"):
   thread the debugger holds cannot carry it (that `join` returns only once the held thread is
   resumed): the step lands on that held stop at once, as below. With no thread left to carry it
   the step is *lost*: `wait_stopped(after=...)` then answers the oldest stop still held.
+- A thread **on its way to a stop** (a step's plan ended there, it is not held yet) counts as
+  held: it carries no step handed on, and a step that lands on it is the one its stop carries.
 - **The stepped thread blocks in `join`** (step into): it cannot return a pred until the thread
   it joins ends, so the step stops at the next `pred` of any thread of the process (or when the
   `join` returns, whichever comes first). When the debugger holds the joined thread (a spawned
@@ -71,7 +73,9 @@ class Stepping:
     """Step plans per (pid, tid), the follows into spawned threads and the lost steps; thread-safe.
 
     `held(pid, tid)` says whether the debugger holds that thread at a stop (a held thread cannot
-    carry a step handed on to it)."""
+    carry a step handed on to it). A thread is in `landing` from the moment a step's plan ends
+    there until its stop is held (`landed(pid, tid)`): a step handed on meanwhile finds it held or
+    on its way, never running."""
 
     def __init__(self, held: Callable[[int, int], bool]) -> None:
         self._held = held
@@ -133,15 +137,36 @@ class Stepping:
                 self._follows.pop(pid, None)
                 self._lost.discard(pid)
 
-    def take_landing(self, pid: int, tid: int) -> int | None:
-        """The step that the stop being held in (pid, tid) ends, if a step's plan ended there."""
+    def landing_of(self, pid: int, tid: int) -> int | None:
+        """The step that the stop about to be held in (pid, tid) ends, if a step's plan ended there."""
         with self._lock:
-            return self.landing.pop((pid, tid), None)
+            return self.landing.get((pid, tid))
 
-    def landed(self, pid: int) -> None:
-        """A thread of `pid` stopped (for any reason): the steps handed on in it have landed."""
+    def landed(self, pid: int, tid: int | None = None) -> int | None:
+        """A thread of `pid` stopped (for any reason): the steps handed on in it have landed. With
+        `tid`, once its stop is held: the step that stop ends, if one (`landing_of`, or a step
+        handed on that landed on it on its way); then only that step's hand-offs end — a step
+        handed on while it was on its way, not to it, goes on."""
         with self._lock:
-            self._plans = {k: p for k, p in self._plans.items() if k[0] != pid or p.kind != "next"}
+            step = self.landing.pop((pid, tid), None)
+            self._plans = {
+                k: p
+                for k, p in self._plans.items()
+                if k[0] != pid or p.kind != "next" or (step is not None and p.step != step)
+            }
+            return step
+
+    def _stopping(self, pid: int, tid: int) -> bool:
+        """Held, or on its way to a stop that a step's plan ended (see the class doc)."""
+        return (pid, tid) in self.landing or self._held(pid, tid)
+
+    def _land_on(self, pid: int, tid: int, step: int) -> list[tuple[int, int]]:
+        """Step `step` lands on thread `tid`, held or on its way: the stop on its way carries it
+        (`landed` answers it); a held one is answered, `[(tid, step)]`, for the hook to land."""
+        if (pid, tid) in self.landing:
+            self.landing[(pid, tid)] = step
+            return []
+        return [(tid, step)]
 
     def _plan(self, th) -> StepPlan | None:
         """The thread's plan; a newly spawned thread being followed gets its step into here."""
@@ -156,7 +181,7 @@ class Stepping:
         return [
             t
             for t in list(proc.threads)
-            if t.tid not in but and not t.done.is_set() and not self._held(proc.pid, t.tid)
+            if t.tid not in but and not t.done.is_set() and not self._stopping(proc.pid, t.tid)
         ]
 
     def before(self, th, call: str, args: dict, frame: FrameType | None) -> tuple[list[str], list[tuple[int, int]]]:
@@ -179,8 +204,8 @@ class Stepping:
                 for t in self._running_others(th.proc, {th.tid}):
                     self._plans.setdefault((key[0], t.tid), StepPlan("next", 0, plan.step))
                 joined = args.get("tid")
-                if isinstance(joined, int) and self._held(key[0], joined):
-                    return [], [(joined, plan.step)]
+                if isinstance(joined, int) and self._stopping(key[0], joined):
+                    return [], self._land_on(key[0], joined, plan.step)
             return [], []
 
     def after(self, th, call: str, args: dict, frame: FrameType | None) -> list[str]:
@@ -222,10 +247,10 @@ class Stepping:
             self._joining = {k: j for k, j in self._joining.items() if k[0] != pid}
 
     def _held_joined(self, proc, threads: list) -> int | None:
-        """The held thread that one of `threads` waits for in `join`, if any (its tid)."""
+        """The held thread (or one on its way) that one of `threads` waits for in `join`, if any."""
         for t in threads:
             joined = self._joining.get((proc.pid, t.tid))
-            if joined is not None and t.current_call == "join" and self._held(proc.pid, joined):
+            if joined is not None and t.current_call == "join" and self._stopping(proc.pid, joined):
                 return joined
         return None
 
@@ -248,7 +273,7 @@ class Stepping:
                 others = [t for t in others if t.tid == 1]
             held = self._held_joined(proc, others)
             if held is not None:  # e.g. the main thread joins a spawned thread held at its first pred
-                return [(held, plan.step)]
+                return self._land_on(proc.pid, held, plan.step)
             for t in others:
                 kind = "syscall" if plan.kind == "out" else "next"
                 self._plans.setdefault((proc.pid, t.tid), StepPlan(kind, 0, plan.step))
