@@ -60,6 +60,18 @@ def hf_model(engine):
     return m.eval()
 
 
+@pytest.fixture(scope="module")
+def dbg(engine):
+    """A debugger on the shared engine for a whole test module (a module may define its own); detached
+    at the module's end, with every KV page accounted for."""
+    from symphony_lab.debugger import Debugger
+
+    d = Debugger(engine)
+    yield d
+    d.detach()
+    engine.kvfs.check()
+
+
 @pytest.fixture
 def fresh_engine():
     """A small private engine for tests that exhaust or inspect the whole pool."""

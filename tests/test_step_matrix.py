@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from symphony_lab.debugger import Debugger, DebugServer, RemoteDebugger
+from symphony_lab.debugger import DebugServer, RemoteDebugger
 from symphony_lab.debugger.stepping import lands_on
 from tests.step_matrix import CASES, ENTRY, EXITED, JOIN, PRED, Case, landing, walk
 
@@ -38,14 +38,6 @@ def assert_landings(seen: list, case: Case) -> None:
         assert seen == other
     else:
         assert seen == case.landings
-
-
-@pytest.fixture(scope="module")
-def dbg(engine):
-    d = Debugger(engine)
-    yield d
-    d.detach()
-    engine.kvfs.check()
 
 
 def _walk_api(client, case: Case, launch=None) -> list:

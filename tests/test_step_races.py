@@ -12,16 +12,6 @@ from collections.abc import Callable
 
 import pytest
 
-from symphony_lab.debugger import Debugger
-
-
-@pytest.fixture(scope="module")
-def dbg(engine):
-    d = Debugger(engine)
-    yield d
-    d.detach()
-    engine.kvfs.check()
-
 
 class Gate:
     """Where a thread is held back: `arrived` once it is there; it waits until `go` (or 60 s)."""
