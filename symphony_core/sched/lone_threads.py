@@ -3,9 +3,9 @@
 On the CPU every thread that runs a forward pass gets an OpenMP team of its own from libgomp (a worker
 for each further CPU torch uses), asleep between passes and freed only when the thread ends. A
 program's thread that ran alone once and then waits (a chat session between turns) keeps its team.
-Measured on the 2-CPU VM: 10 live programs that had each run alone held 10 more OS threads than
-Python threads; with torch on 64 CPUs that would be 630, and a server's thousand idle sessions would
-run into the system's thread limit. So at most LONE_THREADS live threads run lone batches; another
+Measured on the 2-CPU VM, 10 live programs that had each run alone once: 25 OS threads for 13 Python
+threads, 20 with this bound (each team is one worker there). With torch on 64 CPUs every team is 63
+threads, and a server's thousand idle sessions would run into the system's thread limit. So at most LONE_THREADS live threads run lone batches; another
 program's lone call takes the loop, as it does whenever a second program could join.
 """
 
