@@ -139,7 +139,7 @@ class KernelHook:
             for s in self.stop_table.matching(pid, joined):
                 with self._announce:
                     self.stop_table.retag(s, step)
-                    self.stepping.landed(pid)
+                    self.stepping.landed(pid, step=step)
                     try:
                         self._emit("stopped", self.stop_table.info(s))
                     except Exception:  # the step landed all the same (`wait_stopped` answers it)
@@ -263,7 +263,7 @@ class KernelHook:
             stop.id = self.stop_table.next_id()
             self.stop_table.hold(stop)
             step = self.stepping.landed(proc.pid, th.tid)
-            if step is not None and step != stop.step:  # a step handed on while it was on its way landed here
+            if step != stop.step:  # a step handed on while it was on its way landed here too (None: two steps)
                 self.stop_table.retag(stop, step)
             why = {"reason": stop.reason, "call": stop.call, "where": where, "stop_id": stop.id}
             self._trace({"kind": "dbg_stop", "ts": stop.ts, **ids, **why})

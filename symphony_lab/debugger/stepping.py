@@ -23,7 +23,9 @@ The thread rules (docs/architecture.md, "Stepping and threads"):
   resumed): the step lands on that held stop at once, as below. With no thread left to carry it
   the step is *lost*: `wait_stopped(after=...)` then answers the oldest stop still held.
 - A thread **on its way to a stop** (a step's plan ended there, it is not held yet) counts as
-  held: it carries no step handed on, and a step that lands on it is the one its stop carries.
+  held: it carries no step handed on, and a step that lands on it (or was handed on to a thread
+  that waits in `join` on it) ends there too. A stop that ends two steps carries neither (`step`
+  None): it is newer than both steps' `after`, so `wait_stopped(after=, step=)` answers it to both.
 - **The stepped thread blocks in `join`** (step into): it cannot return a pred until the thread
   it joins ends, so the step stops at the next `pred` of any thread of the process (or when the
   `join` returns, whichever comes first). When the debugger holds the joined thread (a spawned
@@ -31,7 +33,8 @@ The thread rules (docs/architecture.md, "Stepping and threads"):
   process's next stop point, and stepping it goes on where the program's work is.
 - **Another thread stops first** (a breakpoint, a pause): that stop is where the step landed; it
   reports its own thread and reason. The stepped thread keeps its plan and stops at its own
-  target later (non-stop), but the *next* plans handed out for the step end there.
+  target later (non-stop), but the *next* plans handed out for the step end there. A step's own
+  end ends only the hand-offs of the steps it ends: another step handed on goes on.
 
 Depths count the frames of the LIP's own code (`viewdata.lip_depth`); a stop on entry is at
 depth 1 (the LIP function itself is about to run).
@@ -73,9 +76,9 @@ class Stepping:
     """Step plans per (pid, tid), the follows into spawned threads and the lost steps; thread-safe.
 
     `held(pid, tid)` says whether the debugger holds that thread at a stop (a held thread cannot
-    carry a step handed on to it). A thread is in `landing` from the moment a step's plan ends
-    there until its stop is held (`landed(pid, tid)`): a step handed on meanwhile finds it held or
-    on its way, never running."""
+    carry a step handed on to it). A thread is in `landing`, with the steps its stop ends, from the
+    moment a step's plan ends there until its stop is held (`landed(pid, tid)`): a step handed on
+    meanwhile finds it held or on its way, never running."""
 
     def __init__(self, held: Callable[[int, int], bool]) -> None:
         self._held = held
@@ -85,7 +88,7 @@ class Stepping:
         self._lost: set[int] = set()  # pids whose last step found no thread to carry it
         self._joining: dict[tuple[int, int], int] = {}  # thread -> the tid its `join` waits for, now
         self._steps = 0
-        self.landing: dict[tuple[int, int], int] = {}  # thread -> the step its stop about to be held ends
+        self.landing: dict[tuple[int, int], set[int]] = {}  # thread -> the steps its stop about to be held ends
 
     def active(self) -> bool:
         return bool(self._plans or self._follows)
@@ -138,33 +141,37 @@ class Stepping:
                 self._lost.discard(pid)
 
     def landing_of(self, pid: int, tid: int) -> int | None:
-        """The step that the stop about to be held in (pid, tid) ends, if a step's plan ended there."""
+        """The step that the stop about to be held in (pid, tid) carries, if a step's plan ended there."""
         with self._lock:
-            return self.landing.get((pid, tid))
+            return _carried(self.landing.get((pid, tid)))
 
-    def landed(self, pid: int, tid: int | None = None) -> int | None:
-        """A thread of `pid` stopped (for any reason): the steps handed on in it have landed. With
-        `tid`, once its stop is held: the step that stop ends, if one (`landing_of`, or a step
-        handed on that landed on it on its way); then only that step's hand-offs end — a step
-        handed on while it was on its way, not to it, goes on."""
+    def landed(self, pid: int, tid: int | None = None, step: int | None = None) -> int | None:
+        """A stop of `pid` is held: the hand-offs of the steps it ends end; those of other steps go
+        on. With `tid`, its thread's: the steps in `landing` (its own, and those that landed on it
+        on its way); with `step`, a step that landed on a stop already held. A stop that ends no
+        step (a breakpoint, a pause) ends every hand-off. Returns the step the stop carries."""
         with self._lock:
-            step = self.landing.pop((pid, tid), None)
-            self._plans = {
-                k: p
-                for k, p in self._plans.items()
-                if k[0] != pid or p.kind != "next" or (step is not None and p.step != step)
-            }
-            return step
+            steps = self.landing.pop((pid, tid), None) if step is None else {step}
+            self._end_hand_offs(pid, steps)
+            return _carried(steps)
+
+    def _end_hand_offs(self, pid: int, steps: set[int] | None) -> None:
+        """The *next* plans of `steps` in `pid` end (of every step, with None)."""
+        self._plans = {
+            k: p
+            for k, p in self._plans.items()
+            if k[0] != pid or p.kind != "next" or (steps is not None and p.step not in steps)
+        }
 
     def _stopping(self, pid: int, tid: int) -> bool:
         """Held, or on its way to a stop that a step's plan ended (see the class doc)."""
         return (pid, tid) in self.landing or self._held(pid, tid)
 
     def _land_on(self, pid: int, tid: int, step: int) -> list[tuple[int, int]]:
-        """Step `step` lands on thread `tid`, held or on its way: the stop on its way carries it
+        """Step `step` lands on thread `tid`, held or on its way: the stop on its way ends it too
         (`landed` answers it); a held one is answered, `[(tid, step)]`, for the hook to land."""
         if (pid, tid) in self.landing:
-            self.landing[(pid, tid)] = step
+            self.landing[(pid, tid)].add(step)
             return []
         return [(tid, step)]
 
@@ -187,14 +194,14 @@ class Stepping:
     def before(self, th, call: str, args: dict, frame: FrameType | None) -> tuple[list[str], list[tuple[int, int]]]:
         """At the stop point before `call`: the stop reasons (["step"]) if a plan ends here, and the
         held threads a step lands on, each with its step (the thread a stepping thread is about to
-        join). The step a stop ends is `landing[(pid, tid)]` until it is held."""
+        join). The steps a stop ends are `landing[(pid, tid)]` until it is held."""
         key = (th.proc.pid, th.tid)
         with self._lock:
             plan = self._plan(th)
             if plan is None:
                 return [], []
             if plan.kind == "syscall" or (plan.kind == "out" and ins.lip_depth(frame) < plan.depth):
-                self._done(key)
+                self._done(th.proc, key)
                 return ["step"], []
             if call == "spawn" and plan.kind in ("into", "next") and key[0] not in self._follows:
                 next_tid = max((t.tid for t in list(th.proc.threads)), default=1) + 1
@@ -223,22 +230,28 @@ class Stepping:
                     or (k == "over" and call == "pred" and ins.lip_depth(frame) <= plan.depth)
                     or (k == "out" and ins.lip_depth(frame) < plan.depth)
                 ):
-                    self._done(key)
+                    self._done(th.proc, key)
                     return ["step", "follow"] if plan.follow else ["step"]
             joined = args.get("tid") if call == "join" else None
             ended = any(t.tid == joined and t.done.is_set() for t in list(th.proc.threads))
             gone = self._plans.pop((pid, joined), None) if ended else None
             if gone is not None:  # the joined thread ended stepping (its exit not handled yet): land here
                 self._plans[key] = gone
-                self._done(key)
+                self._done(th.proc, key)
                 return ["step"]
         return []
 
-    def _done(self, key: tuple[int, int]) -> None:
-        plan = self._plans.pop(key, None)
-        if plan is not None:
-            self.landing[key] = plan.step
-        self._plans = {k: p for k, p in self._plans.items() if k[0] != key[0] or p.kind != "next"}
+    def _done(self, proc, key: tuple[int, int]) -> None:
+        """Thread `key`'s plan ends here: it is on its way to a stop that ends its step, and the
+        steps handed on to threads that wait in `join` on it (as on a held thread); the hand-offs
+        of those steps end, a different step's go on."""
+        pid, tid = key
+        steps = self.landing[key] = {self._plans.pop(key).step}
+        for t in list(proc.threads):
+            p, joins = self._plans.get((pid, t.tid)), self._joining.get((pid, t.tid)) == tid
+            if p is not None and p.kind == "next" and joins and t.current_call == "join":
+                steps.add(p.step)
+        self._end_hand_offs(pid, steps)
 
     def process_exited(self, pid: int) -> None:
         """Process `pid` ended: its steps end and the joins seen in it are forgotten."""
@@ -280,6 +293,11 @@ class Stepping:
             if not others:
                 self._lost.add(proc.pid)
             return []
+
+
+def _carried(steps: set[int] | None) -> int | None:
+    """The step a stop that ends `steps` carries: the one, or None for none or two (module doc)."""
+    return next(iter(steps)) if steps is not None and len(steps) == 1 else None
 
 
 def lands_on(stop: dict, answer: dict, stepped_tid: int | None = None) -> bool:

@@ -70,7 +70,7 @@ class StopTable:
             self._cv.notify_all()
         return [[s.pid, s.tid] for s in stops]
 
-    def retag(self, stop: Stop, step: int) -> None:
+    def retag(self, stop: Stop, step: int | None) -> None:
         """A step lands on `stop`, already held (the thread a stepping thread joins)."""
         with self._cv:
             stop.lands(step)

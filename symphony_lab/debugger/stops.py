@@ -54,8 +54,9 @@ class Stop:
         f = self.args.get("file")
         return f if isinstance(f, int) else None
 
-    def lands(self, step: int) -> None:
-        """Step `step` lands on this stop, already held (the thread a stepping thread joins)."""
+    def lands(self, step: int | None) -> None:
+        """Step `step` lands on this stop, already held (the thread a stepping thread joins); None: two
+        steps ended here (stepping.py)."""
         self.step = step
         self._info = None
 
