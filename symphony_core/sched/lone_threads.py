@@ -5,8 +5,9 @@ for each further CPU torch uses), asleep between passes and freed only when the 
 program's thread that ran alone once and then waits (a chat session between turns) keeps its team.
 Measured on the 2-CPU VM, 10 live programs that had each run alone once: 25 OS threads for 13 Python
 threads, 20 with this bound (each team is one worker there). With torch on 64 CPUs every team is 63
-threads, and a server's thousand idle sessions would run into the system's thread limit. So at most LONE_THREADS live threads run lone batches; another
-program's lone call takes the loop, as it does whenever a second program could join.
+threads, and a server's thousand idle sessions would run into the system's thread limit. So at most
+LONE_THREADS live threads run lone batches; another program's lone call takes the loop, as it does
+whenever a second program could join.
 """
 
 from __future__ import annotations
